@@ -1,0 +1,343 @@
+//! The telemetry pipeline: metrics sources, the collection loop, the bounded history and the
+//! window aggregates computed from it.
+//!
+//! Every interval the loop asks each [`MetricsSource`] to fill its part of a [`Sample`], then
+//! hands the sample to [`NodeState::apply_tick`], which keeps history, runs the alert check and
+//! broadcasts the update. Sources are synchronous and fast (file reads, map lookups); one that
+//! fails is reported as a down component and an alert, and the others carry on.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ringside_shared::{
+    ComponentHealth, ComponentStatus, HistoryPoint, HostMetrics, KernelStateChange, KernelWindow,
+    RingKernelMetrics, SchedulerTelemetry, SchedulerWindow, WindowAggregates,
+};
+use tokio::sync::watch;
+
+use crate::state::NodeState;
+
+/// What one collection tick gathered.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    pub taken_at_ms: u64,
+    pub host: Option<HostMetrics>,
+    pub scheduler: Option<SchedulerTelemetry>,
+    pub kernels: Vec<RingKernelMetrics>,
+    pub kernel_events: Vec<KernelStateChange>,
+}
+
+impl Sample {
+    pub fn new(taken_at_ms: u64) -> Self {
+        Sample { taken_at_ms, ..Sample::default() }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum SourceStatus {
+    Up,
+    /// Collected, but with a part missing; the text says which and what it costs.
+    Degraded(String),
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct SourceError(pub String);
+
+/// A pluggable producer of metrics: the host, the scheduler, each ring kernel.
+pub trait MetricsSource: Send {
+    /// Component name shown in `/healthz` and the console.
+    fn name(&self) -> &str;
+    /// Fills this source's part of `sample`. Must not block for long: it runs on every tick.
+    fn collect(&mut self, sample: &mut Sample) -> Result<SourceStatus, SourceError>;
+}
+
+/// Runs every source once and reports each one's health.
+pub fn collect_all(sources: &mut [Box<dyn MetricsSource>], taken_at_ms: u64) -> (Sample, Vec<ComponentHealth>, Vec<(String, String)>) {
+    let mut sample = Sample::new(taken_at_ms);
+    let mut components = Vec::with_capacity(sources.len());
+    let mut failures = Vec::new();
+    for source in sources.iter_mut() {
+        let name = source.name().to_string();
+        let (status, detail) = match source.collect(&mut sample) {
+            Ok(SourceStatus::Up) => (ComponentStatus::Up, None),
+            Ok(SourceStatus::Degraded(why)) => (ComponentStatus::Degraded, Some(why)),
+            Err(SourceError(why)) => {
+                failures.push((name.clone(), why.clone()));
+                (ComponentStatus::Down, Some(why))
+            }
+        };
+        components.push(ComponentHealth { name, status, detail });
+    }
+    (sample, components, failures)
+}
+
+/// The collection loop; returns when `shutdown` turns true.
+pub async fn run(state: Arc<NodeState>, mut sources: Vec<Box<dyn MetricsSource>>, mut shutdown: watch::Receiver<bool>) {
+    let mut ticker = tokio::time::interval(Duration::from_millis(state.interval_ms()));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let started = std::time::Instant::now();
+        let (sample, components, failures) = collect_all(&mut sources, crate::now_ms());
+        state.apply_tick(sample, components, &failures, started.elapsed());
+    }
+}
+
+/// A fixed-capacity ring: pushing onto a full ring overwrites the oldest entry.
+#[derive(Debug, Clone)]
+pub struct HistoryRing<T> {
+    items: VecDeque<T>,
+    capacity: usize,
+}
+
+impl<T> HistoryRing<T> {
+    pub fn new(capacity: usize) -> Self {
+        let capacity = capacity.max(1);
+        HistoryRing { items: VecDeque::with_capacity(capacity), capacity }
+    }
+
+    pub fn push(&mut self, item: T) {
+        if self.items.len() == self.capacity {
+            self.items.pop_front();
+        }
+        self.items.push_back(item);
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Oldest first.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &T> + ExactSizeIterator {
+        self.items.iter()
+    }
+
+    pub fn last(&self) -> Option<&T> {
+        self.items.back()
+    }
+}
+
+/// The cumulative counters of one tick, kept to compute window aggregates from deltas.
+#[derive(Debug, Clone, Default)]
+pub struct CounterRecord {
+    pub t_ms: u64,
+    pub cpu_pct: Option<f64>,
+    pub context_switches: Option<u64>,
+    pub kernels: Vec<KernelCounters>,
+    pub scheduler: Option<(u64, u64)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelCounters {
+    pub id: String,
+    pub processed: u64,
+    pub dropped: u64,
+    pub total_latency_ns: u64,
+}
+
+impl CounterRecord {
+    pub fn from_sample(sample: &Sample) -> Self {
+        CounterRecord {
+            t_ms: sample.taken_at_ms,
+            cpu_pct: sample.host.as_ref().map(|h| h.cpu_utilization_pct),
+            context_switches: sample.host.as_ref().map(|h| h.context_switches_total),
+            kernels: sample
+                .kernels
+                .iter()
+                .map(|k| KernelCounters {
+                    id: k.id.clone(),
+                    processed: k.messages_processed,
+                    dropped: k.messages_dropped,
+                    total_latency_ns: k.total_latency_ns,
+                })
+                .collect(),
+            scheduler: sample.scheduler.as_ref().map(|s| (s.decisions_made, s.phase_transitions)),
+        }
+    }
+}
+
+/// Increase of a cumulative counter. A counter that went back was reset (its producer
+/// restarted), so everything it counts now happened since the reset.
+fn counter_delta(earlier: u64, later: u64) -> u64 {
+    if later >= earlier {
+        later - earlier
+    } else {
+        later
+    }
+}
+
+pub fn history_point(sample: &Sample) -> Option<HistoryPoint> {
+    sample.host.as_ref().map(|h| HistoryPoint {
+        t_ms: sample.taken_at_ms,
+        cpu_pct: h.cpu_utilization_pct,
+        iowait_pct: h.iowait_pct,
+        mem_used_pct: h.memory.used_pct,
+        load1: h.load1,
+    })
+}
+
+/// Aggregates over the records no older than `window_ms` before the newest one. Rates come from
+/// the first and last record of the window; the first record is the baseline, so a window of
+/// one record has no rates yet.
+pub fn window_aggregates(records: &HistoryRing<CounterRecord>, window_ms: u64) -> WindowAggregates {
+    let Some(last) = records.last() else {
+        return WindowAggregates { window_ms, ..WindowAggregates::default() };
+    };
+    let start = last.t_ms.saturating_sub(window_ms);
+    let in_window: Vec<&CounterRecord> = records.iter().filter(|r| r.t_ms >= start).collect();
+    let first = in_window[0];
+    let covered_ms = last.t_ms.saturating_sub(first.t_ms);
+    let seconds = covered_ms as f64 / 1000.0;
+
+    // Per-tick CPU figures are already deltas; the baseline's covers time before the window.
+    let cpu: Vec<f64> = in_window.iter().skip(1).filter_map(|r| r.cpu_pct).collect();
+    let cpu_avg_pct = (!cpu.is_empty()).then(|| cpu.iter().sum::<f64>() / cpu.len() as f64);
+    let cpu_max_pct = cpu.iter().copied().reduce(f64::max);
+
+    let context_switches_per_s = match (first.context_switches, last.context_switches) {
+        (Some(a), Some(b)) if seconds > 0.0 => Some(counter_delta(a, b) as f64 / seconds),
+        _ => None,
+    };
+
+    let kernels = last
+        .kernels
+        .iter()
+        .map(|now| {
+            // Baseline: the oldest record in the window that has this kernel (it may be newer).
+            let base = in_window
+                .iter()
+                .find_map(|r| r.kernels.iter().find(|k| k.id == now.id).map(|k| (r.t_ms, k)));
+            let (base_t, processed, dropped, latency) = match base {
+                Some((t, k)) => (
+                    t,
+                    counter_delta(k.processed, now.processed),
+                    counter_delta(k.dropped, now.dropped),
+                    counter_delta(k.total_latency_ns, now.total_latency_ns),
+                ),
+                None => (last.t_ms, 0, 0, 0),
+            };
+            let span_s = last.t_ms.saturating_sub(base_t) as f64 / 1000.0;
+            let offered = processed + dropped;
+            KernelWindow {
+                id: now.id.clone(),
+                processed,
+                dropped,
+                drop_rate: (offered > 0).then(|| dropped as f64 / offered as f64),
+                throughput_per_s: if span_s > 0.0 { processed as f64 / span_s } else { 0.0 },
+                avg_latency_ns: (processed > 0).then(|| latency as f64 / processed as f64),
+            }
+        })
+        .collect();
+
+    let scheduler = match (first.scheduler, last.scheduler) {
+        (Some((d0, p0)), Some((d1, p1))) => {
+            let decisions = counter_delta(d0, d1);
+            Some(SchedulerWindow {
+                decisions,
+                phase_transitions: counter_delta(p0, p1),
+                decisions_per_s: if seconds > 0.0 { decisions as f64 / seconds } else { 0.0 },
+            })
+        }
+        _ => None,
+    };
+
+    WindowAggregates { window_ms, covered_ms, cpu_avg_pct, cpu_max_pct, context_switches_per_s, kernels, scheduler }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_keeps_the_newest() {
+        let mut ring = HistoryRing::new(3);
+        for i in 0..5 {
+            ring.push(i);
+        }
+        assert_eq!(ring.iter().copied().collect::<Vec<_>>(), vec![2, 3, 4]);
+        assert_eq!((ring.len(), ring.capacity(), ring.last()), (3, 3, Some(&4)));
+    }
+
+    fn record(t_ms: u64, processed: u64, dropped: u64, latency: u64) -> CounterRecord {
+        CounterRecord {
+            t_ms,
+            cpu_pct: Some(t_ms as f64 / 1000.0),
+            context_switches: Some(t_ms * 10),
+            kernels: vec![KernelCounters { id: "k".into(), processed, dropped, total_latency_ns: latency }],
+            scheduler: Some((t_ms / 1000, 0)),
+        }
+    }
+
+    #[test]
+    fn window_uses_counter_deltas_not_sums() {
+        let mut ring = HistoryRing::new(100);
+        // A long quiet past with a huge cumulative count, then 2 s of traffic in the window.
+        ring.push(record(0, 0, 0, 0));
+        ring.push(record(10_000, 1_000_000, 0, 1_000_000_000));
+        ring.push(record(11_000, 1_000_090, 10, 1_000_090_000));
+        ring.push(record(12_000, 1_000_180, 20, 1_000_180_000));
+        let window = window_aggregates(&ring, 2000);
+        assert_eq!(window.covered_ms, 2000);
+        let k = &window.kernels[0];
+        assert_eq!((k.processed, k.dropped), (180, 20));
+        assert_eq!(k.drop_rate, Some(0.1), "20 of 200 offered in the window, not 20 of 1000200");
+        assert_eq!(k.throughput_per_s, 90.0);
+        assert_eq!(k.avg_latency_ns, Some(1000.0));
+        assert_eq!(window.cpu_avg_pct, Some(11.5));
+        assert_eq!(window.cpu_max_pct, Some(12.0));
+        assert_eq!(window.context_switches_per_s, Some(10_000.0));
+        assert_eq!(window.scheduler.unwrap().decisions, 2);
+    }
+
+    #[test]
+    fn counter_reset_is_not_negative() {
+        let mut ring = HistoryRing::new(10);
+        ring.push(record(0, 500, 5, 500));
+        ring.push(record(1000, 40, 0, 400));
+        let k = &window_aggregates(&ring, 5000).kernels[0];
+        assert_eq!((k.processed, k.dropped), (40, 0));
+        assert_eq!(k.drop_rate, Some(0.0));
+    }
+
+    #[test]
+    fn empty_and_single_record_windows() {
+        let ring: HistoryRing<CounterRecord> = HistoryRing::new(10);
+        assert_eq!(window_aggregates(&ring, 1000).kernels.len(), 0);
+        let mut ring = HistoryRing::new(10);
+        ring.push(record(5000, 10, 0, 10));
+        let window = window_aggregates(&ring, 1000);
+        assert_eq!(window.covered_ms, 0);
+        assert_eq!(window.cpu_avg_pct, None);
+        assert_eq!(window.kernels[0].drop_rate, None, "no traffic seen yet within the window");
+    }
+
+    struct Failing;
+    impl MetricsSource for Failing {
+        fn name(&self) -> &str {
+            "broken"
+        }
+        fn collect(&mut self, _: &mut Sample) -> Result<SourceStatus, SourceError> {
+            Err(SourceError("cannot read /nonexistent".into()))
+        }
+    }
+
+    #[test]
+    fn a_failing_source_is_reported_and_others_carry_on() {
+        let mut sources: Vec<Box<dyn MetricsSource>> =
+            vec![Box::new(Failing), Box::new(crate::host::HostSource::new(Default::default()))];
+        let (sample, components, failures) = collect_all(&mut sources, 1);
+        assert!(sample.host.is_some());
+        assert_eq!(components[0].status, ComponentStatus::Down);
+        assert_eq!(failures, vec![("broken".to_string(), "cannot read /nonexistent".to_string())]);
+        assert_ne!(components[1].status, ComponentStatus::Down);
+    }
+}

@@ -1,0 +1,125 @@
+//! The console's files, embedded at build time (see `build.rs`), served with their content
+//! type, an ETag, and the gzip copy when the browser accepts it.
+
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+
+use super::auth;
+use super::SharedApp;
+
+pub struct Asset {
+    pub path: &'static str,
+    pub content_type: &'static str,
+    pub etag: &'static str,
+    pub body: &'static [u8],
+    pub gzip: Option<&'static [u8]>,
+}
+
+include!(concat!(env!("OUT_DIR"), "/console_assets.rs"));
+
+/// Whether this binary was built with the console inside.
+pub fn is_built() -> bool {
+    find("/index.html").is_some()
+}
+
+fn find(path: &str) -> Option<&'static Asset> {
+    ASSETS.iter().find(|a| a.path == path)
+}
+
+fn serve(asset: &Asset, request_headers: &HeaderMap) -> Response {
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(asset.content_type));
+    headers.insert(header::ETAG, HeaderValue::from_static(asset.etag));
+    // Names are not content-hashed: revalidate every time, which the ETag makes cheap.
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    if asset.path.ends_with(".html") {
+        headers.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(
+                "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; style-src 'self' 'unsafe-inline'; \
+                 img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'",
+            ),
+        );
+    }
+    let not_modified = request_headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|tags| tags.split(',').any(|t| t.trim() == asset.etag));
+    if not_modified {
+        return (StatusCode::NOT_MODIFIED, headers).into_response();
+    }
+    let accepts_gzip = request_headers
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|e| e.trim().split(';').next() == Some("gzip")));
+    match asset.gzip {
+        Some(gz) if accepts_gzip => {
+            headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            (headers, gz).into_response()
+        }
+        _ => (headers, asset.body).into_response(),
+    }
+}
+
+const PAGE_STYLE: &str = "body{font:16px/1.5 system-ui,sans-serif;max-width:40rem;margin:4rem auto;padding:0 1rem;color:#1d2430}\
+code{background:#eef1f5;padding:.1rem .3rem;border-radius:4px}@media(prefers-color-scheme:dark){body{background:#0f141b;color:#dfe6ee}code{background:#1d2632}}";
+
+fn page(status: StatusCode, title: &str, body: &str) -> Response {
+    let html = format!(
+        "<!doctype html><html lang=en><head><meta charset=utf-8><title>{title} · Ringside</title><style>{PAGE_STYLE}</style></head>\
+         <body><h1>{title}</h1>{body}</body></html>"
+    );
+    (status, Html(html)).into_response()
+}
+
+#[derive(serde::Deserialize)]
+pub struct IndexQuery {
+    token: Option<String>,
+}
+
+/// `GET /`: with a valid `?token=` sets the session cookie and redirects to `/` (so the token
+/// leaves the address bar and history); with the cookie serves the console.
+pub async fn index(State(app): State<SharedApp>, Query(query): Query<IndexQuery>, headers: HeaderMap) -> Response {
+    if let Some(given) = query.token {
+        if !auth::same_secret(given.as_bytes(), app.token.as_bytes()) {
+            return page(
+                StatusCode::UNAUTHORIZED,
+                "Wrong token",
+                "<p>The token in this link is not the one this daemon uses. Open the URL that <code>ringsided</code> printed at start-up, \
+                 or the one built from <code>RINGSIDE_TOKEN</code> / <code>--token-file</code>.</p>",
+            );
+        }
+        let mut response = Redirect::to("/").into_response();
+        response.headers_mut().insert(header::SET_COOKIE, auth::session_cookie(&app.token));
+        return response;
+    }
+    if !auth::is_authorised(&headers, &app.token) {
+        return page(
+            StatusCode::UNAUTHORIZED,
+            "Sign-in needed",
+            "<p>This console needs the node's access token. Open the URL that <code>ringsided</code> printed at start-up \
+             (it ends in <code>/?token=…</code>); the browser then keeps a cookie for this node.</p>",
+        );
+    }
+    match find("/index.html") {
+        Some(asset) => serve(asset, &headers),
+        None => page(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Console not built",
+            "<p>This <code>ringsided</code> was built without its console. Build it with <code>cargo xtask run</code> \
+             (or <code>cargo xtask console</code> and rebuild the daemon). The API works meanwhile: \
+             <code>/api/snapshot</code>, <code>/metrics</code>, <code>/ws</code>.</p>",
+        ),
+    }
+}
+
+/// Every other path: a console file, or 404.
+pub async fn asset(uri: Uri, headers: HeaderMap) -> Response {
+    match find(uri.path()) {
+        Some(asset) if asset.path != "/index.html" => serve(asset, &headers),
+        _ => super::ApiError::new(StatusCode::NOT_FOUND, format!("no such path: {}", uri.path())).into_response(),
+    }
+}

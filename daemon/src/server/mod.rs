@@ -1,0 +1,75 @@
+//! The HTTP and WebSocket server: one router, built here, over one shared [`App`].
+//!
+//! Everything but `/healthz` and the console's landing page needs the token (see [`auth`]).
+
+mod api;
+pub mod auth;
+pub mod console;
+mod ws;
+
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{middleware, Json, Router};
+use tokio::sync::watch;
+use tower_http::compression::CompressionLayer;
+use tower_http::limit::RequestBodyLimitLayer;
+
+use crate::state::NodeState;
+
+/// Largest request body the REST API reads.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+pub struct App {
+    pub state: Arc<NodeState>,
+    pub token: String,
+    /// Origins besides the daemon's own that may open the WebSocket.
+    pub allowed_origins: Vec<String>,
+    /// Turns true when the daemon stops; WebSocket sessions close with 1001 then.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+pub type SharedApp = Arc<App>;
+
+pub fn router(app: SharedApp) -> Router {
+    let json_routes = Router::new()
+        .route("/api/snapshot", get(api::snapshot))
+        .route("/api/schema/snapshot", get(api::schema))
+        .route("/api/alerts", get(api::alerts))
+        .route("/api/alerts/{id}/ack", post(api::acknowledge))
+        .route("/metrics", get(api::metrics))
+        .layer(CompressionLayer::new());
+    // WebSocket upgrades and the pre-compressed console files stay out of the compression layer.
+    let protected = Router::new()
+        .merge(json_routes)
+        .route("/ws", get(ws::upgrade))
+        .fallback(console::asset)
+        .layer(middleware::from_fn_with_state(app.clone(), auth::require_token));
+    Router::new()
+        .route("/healthz", get(api::healthz))
+        .route("/", get(console::index))
+        .merge(protected)
+        .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
+        .with_state(app)
+}
+
+/// An error answered as JSON `{"error": "..."}` with its status.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError { status, message: message.into() }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(serde_json::json!({ "error": self.message }))).into_response()
+    }
+}

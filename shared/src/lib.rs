@@ -1,0 +1,23 @@
+//! Ringside's wire protocol and snapshot schema.
+//!
+//! Architecture invariant: this crate is used by the daemon (native) and by the console (wasm32),
+//! so it holds types and pure functions only: no tokio, no I/O, nothing of ours as a dependency.
+
+pub mod alert;
+pub mod protocol;
+pub mod snapshot;
+
+pub use alert::{Acknowledgement, Alert, AlertType, Severity};
+pub use protocol::{
+    ClientCommand, CommandError, ErrorCode, Hello, KernelStateChange, ServerMessage, Update,
+    PROTOCOL_VERSION,
+};
+pub use snapshot::*;
+
+/// The JSON Schema of [`Snapshot`], as served at `/api/schema/snapshot`.
+pub fn snapshot_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(Snapshot)).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

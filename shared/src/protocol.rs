@@ -1,0 +1,189 @@
+//! WebSocket messages. Every frame is a JSON text frame holding one object with a `"type"` field.
+//!
+//! Server to client: `hello`, then `snapshot`, then `update` every collection tick and alert and
+//! kernel events as they happen. Client to server: `ack_alert` and `ping`. A command that cannot
+//! be understood is answered with `error`; the connection stays open.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::alert::Alert;
+use crate::snapshot::{
+    ComponentHealth, HistoryPoint, HostMetrics, KernelState, NodeIdentity, RingKernelMetrics,
+    SchedulerTelemetry, Snapshot, UnixMillis, WindowAggregates,
+};
+
+/// Bumped on any change a v1 client could not read.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest client command the server reads; larger ones are answered with `message_too_large`.
+pub const MAX_COMMAND_BYTES: usize = 16 * 1024;
+/// Longest acknowledgement note, in characters.
+pub const MAX_NOTE_CHARS: usize = 1000;
+/// Longest `by` name, in characters.
+pub const MAX_BY_CHARS: usize = 100;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerMessage {
+    Hello(Hello),
+    Snapshot(Box<Snapshot>),
+    Update(Box<Update>),
+    AlertRaised { alert: Alert },
+    AlertUpdated { alert: Alert },
+    AlertResolved { alert: Alert },
+    KernelStateChanged(KernelStateChange),
+    Pong {
+        nonce: Option<u64>,
+        server_time_ms: UnixMillis,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Hello {
+    pub protocol_version: u32,
+    pub node: NodeIdentity,
+    pub server_time_ms: UnixMillis,
+    pub interval_ms: u64,
+}
+
+/// What changed in one collection tick.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Update {
+    pub seq: u64,
+    pub taken_at_ms: UnixMillis,
+    pub components: Vec<ComponentHealth>,
+    pub host: Option<HostMetrics>,
+    pub scheduler: Option<SchedulerTelemetry>,
+    pub kernels: Vec<RingKernelMetrics>,
+    pub window: WindowAggregates,
+    /// The history point this tick appended, if the host was collected.
+    pub point: Option<HistoryPoint>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct KernelStateChange {
+    pub kernel_id: String,
+    pub from: KernelState,
+    pub to: KernelState,
+    pub at_ms: UnixMillis,
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The frame is not valid JSON, or not a JSON object.
+    MalformedJson,
+    /// The object has no string `type` field.
+    MissingType,
+    /// The `type` names no command this server knows.
+    UnknownCommand,
+    /// A known command with missing, extra or wrongly typed fields.
+    InvalidCommand,
+    MessageTooLarge,
+    /// Binary frames are not part of the protocol.
+    BinaryNotSupported,
+    /// The alert named does not exist.
+    AlertNotFound,
+    /// The client sent commands faster than the server answers them.
+    RateLimited,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ClientCommand {
+    AckAlert {
+        id: u64,
+        #[serde(default)]
+        note: Option<String>,
+        /// Name of the person acknowledging, shown beside the alert.
+        #[serde(default)]
+        by: Option<String>,
+    },
+    Ping {
+        #[serde(default)]
+        nonce: Option<u64>,
+    },
+}
+
+/// Why a client frame was refused.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl CommandError {
+    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        CommandError { code, message: message.into() }
+    }
+
+    pub fn into_message(self) -> ServerMessage {
+        ServerMessage::Error { code: self.code, message: self.message }
+    }
+}
+
+impl ClientCommand {
+    pub const TYPES: [&'static str; 2] = ["ack_alert", "ping"];
+
+    /// Parses one text frame, telling apart malformed JSON, an unknown command and a known
+    /// command with bad fields, so the client learns exactly what to fix.
+    pub fn parse(text: &str) -> Result<ClientCommand, CommandError> {
+        if text.len() > MAX_COMMAND_BYTES {
+            return Err(CommandError::new(
+                ErrorCode::MessageTooLarge,
+                format!("command is {} bytes; the limit is {MAX_COMMAND_BYTES}", text.len()),
+            ));
+        }
+        let value: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| CommandError::new(ErrorCode::MalformedJson, format!("not valid JSON: {e}")))?;
+        let Some(object) = value.as_object() else {
+            return Err(CommandError::new(ErrorCode::MalformedJson, "a command must be a JSON object"));
+        };
+        let kind = match object.get("type") {
+            Some(serde_json::Value::String(kind)) => kind.clone(),
+            Some(_) => return Err(CommandError::new(ErrorCode::MissingType, "field `type` must be a string")),
+            None => return Err(CommandError::new(ErrorCode::MissingType, "field `type` is missing")),
+        };
+        if !Self::TYPES.contains(&kind.as_str()) {
+            return Err(CommandError::new(
+                ErrorCode::UnknownCommand,
+                format!("unknown command `{}`; known commands: {}", truncate(&kind, 64), Self::TYPES.join(", ")),
+            ));
+        }
+        let command: ClientCommand = serde_json::from_value(value)
+            .map_err(|e| CommandError::new(ErrorCode::InvalidCommand, format!("invalid `{kind}`: {e}")))?;
+        command.validate()?;
+        Ok(command)
+    }
+
+    fn validate(&self) -> Result<(), CommandError> {
+        if let ClientCommand::AckAlert { note, by, .. } = self {
+            if note.as_ref().is_some_and(|n| n.chars().count() > MAX_NOTE_CHARS) {
+                return Err(CommandError::new(
+                    ErrorCode::InvalidCommand,
+                    format!("invalid `ack_alert`: note is longer than {MAX_NOTE_CHARS} characters"),
+                ));
+            }
+            if by.as_ref().is_some_and(|b| b.chars().count() > MAX_BY_CHARS) {
+                return Err(CommandError::new(
+                    ErrorCode::InvalidCommand,
+                    format!("invalid `ack_alert`: by is longer than {MAX_BY_CHARS} characters"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn truncate(s: &str, max_chars: usize) -> String {
+    match s.char_indices().nth(max_chars) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_string(),
+    }
+}

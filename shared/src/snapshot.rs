@@ -1,0 +1,294 @@
+//! The node state: what `/api/snapshot` returns and what a WebSocket client is sent first.
+//!
+//! Field names of the scheduler and ring-kernel telemetry are the ones users know from the
+//! reference systems (see `docs/architecture.md`); do not rename them.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::alert::Alert;
+
+/// Milliseconds since the Unix epoch (UTC).
+pub type UnixMillis = u64;
+
+/// Everything the daemon knows about the node at one instant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Snapshot {
+    /// Version of this schema; equal to the protocol version.
+    pub schema_version: u32,
+    /// Number of the collection tick this snapshot was taken after (0 before the first).
+    pub seq: u64,
+    pub taken_at_ms: UnixMillis,
+    /// The collection interval the daemon runs at.
+    pub interval_ms: u64,
+    pub node: NodeIdentity,
+    /// Health of each part of the daemon (metrics sources, server).
+    pub components: Vec<ComponentHealth>,
+    /// Host metrics of the latest tick; absent until the first successful collection.
+    pub host: Option<HostMetrics>,
+    /// Scheduler telemetry; absent while no scheduler source runs.
+    pub scheduler: Option<SchedulerTelemetry>,
+    pub kernels: Vec<RingKernelMetrics>,
+    /// Aggregates over the recent window, computed from counter deltas.
+    pub window: WindowAggregates,
+    /// Active alerts first, then recently resolved ones, newest first within each group.
+    pub alerts: Vec<Alert>,
+    /// Recent history for charts, oldest first.
+    pub history: Vec<HistoryPoint>,
+}
+
+/// Who this node is. Collected once at start-up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NodeIdentity {
+    pub hostname: String,
+    /// Kernel release (`uname -r`).
+    pub kernel: String,
+    /// Operating system, from `/etc/os-release`.
+    pub os: String,
+    pub architecture: String,
+    pub cpus: u32,
+    pub numa_nodes: u32,
+    pub gpus: Vec<GpuInfo>,
+    pub daemon_version: String,
+    pub daemon_started_at_ms: UnixMillis,
+}
+
+/// A GPU found on the PCI bus.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GpuInfo {
+    pub index: u32,
+    /// PCI address, e.g. `0000:17:00.0`.
+    pub pci_address: String,
+    pub vendor: String,
+    /// Model name where the driver reports one.
+    pub name: Option<String>,
+    /// NUMA node the device is attached to; absent on single-node machines.
+    pub numa_node: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ComponentStatus {
+    Up,
+    Degraded,
+    Down,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ComponentHealth {
+    pub name: String,
+    pub status: ComponentStatus,
+    /// Why the component is not up, in words an operator can act on.
+    pub detail: Option<String>,
+}
+
+/// Host metrics from `/proc` and `/sys`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HostMetrics {
+    /// Busy share of all CPUs since the previous tick, 0-100.
+    pub cpu_utilization_pct: f64,
+    /// Busy share of each CPU since the previous tick, 0-100, indexed by CPU number.
+    pub per_cpu_utilization_pct: Vec<f64>,
+    /// Share of CPU time spent waiting for I/O since the previous tick, 0-100.
+    pub iowait_pct: f64,
+    pub load1: f64,
+    pub load5: f64,
+    pub load15: f64,
+    pub memory: MemoryMetrics,
+    /// Pressure stall information, where the kernel provides it.
+    pub pressure: Option<PressureMetrics>,
+    pub numa: Vec<NumaNodeMetrics>,
+    pub uptime_s: f64,
+    pub procs_running: u32,
+    pub procs_blocked: u32,
+    /// Context switches since boot (cumulative counter).
+    pub context_switches_total: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MemoryMetrics {
+    pub total_bytes: u64,
+    pub available_bytes: u64,
+    /// `total - available`.
+    pub used_bytes: u64,
+    pub used_pct: f64,
+    pub cached_bytes: u64,
+    pub swap_total_bytes: u64,
+    pub swap_used_bytes: u64,
+}
+
+/// `avg10` figures of `/proc/pressure/*`: share of the last 10 s some (or all) tasks stalled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PressureMetrics {
+    pub cpu_some_avg10: f64,
+    pub memory_some_avg10: f64,
+    pub memory_full_avg10: f64,
+    pub io_some_avg10: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NumaNodeMetrics {
+    pub node: u32,
+    pub cpus: Vec<u32>,
+    pub mem_total_bytes: u64,
+    pub mem_free_bytes: u64,
+}
+
+/// One point of the chart history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HistoryPoint {
+    pub t_ms: UnixMillis,
+    pub cpu_pct: f64,
+    pub iowait_pct: f64,
+    pub mem_used_pct: f64,
+    pub load1: f64,
+}
+
+/// A phase of ML work a thread can be in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    DataLoading,
+    GpuCompute,
+    NcclCollective,
+    OptimizerStep,
+    Unknown,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 5] = [
+        Phase::DataLoading,
+        Phase::GpuCompute,
+        Phase::NcclCollective,
+        Phase::OptimizerStep,
+        Phase::Unknown,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::DataLoading => "data_loading",
+            Phase::GpuCompute => "gpu_compute",
+            Phase::NcclCollective => "nccl_collective",
+            Phase::OptimizerStep => "optimizer_step",
+            Phase::Unknown => "unknown",
+        }
+    }
+}
+
+/// One value per phase, serialised as an object keyed by phase name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PhaseValues<T> {
+    pub data_loading: T,
+    pub gpu_compute: T,
+    pub nccl_collective: T,
+    pub optimizer_step: T,
+    pub unknown: T,
+}
+
+impl<T: Copy> PhaseValues<T> {
+    pub fn get(&self, phase: Phase) -> T {
+        match phase {
+            Phase::DataLoading => self.data_loading,
+            Phase::GpuCompute => self.gpu_compute,
+            Phase::NcclCollective => self.nccl_collective,
+            Phase::OptimizerStep => self.optimizer_step,
+            Phase::Unknown => self.unknown,
+        }
+    }
+}
+
+/// The scheduler's telemetry, with the reference scheduler's field names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SchedulerTelemetry {
+    pub total_tracked_tasks: u64,
+    pub ml_tasks: u64,
+    /// Cumulative.
+    pub decisions_made: u64,
+    /// Cumulative.
+    pub phase_transitions: u64,
+    /// Number of ML tasks in each phase now.
+    pub phase_distribution: PhaseValues<u64>,
+    /// Share of ML task time spent in each phase, 0-100.
+    pub phase_time_pct: PhaseValues<f64>,
+    pub numa_nodes: u32,
+    pub total_cpus: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelBackend {
+    Cpu,
+    Cuda,
+}
+
+/// Lifecycle state of a ring kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelState {
+    Created,
+    Launched,
+    Active,
+    Deactivated,
+    Terminating,
+    Terminated,
+    Failed,
+}
+
+/// Telemetry of one ring kernel, with the reference framework's field names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RingKernelMetrics {
+    pub id: String,
+    /// Which built-in kernel this is (`echo`, `stats`, ...).
+    pub kernel: String,
+    pub backend: KernelBackend,
+    pub state: KernelState,
+    /// Cumulative.
+    pub messages_processed: u64,
+    /// Cumulative.
+    pub messages_dropped: u64,
+    /// Sum of enqueue-to-completion latencies, cumulative.
+    pub total_latency_ns: u64,
+    /// Absent until the first message completed.
+    pub min_latency_ns: Option<u64>,
+    pub max_latency_ns: u64,
+    pub input_queue_depth: u32,
+    pub input_queue_capacity: u32,
+    pub output_queue_depth: u32,
+    pub output_queue_capacity: u32,
+    pub last_error: Option<String>,
+    pub gpu_memory_used: u64,
+    /// `dropped / (processed + dropped)` over the kernel's lifetime, 0-1.
+    pub drop_rate: f64,
+}
+
+/// Aggregates over the last `window_ms`, from deltas of cumulative counters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WindowAggregates {
+    pub window_ms: u64,
+    /// Time actually covered by the samples in the window (shorter just after start-up).
+    pub covered_ms: u64,
+    pub cpu_avg_pct: Option<f64>,
+    pub cpu_max_pct: Option<f64>,
+    pub context_switches_per_s: Option<f64>,
+    pub kernels: Vec<KernelWindow>,
+    pub scheduler: Option<SchedulerWindow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct KernelWindow {
+    pub id: String,
+    pub processed: u64,
+    pub dropped: u64,
+    /// `dropped / (processed + dropped)` within the window; absent when no message arrived.
+    pub drop_rate: Option<f64>,
+    pub throughput_per_s: f64,
+    /// Mean latency of the messages completed within the window.
+    pub avg_latency_ns: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SchedulerWindow {
+    pub decisions: u64,
+    pub phase_transitions: u64,
+    pub decisions_per_s: f64,
+}

@@ -1,0 +1,237 @@
+use super::*;
+use serde_json::json;
+
+fn node() -> NodeIdentity {
+    NodeIdentity {
+        hostname: "gpu-07".into(),
+        kernel: "6.18.0".into(),
+        os: "Debian GNU/Linux 12 (bookworm)".into(),
+        architecture: "x86_64".into(),
+        cpus: 2,
+        numa_nodes: 1,
+        gpus: vec![GpuInfo {
+            index: 0,
+            pci_address: "0000:17:00.0".into(),
+            vendor: "nvidia".into(),
+            name: Some("H200".into()),
+            numa_node: Some(0),
+        }],
+        daemon_version: "0.1.0".into(),
+        daemon_started_at_ms: 1_700_000_000_000,
+    }
+}
+
+fn host() -> HostMetrics {
+    HostMetrics {
+        cpu_utilization_pct: 12.5,
+        per_cpu_utilization_pct: vec![10.0, 15.0],
+        iowait_pct: 0.5,
+        load1: 0.3,
+        load5: 0.2,
+        load15: 0.1,
+        memory: MemoryMetrics {
+            total_bytes: 24 << 30,
+            available_bytes: 20 << 30,
+            used_bytes: 4 << 30,
+            used_pct: 16.7,
+            cached_bytes: 1 << 30,
+            swap_total_bytes: 0,
+            swap_used_bytes: 0,
+        },
+        pressure: Some(PressureMetrics {
+            cpu_some_avg10: 0.1,
+            memory_some_avg10: 0.0,
+            memory_full_avg10: 0.0,
+            io_some_avg10: 0.0,
+        }),
+        numa: vec![NumaNodeMetrics { node: 0, cpus: vec![0, 1], mem_total_bytes: 24 << 30, mem_free_bytes: 20 << 30 }],
+        uptime_s: 1234.5,
+        procs_running: 1,
+        procs_blocked: 0,
+        context_switches_total: 99,
+    }
+}
+
+fn alert() -> Alert {
+    Alert {
+        id: 7,
+        alert_type: AlertType::HighDropRate,
+        severity: Severity::Error,
+        source: "kernel:echo0".into(),
+        message: "drop rate 6.0% over 10 s".into(),
+        value: 0.06,
+        threshold: 0.05,
+        raised_at_ms: 1,
+        updated_at_ms: 2,
+        resolved_at_ms: None,
+        acknowledgement: Some(Acknowledgement { by: "ana".into(), at_ms: 3, note: Some("looking".into()) }),
+    }
+}
+
+fn kernel() -> RingKernelMetrics {
+    RingKernelMetrics {
+        id: "echo0".into(),
+        kernel: "echo".into(),
+        backend: KernelBackend::Cpu,
+        state: KernelState::Active,
+        messages_processed: 94,
+        messages_dropped: 6,
+        total_latency_ns: 94_000,
+        min_latency_ns: None,
+        max_latency_ns: 3000,
+        input_queue_depth: 3,
+        input_queue_capacity: 1024,
+        output_queue_depth: 0,
+        output_queue_capacity: 1024,
+        last_error: None,
+        gpu_memory_used: 0,
+        drop_rate: 0.06,
+    }
+}
+
+pub(crate) fn snapshot() -> Snapshot {
+    Snapshot {
+        schema_version: PROTOCOL_VERSION,
+        seq: 3,
+        taken_at_ms: 1_700_000_003_000,
+        interval_ms: 1000,
+        node: node(),
+        components: vec![ComponentHealth { name: "host".into(), status: ComponentStatus::Up, detail: None }],
+        host: Some(host()),
+        scheduler: Some(SchedulerTelemetry {
+            total_tracked_tasks: 10,
+            ml_tasks: 4,
+            decisions_made: 12,
+            phase_transitions: 30,
+            phase_distribution: PhaseValues { data_loading: 1, gpu_compute: 2, nccl_collective: 0, optimizer_step: 1, unknown: 0 },
+            phase_time_pct: PhaseValues { data_loading: 25.0, gpu_compute: 50.0, nccl_collective: 0.0, optimizer_step: 25.0, unknown: 0.0 },
+            numa_nodes: 1,
+            total_cpus: 2,
+        }),
+        kernels: vec![kernel()],
+        window: WindowAggregates {
+            window_ms: 10_000,
+            covered_ms: 3000,
+            cpu_avg_pct: Some(11.0),
+            cpu_max_pct: Some(12.5),
+            context_switches_per_s: Some(400.0),
+            kernels: vec![KernelWindow {
+                id: "echo0".into(),
+                processed: 94,
+                dropped: 6,
+                drop_rate: Some(0.06),
+                throughput_per_s: 31.3,
+                avg_latency_ns: Some(1000.0),
+            }],
+            scheduler: None,
+        },
+        alerts: vec![alert()],
+        history: vec![HistoryPoint { t_ms: 1, cpu_pct: 1.0, iowait_pct: 0.0, mem_used_pct: 16.0, load1: 0.3 }],
+    }
+}
+
+fn round_trip(message: ServerMessage) {
+    let text = serde_json::to_string(&message).expect("serialise");
+    let value: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    assert!(value["type"].is_string(), "every frame carries a type: {text}");
+    let back: ServerMessage = serde_json::from_str(&text).expect("deserialise");
+    assert_eq!(back, message);
+}
+
+#[test]
+fn every_server_message_round_trips() {
+    round_trip(ServerMessage::Hello(Hello {
+        protocol_version: PROTOCOL_VERSION,
+        node: node(),
+        server_time_ms: 5,
+        interval_ms: 1000,
+    }));
+    round_trip(ServerMessage::Snapshot(Box::new(snapshot())));
+    round_trip(ServerMessage::Update(Box::new(Update {
+        seq: 4,
+        taken_at_ms: 9,
+        components: vec![],
+        host: Some(host()),
+        scheduler: None,
+        kernels: vec![kernel()],
+        window: WindowAggregates::default(),
+        point: None,
+    })));
+    round_trip(ServerMessage::AlertRaised { alert: alert() });
+    round_trip(ServerMessage::AlertUpdated { alert: alert() });
+    round_trip(ServerMessage::AlertResolved { alert: Alert { resolved_at_ms: Some(10), ..alert() } });
+    round_trip(ServerMessage::KernelStateChanged(KernelStateChange {
+        kernel_id: "echo0".into(),
+        from: KernelState::Active,
+        to: KernelState::Failed,
+        at_ms: 11,
+        reason: Some("device stopped answering".into()),
+    }));
+    round_trip(ServerMessage::Pong { nonce: Some(1), server_time_ms: 12 });
+    round_trip(ServerMessage::Error { code: ErrorCode::UnknownCommand, message: "x".into() });
+}
+
+#[test]
+fn wire_names_are_the_documented_ones() {
+    let value = serde_json::to_value(ServerMessage::Snapshot(Box::new(snapshot()))).unwrap();
+    assert_eq!(value["type"], "snapshot");
+    let scheduler = &value["scheduler"];
+    for field in ["total_tracked_tasks", "ml_tasks", "decisions_made", "phase_transitions", "numa_nodes", "total_cpus"] {
+        assert!(scheduler.get(field).is_some(), "scheduler field {field}");
+    }
+    for phase in Phase::ALL {
+        assert!(scheduler["phase_distribution"].get(phase.as_str()).is_some());
+        assert!(scheduler["phase_time_pct"].get(phase.as_str()).is_some());
+    }
+    let kernel = &value["kernels"][0];
+    for field in [
+        "messages_processed", "messages_dropped", "total_latency_ns", "min_latency_ns", "max_latency_ns",
+        "input_queue_depth", "output_queue_depth", "last_error", "gpu_memory_used", "drop_rate",
+    ] {
+        assert!(kernel.get(field).is_some(), "kernel field {field}");
+    }
+    assert_eq!(value["alerts"][0]["alert_type"], "high_drop_rate");
+    assert_eq!(value["alerts"][0]["severity"], "error");
+    let alert_event = serde_json::to_value(ServerMessage::AlertRaised { alert: alert() }).unwrap();
+    assert_eq!(alert_event["type"], "alert_raised");
+}
+
+#[test]
+fn commands_parse() {
+    assert_eq!(
+        ClientCommand::parse(r#"{"type":"ack_alert","id":3,"note":"on it"}"#).unwrap(),
+        ClientCommand::AckAlert { id: 3, note: Some("on it".into()), by: None }
+    );
+    assert_eq!(ClientCommand::parse(r#"{"type":"ping"}"#).unwrap(), ClientCommand::Ping { nonce: None });
+    assert_eq!(ClientCommand::parse(r#"{"type":"ping","nonce":9}"#).unwrap(), ClientCommand::Ping { nonce: Some(9) });
+}
+
+#[test]
+fn bad_commands_say_what_is_wrong() {
+    let code = |text: &str| ClientCommand::parse(text).unwrap_err().code;
+    assert_eq!(code("{not json"), ErrorCode::MalformedJson);
+    assert_eq!(code("[1,2]"), ErrorCode::MalformedJson);
+    assert_eq!(code(r#"{"id":1}"#), ErrorCode::MissingType);
+    assert_eq!(code(r#"{"type":5}"#), ErrorCode::MissingType);
+    assert_eq!(code(r#"{"type":"reboot"}"#), ErrorCode::UnknownCommand);
+    assert_eq!(code(r#"{"type":"ack_alert"}"#), ErrorCode::InvalidCommand);
+    assert_eq!(code(r#"{"type":"ack_alert","id":"x"}"#), ErrorCode::InvalidCommand);
+    assert_eq!(code(r#"{"type":"ack_alert","id":1,"colour":"red"}"#), ErrorCode::InvalidCommand);
+    let long_note = json!({"type": "ack_alert", "id": 1, "note": "n".repeat(protocol::MAX_NOTE_CHARS + 1)});
+    assert_eq!(code(&long_note.to_string()), ErrorCode::InvalidCommand);
+    let huge = format!(r#"{{"type":"ping","pad":"{}"}}"#, "x".repeat(protocol::MAX_COMMAND_BYTES));
+    assert_eq!(code(&huge), ErrorCode::MessageTooLarge);
+    let unknown = ClientCommand::parse(r#"{"type":"reboot"}"#).unwrap_err();
+    assert!(unknown.message.contains("reboot") && unknown.message.contains("ack_alert"), "{}", unknown.message);
+}
+
+#[test]
+fn schema_describes_the_snapshot() {
+    let schema = snapshot_schema();
+    let properties = schema["properties"].as_object().expect("object schema");
+    for field in ["node", "host", "scheduler", "kernels", "alerts", "history", "window", "components"] {
+        assert!(properties.contains_key(field), "schema lacks {field}");
+    }
+    let required: Vec<&str> = schema["required"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+    assert!(required.contains(&"node") && required.contains(&"alerts"));
+}
