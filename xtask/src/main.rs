@@ -1,1 +1,217 @@
-fn main() {}
+//! `cargo xtask <command>`: Ringside's build automation, in Rust.
+//!
+//! - `setup [--test]`: installs what is missing (the wasm32 target; on Debian as root the apt
+//!   packages; `--test` adds Chromium, ChromeDriver and promtool). Idempotent.
+//! - `console`: builds the console (wasm32, `wasm-release` profile) and runs wasm-bindgen (as a
+//!   library pinned to the exact `wasm-bindgen` version in Cargo.lock) into `frontend/dist/`.
+//! - `run [-- ARGS]`: setup, console, release build of `ringsided`, then runs it with ARGS.
+//! - `test`: setup --test, console, every test of the workspace (unit, end-to-end, browser).
+//! - `bench`: figures about the daemon (see `docs/performance.md`).
+
+mod bench;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+
+/// Debian packages, by command: a build needs the first list, the tests the second too.
+const BUILD_PACKAGES: &[&str] = &["pkg-config"];
+const TEST_PACKAGES: &[&str] = &["chromium", "chromium-driver", "prometheus"];
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("xtask: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    std::env::set_current_dir(&root).with_context(|| format!("cannot enter {}", root.display()))?;
+    match args.first().map(String::as_str) {
+        Some("setup") => setup(args.iter().any(|a| a == "--test")),
+        Some("console") => console(&root).map(|_| ()),
+        Some("run") => {
+            setup(false)?;
+            console(&root)?;
+            cargo(&["build", "--release", "-p", "ringside-daemon"])?;
+            let daemon_args: Vec<&str> = args[1..].iter().skip_while(|a| *a == "--").map(String::as_str).collect();
+            step("starting ringsided (Ctrl-C stops it)");
+            let status = Command::new(root.join("target/release/ringsided"))
+                .args(daemon_args)
+                .status()
+                .context("cannot start target/release/ringsided")?;
+            if !status.success() {
+                bail!("ringsided exited with {status}");
+            }
+            Ok(())
+        }
+        Some("test") => test(&root),
+        Some("bench") => {
+            cargo(&["build", "--release", "-p", "ringside-daemon"])?;
+            bench::run(&root)
+        }
+        _ => {
+            eprintln!("usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | bench>");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn step(what: &str) {
+    eprintln!("\x1b[1m==> {what}\x1b[0m");
+}
+
+fn cargo(args: &[&str]) -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    step(&format!("cargo {}", args.join(" ")));
+    let status = Command::new(&cargo).args(args).status().with_context(|| format!("cannot run {cargo}"))?;
+    if !status.success() {
+        bail!("`cargo {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+fn succeeds(program: &str, args: &[&str]) -> bool {
+    Command::new(program).args(args).output().map(|o| o.status.success()).unwrap_or(false)
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false)
+}
+
+/// Installs what is missing; does nothing when everything is there.
+fn setup(for_tests: bool) -> Result<()> {
+    let installed = Command::new("rustup").args(["target", "list", "--installed"]).output();
+    match installed {
+        Ok(out) if String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == "wasm32-unknown-unknown") => {}
+        Ok(_) => {
+            step("rustup target add wasm32-unknown-unknown");
+            if !succeeds("rustup", &["target", "add", "wasm32-unknown-unknown"]) {
+                bail!("`rustup target add wasm32-unknown-unknown` failed; run it by hand and retry");
+            }
+        }
+        Err(_) => bail!(
+            "rustup not found: the console needs the wasm32-unknown-unknown target; install it with your toolchain manager"
+        ),
+    }
+
+    let mut wanted: Vec<&str> = BUILD_PACKAGES.to_vec();
+    if for_tests {
+        wanted.extend_from_slice(TEST_PACKAGES);
+    }
+    let missing: Vec<&str> = wanted
+        .into_iter()
+        .filter(|p| {
+            let out = Command::new("dpkg-query").args(["-W", "-f=${Status}", p]).output();
+            !matches!(out, Ok(o) if String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let command = format!("apt-get install -y --no-install-recommends {}", missing.join(" "));
+    if !is_root() || !Path::new("/usr/bin/apt-get").exists() {
+        bail!("missing packages: {}. Install them with:\n  sudo apt-get update && sudo {command}", missing.join(" "));
+    }
+    step(&format!("apt-get update && {command}"));
+    let update = Command::new("apt-get").args(["update", "-q"]).status().context("cannot run apt-get")?;
+    if !update.success() {
+        bail!("`apt-get update` failed");
+    }
+    let status = Command::new("apt-get")
+        .args(["install", "-y", "-q", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status()
+        .context("cannot run apt-get")?;
+    if !status.success() {
+        bail!("`{command}` failed");
+    }
+    Ok(())
+}
+
+/// Builds the console into `frontend/dist/` and returns the wasm file's path.
+fn console(root: &Path) -> Result<PathBuf> {
+    let started = Instant::now();
+    cargo(&["build", "-p", "ringside-frontend", "--target", "wasm32-unknown-unknown", "--profile", "wasm-release"])?;
+    let wasm = root.join("target/wasm32-unknown-unknown/wasm-release/ringside-frontend.wasm");
+    let dist = root.join("frontend/dist");
+    let staging = root.join("target/console-dist");
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging).with_context(|| format!("cannot clear {}", staging.display()))?;
+    }
+    step("wasm-bindgen (library, version pinned in Cargo.lock)");
+    wasm_bindgen_cli_support::Bindgen::new()
+        .input_path(&wasm)
+        .out_name("ringside_frontend")
+        .typescript(false)
+        .web(true)
+        .and_then(|b| b.generate(staging.join("pkg")))
+        .map_err(|e| anyhow::anyhow!("wasm-bindgen failed on {}: {e}", wasm.display()))?;
+    for entry in std::fs::read_dir(root.join("frontend/static")).context("frontend/static is missing")? {
+        let entry = entry?;
+        std::fs::copy(entry.path(), staging.join(entry.file_name()))
+            .with_context(|| format!("cannot copy {}", entry.path().display()))?;
+    }
+    // Replace dist only when something changed, so the daemon's build does not rerun for nothing.
+    if !same_tree(&staging, &dist) {
+        if dist.exists() {
+            std::fs::remove_dir_all(&dist).with_context(|| format!("cannot clear {}", dist.display()))?;
+        }
+        std::fs::rename(&staging, &dist).with_context(|| format!("cannot move the console to {}", dist.display()))?;
+    }
+    let bundle = dist.join("pkg/ringside_frontend_bg.wasm");
+    let raw = std::fs::read(&bundle).with_context(|| format!("cannot read {}", bundle.display()))?;
+    eprintln!(
+        "console built in {:.0} s: wasm {} KiB raw, {} KiB gzip",
+        started.elapsed().as_secs_f64(),
+        raw.len() / 1024,
+        gzip_len(&raw) / 1024
+    );
+    Ok(bundle)
+}
+
+pub fn gzip_len(bytes: &[u8]) -> usize {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    let _ = encoder.write_all(bytes);
+    encoder.finish().map(|v| v.len()).unwrap_or(0)
+}
+
+fn same_tree(a: &Path, b: &Path) -> bool {
+    fn files(dir: &Path, base: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                files(&path, base, out);
+            } else if let (Ok(rel), Ok(data)) = (path.strip_prefix(base), std::fs::read(&path)) {
+                out.push((rel.to_path_buf(), data));
+            }
+        }
+    }
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    files(a, a, &mut x);
+    files(b, b, &mut y);
+    x.sort();
+    y.sort();
+    !x.is_empty() && x == y
+}
+
+fn test(root: &Path) -> Result<()> {
+    setup(true)?;
+    console(root)?;
+    // The end-to-end tests run this binary; it embeds the console just built.
+    cargo(&["build", "-p", "ringside-daemon"])?;
+    cargo(&["test", "--workspace", "--no-fail-fast"])
+}

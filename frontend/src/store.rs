@@ -1,0 +1,139 @@
+//! What the console knows about the node: one signal per thing the user sees, updated from the
+//! server's messages in [`Store::apply`].
+
+use leptos::prelude::*;
+use ringside_shared::{
+    Alert, ComponentHealth, HistoryPoint, HostMetrics, NodeIdentity, RingKernelMetrics, SchedulerTelemetry,
+    ServerMessage, WindowAggregates,
+};
+
+/// Points kept for the charts when the server sends fewer.
+const MIN_HISTORY: usize = 600;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Connection {
+    Connecting { attempt: u32 },
+    Live,
+    /// Lost; the next attempt starts in `retry_in_s` seconds.
+    Waiting { attempt: u32, retry_in_s: u32, why: String },
+}
+
+#[derive(Clone, Copy)]
+pub struct Store {
+    pub connection: RwSignal<Connection>,
+    pub node: RwSignal<Option<NodeIdentity>>,
+    pub interval_ms: RwSignal<u64>,
+    pub seq: RwSignal<u64>,
+    /// The server's clock at the latest update: ages are measured against it, not the browser's.
+    pub server_time_ms: RwSignal<u64>,
+    pub components: RwSignal<Vec<ComponentHealth>>,
+    pub host: RwSignal<Option<HostMetrics>>,
+    pub scheduler: RwSignal<Option<SchedulerTelemetry>>,
+    pub kernels: RwSignal<Vec<RingKernelMetrics>>,
+    pub window: RwSignal<WindowAggregates>,
+    pub history: RwSignal<Vec<HistoryPoint>>,
+    history_cap: RwSignal<usize>,
+    pub alerts: RwSignal<Vec<Alert>>,
+    /// The latest `error` frame, shown until dismissed.
+    pub server_error: RwSignal<Option<String>>,
+}
+
+impl Store {
+    pub fn new() -> Self {
+        Store {
+            connection: RwSignal::new(Connection::Connecting { attempt: 1 }),
+            node: RwSignal::new(None),
+            interval_ms: RwSignal::new(1000),
+            seq: RwSignal::new(0),
+            server_time_ms: RwSignal::new(0),
+            components: RwSignal::new(Vec::new()),
+            host: RwSignal::new(None),
+            scheduler: RwSignal::new(None),
+            kernels: RwSignal::new(Vec::new()),
+            window: RwSignal::new(WindowAggregates::default()),
+            history: RwSignal::new(Vec::new()),
+            history_cap: RwSignal::new(MIN_HISTORY),
+            alerts: RwSignal::new(Vec::new()),
+            server_error: RwSignal::new(None),
+        }
+    }
+
+    pub fn apply(&self, message: ServerMessage) {
+        match message {
+            ServerMessage::Hello(hello) => {
+                self.node.set(Some(hello.node));
+                self.interval_ms.set(hello.interval_ms);
+                self.server_time_ms.set(hello.server_time_ms);
+            }
+            ServerMessage::Snapshot(snapshot) => {
+                let snapshot = *snapshot;
+                self.node.set(Some(snapshot.node));
+                self.interval_ms.set(snapshot.interval_ms);
+                self.seq.set(snapshot.seq);
+                self.server_time_ms.set(snapshot.taken_at_ms);
+                self.components.set(snapshot.components);
+                self.host.set(snapshot.host);
+                self.scheduler.set(snapshot.scheduler);
+                self.kernels.set(snapshot.kernels);
+                self.window.set(snapshot.window);
+                self.history_cap.set(snapshot.history.len().max(MIN_HISTORY));
+                self.history.set(snapshot.history);
+                self.alerts.set(snapshot.alerts);
+            }
+            ServerMessage::Update(update) => {
+                let update = *update;
+                self.seq.set(update.seq);
+                self.server_time_ms.set(update.taken_at_ms);
+                self.components.set(update.components);
+                self.host.set(update.host);
+                self.scheduler.set(update.scheduler);
+                self.kernels.set(update.kernels);
+                self.window.set(update.window);
+                if let Some(point) = update.point {
+                    let cap = self.history_cap.get_untracked();
+                    self.history.update(|history| {
+                        if history.last().is_some_and(|last| last.t_ms >= point.t_ms) {
+                            return;
+                        }
+                        history.push(point);
+                        if history.len() > cap {
+                            let excess = history.len() - cap;
+                            history.drain(..excess);
+                        }
+                    });
+                }
+            }
+            ServerMessage::AlertRaised { alert }
+            | ServerMessage::AlertUpdated { alert }
+            | ServerMessage::AlertResolved { alert } => self.upsert_alert(alert),
+            ServerMessage::KernelStateChanged(change) => {
+                self.kernels.update(|kernels| {
+                    if let Some(k) = kernels.iter_mut().find(|k| k.id == change.kernel_id) {
+                        k.state = change.to;
+                    }
+                });
+            }
+            ServerMessage::Pong { server_time_ms, .. } => self.server_time_ms.set(server_time_ms),
+            ServerMessage::Error { code, message } => {
+                self.server_error.set(Some(format!("{}: {message}", serde_json::to_string(&code).unwrap_or_default().trim_matches('"'))));
+            }
+        }
+    }
+
+    /// Replaces the alert with the same id, or adds it; keeps active alerts first.
+    fn upsert_alert(&self, alert: Alert) {
+        self.alerts.update(|alerts| {
+            match alerts.iter_mut().find(|a| a.id == alert.id) {
+                Some(existing) => *existing = alert,
+                None => alerts.push(alert),
+            }
+            alerts.sort_by(|a, b| {
+                b.is_active()
+                    .cmp(&a.is_active())
+                    .then(if a.is_active() { b.severity.cmp(&a.severity) } else { std::cmp::Ordering::Equal })
+                    .then(b.updated_at_ms.cmp(&a.updated_at_ms))
+                    .then(b.id.cmp(&a.id))
+            });
+        });
+    }
+}

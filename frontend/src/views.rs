@@ -1,0 +1,357 @@
+//! The console's components, named after what the user sees.
+
+use leptos::prelude::*;
+use ringside_shared::{Alert, ComponentStatus, Severity};
+
+use crate::chart::{format_value, Series, TimeSeriesChart};
+use crate::connection::Link;
+use crate::store::{Connection, Store};
+
+type LinkHandle = StoredValue<Link, LocalStorage>;
+
+fn storage() -> Option<web_sys::Storage> {
+    window().local_storage().ok().flatten()
+}
+
+/// "12 s", "4 min", "3 h", "2 d".
+pub fn age(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{} min", s / 60),
+        3600..=86_399 => format!("{} h", s / 3600),
+        _ => format!("{} d", s / 86_400),
+    }
+}
+
+fn bytes(b: u64) -> String {
+    const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+    let gib = b as f64 / GIB;
+    if gib >= 1.0 {
+        format!("{gib:.1} GiB")
+    } else {
+        format!("{:.0} MiB", b as f64 / 1024.0 / 1024.0)
+    }
+}
+
+#[component]
+pub fn App() -> impl IntoView {
+    let store = Store::new();
+    provide_context(store);
+    // The socket lives on the browser's one thread: stored locally, shared through a handle.
+    let link: LinkHandle = StoredValue::new_local(Link::start(store));
+    provide_context(link);
+    view! {
+        <Header />
+        <ConnectionBanner />
+        <ServerErrorBanner />
+        <main>
+            <HostPanel />
+            <AlertsPanel />
+            <ComponentsPanel />
+        </main>
+        <footer>"Ringside · "<a href="/metrics">"Prometheus metrics"</a>" · "<a href="/api/snapshot">"Snapshot JSON"</a></footer>
+    }
+}
+
+/// Auto follows the system; the choice is remembered in local storage.
+#[component]
+fn ThemeToggle() -> impl IntoView {
+    let saved = storage().and_then(|s| s.get_item("ringside-theme").ok().flatten()).unwrap_or_else(|| "auto".into());
+    let theme = RwSignal::new(saved);
+    Effect::new(move |_| {
+        let value = theme.get();
+        if let Some(root) = document().document_element() {
+            let _ = root.set_attribute("data-theme", &value);
+        }
+        if let Some(s) = storage() {
+            let _ = s.set_item("ringside-theme", &value);
+        }
+    });
+    let next = move |_| {
+        theme.update(|t| {
+            *t = match t.as_str() {
+                "auto" => "dark",
+                "dark" => "light",
+                _ => "auto",
+            }
+            .to_string()
+        })
+    };
+    view! {
+        <button class="ghost" id="theme-toggle" title="Switch theme: auto, dark, light" on:click=next>
+            {move || format!("Theme: {}", theme.get())}
+        </button>
+    }
+}
+
+#[component]
+fn Header() -> impl IntoView {
+    let store = expect_context::<Store>();
+    let identity = move || {
+        store.node.get().map(|n| {
+            let gpus = if n.gpus.is_empty() { "no GPU".to_string() } else { format!("{} GPU", n.gpus.len()) };
+            view! {
+                <span class="hostname" id="hostname">{n.hostname.clone()}</span>
+                <span class="facts">
+                    {format!("{} · kernel {} · {} CPUs · {} NUMA node{} · {gpus} · ringsided {}",
+                        n.os, n.kernel, n.cpus, n.numa_nodes, if n.numa_nodes == 1 { "" } else { "s" }, n.daemon_version)}
+                </span>
+            }
+        })
+    };
+    let status = move || match store.connection.get() {
+        Connection::Live => ("live", "Live".to_string()),
+        Connection::Connecting { attempt } if attempt <= 1 => ("connecting", "Connecting…".to_string()),
+        Connection::Connecting { attempt } => ("connecting", format!("Reconnecting (attempt {attempt})…")),
+        Connection::Waiting { retry_in_s, .. } => ("down", format!("Offline · retry in {retry_in_s} s")),
+    };
+    view! {
+        <header>
+            <div class="brand">"Ringside"</div>
+            <div class="identity">{identity}</div>
+            <div class="header-actions">
+                <span id="connection" class=move || format!("conn conn-{}", status().0)>{move || status().1}</span>
+                <a id="download-snapshot" class="button" href="/api/snapshot?download=1" download="">"Download snapshot"</a>
+                <ThemeToggle />
+            </div>
+        </header>
+    }
+}
+
+#[component]
+fn ConnectionBanner() -> impl IntoView {
+    let store = expect_context::<Store>();
+    move || match store.connection.get() {
+        Connection::Waiting { attempt, retry_in_s, why } => Some(view! {
+            <div class="banner banner-warn" role="status">
+                {format!("Connection to the daemon lost: {why}. Retrying in {retry_in_s} s (attempt {attempt}); the data below is from before.")}
+            </div>
+        }),
+        _ => None,
+    }
+}
+
+#[component]
+fn ServerErrorBanner() -> impl IntoView {
+    let store = expect_context::<Store>();
+    move || {
+        store.server_error.get().map(|message| view! {
+            <div class="banner banner-error" role="alert">
+                <span>{format!("The daemon refused a request — {message}")}</span>
+                <button class="ghost" on:click=move |_| store.server_error.set(None)>"Dismiss"</button>
+            </div>
+        })
+    }
+}
+
+#[component]
+fn Stat(label: &'static str, value: Signal<String>, #[prop(optional)] hint: Option<Signal<String>>) -> impl IntoView {
+    view! {
+        <div class="stat">
+            <div class="stat-label">{label}</div>
+            <div class="stat-value">{move || value.get()}</div>
+            {hint.map(|h| view! { <div class="stat-hint">{move || h.get()}</div> })}
+        </div>
+    }
+}
+
+#[component]
+fn HostPanel() -> impl IntoView {
+    let store = expect_context::<Store>();
+    let interval = Signal::derive(move || store.interval_ms.get());
+    let series = move |pick: fn(&ringside_shared::HistoryPoint) -> f64, name: &'static str, class: &'static str| Series {
+        name,
+        class,
+        points: store.history.with(|h| h.iter().map(|p| (p.t_ms, pick(p))).collect()),
+    };
+    let cpu = Signal::derive(move || vec![series(|p| p.cpu_pct, "busy", "s1"), series(|p| p.iowait_pct, "iowait", "s2")]);
+    let memory = Signal::derive(move || vec![series(|p| p.mem_used_pct, "used", "s3")]);
+    let load = Signal::derive(move || vec![series(|p| p.load1, "1 min", "s4")]);
+
+    let host = store.host;
+    let cpu_now = Signal::derive(move || host.get().map(|h| format_value(h.cpu_utilization_pct, " %")).unwrap_or_else(|| "–".into()));
+    let cpu_hint = Signal::derive(move || {
+        let w = store.window.get();
+        match (w.cpu_avg_pct, w.cpu_max_pct) {
+            (Some(avg), Some(max)) => format!("avg {avg:.1} % · max {max:.1} % over {} s", w.covered_ms / 1000),
+            _ => "collecting…".into(),
+        }
+    });
+    let mem_now = Signal::derive(move || host.get().map(|h| format!("{} of {}", bytes(h.memory.used_bytes), bytes(h.memory.total_bytes))).unwrap_or_else(|| "–".into()));
+    let mem_hint = Signal::derive(move || host.get().map(|h| format!("{:.1} % used · swap {}", h.memory.used_pct, bytes(h.memory.swap_used_bytes))).unwrap_or_default());
+    let load_now = Signal::derive(move || host.get().map(|h| format!("{:.2} · {:.2} · {:.2}", h.load1, h.load5, h.load15)).unwrap_or_else(|| "–".into()));
+    let load_hint = Signal::derive(move || host.get().map(|h| format!("{} running · {} blocked", h.procs_running, h.procs_blocked)).unwrap_or_default());
+    let pressure = Signal::derive(move || {
+        host.get()
+            .and_then(|h| h.pressure)
+            .map(|p| format!("cpu {:.1} % · mem {:.1} % · io {:.1} %", p.cpu_some_avg10, p.memory_some_avg10, p.io_some_avg10))
+            .unwrap_or_else(|| "not available".into())
+    });
+    let per_cpu = move || {
+        host.get()
+            .map(|h| {
+                h.per_cpu_utilization_pct
+                    .iter()
+                    .enumerate()
+                    .map(|(i, pct)| {
+                        let width = format!("width: {:.1}%", pct.clamp(0.0, 100.0));
+                        view! {
+                            <div class="cpu-bar" title=format!("CPU {i}: {pct:.1} %")>
+                                <span class="cpu-label">{format!("cpu{i}")}</span>
+                                <span class="bar"><span class="fill" style=width></span></span>
+                                <span class="cpu-value">{format!("{pct:.0} %")}</span>
+                            </div>
+                        }
+                    })
+                    .collect_view()
+            })
+    };
+    view! {
+        <section class="panel" id="host-panel">
+            <h2>"Host"</h2>
+            <div class="stats">
+                <Stat label="CPU busy" value=cpu_now hint=cpu_hint />
+                <Stat label="Memory" value=mem_now hint=mem_hint />
+                <Stat label="Load (1 · 5 · 15 min)" value=load_now hint=load_hint />
+                <Stat label="Pressure stalls (10 s)" value=pressure />
+            </div>
+            <div class="charts">
+                <TimeSeriesChart title="CPU utilisation" unit=" %" y_max=100.0 series=cpu interval_ms=interval />
+                <TimeSeriesChart title="Memory in use" unit=" %" y_max=100.0 series=memory interval_ms=interval />
+                <TimeSeriesChart title="Load average" unit="" series=load interval_ms=interval />
+            </div>
+            <div class="per-cpu">{per_cpu}</div>
+        </section>
+    }
+}
+
+fn severity_class(severity: Severity) -> &'static str {
+    match severity {
+        Severity::Info => "sev sev-info",
+        Severity::Warning => "sev sev-warning",
+        Severity::Error => "sev sev-error",
+        Severity::Critical => "sev sev-critical",
+    }
+}
+
+#[component]
+fn AlertRow(alert: Alert) -> impl IntoView {
+    let store = expect_context::<Store>();
+    let link = expect_context::<LinkHandle>();
+    let id = alert.id;
+    let pending = RwSignal::new(false);
+    let raised_at = alert.raised_at_ms;
+    let resolved_at = alert.resolved_at_ms;
+    let ago = move || {
+        let now = store.server_time_ms.get();
+        match resolved_at {
+            Some(r) => format!("raised {} ago · resolved {} ago", age(now.saturating_sub(raised_at)), age(now.saturating_sub(r))),
+            None => format!("raised {} ago", age(now.saturating_sub(raised_at))),
+        }
+    };
+    let ack = alert.acknowledgement.clone();
+    let acknowledge = move |_| {
+        let by = storage().and_then(|s| s.get_item("ringside-operator").ok().flatten()).filter(|n| !n.is_empty());
+        let mut command = serde_json::json!({ "type": "ack_alert", "id": id });
+        if let Some(by) = by {
+            command["by"] = by.into();
+        }
+        if link.with_value(|link| link.send(&command)) {
+            pending.set(true);
+        } else {
+            store.server_error.set(Some("not connected: the acknowledgement was not sent; try again once live".into()));
+        }
+    };
+    let action = match ack {
+        Some(ack) => {
+            let now = store.server_time_ms;
+            let note = ack.note.clone().map(|n| format!(" — “{n}”")).unwrap_or_default();
+            view! {
+                <div class="acked" data-acked="true">
+                    {move || format!("Acknowledged by {} {} ago{note}", ack.by, age(now.get().saturating_sub(ack.at_ms)))}
+                </div>
+            }
+            .into_any()
+        }
+        None => view! {
+            <button class="ack" data-alert-id=id.to_string() disabled=move || pending.get() on:click=acknowledge>
+                {move || if pending.get() { "Acknowledging…" } else { "Acknowledge" }}
+            </button>
+        }
+        .into_any(),
+    };
+    view! {
+        <li class=if alert.is_active() { "alert" } else { "alert resolved" } data-alert-id=id.to_string()>
+            <span class=severity_class(alert.severity)>{alert.severity.as_str()}</span>
+            <div class="alert-body">
+                <div class="alert-message">{alert.message.clone()}</div>
+                <div class="alert-meta">{format!("{} · {} · #{id} · ", alert.alert_type.as_str(), alert.source)}{ago}</div>
+            </div>
+            {action}
+        </li>
+    }
+}
+
+#[component]
+fn AlertsPanel() -> impl IntoView {
+    let store = expect_context::<Store>();
+    let active = Memo::new(move |_| store.alerts.with(|a| a.iter().filter(|a| a.is_active()).cloned().collect::<Vec<_>>()));
+    let resolved = Memo::new(move |_| store.alerts.with(|a| a.iter().filter(|a| !a.is_active()).take(20).cloned().collect::<Vec<_>>()));
+    // Keyed by id and last change, so a row is rebuilt exactly when its alert changed.
+    let key = |a: &Alert| (a.id, a.updated_at_ms, a.acknowledgement.is_some());
+    view! {
+        <section class="panel" id="alerts-panel">
+            <h2>"Alerts " <span class="count">{move || active.get().len()}</span></h2>
+            <Show
+                when=move || !active.get().is_empty()
+                fallback=|| view! { <p class="empty" id="no-alerts">"No active alerts. Alerts appear here when a threshold is crossed: memory pressure, kernel drop rate, latency, full queues, errors."</p> }
+            >
+                <ul class="alerts" id="active-alerts">
+                    <For each=move || active.get() key=key children=|alert| view! { <AlertRow alert /> } />
+                </ul>
+            </Show>
+            <Show when=move || !resolved.get().is_empty()>
+                <details class="resolved-list">
+                    <summary>{move || format!("Recently resolved ({})", resolved.get().len())}</summary>
+                    <ul class="alerts">
+                        <For each=move || resolved.get() key=key children=|alert| view! { <AlertRow alert /> } />
+                    </ul>
+                </details>
+            </Show>
+        </section>
+    }
+}
+
+#[component]
+fn ComponentsPanel() -> impl IntoView {
+    let store = expect_context::<Store>();
+    let rows = move || {
+        store
+            .components
+            .get()
+            .into_iter()
+            .map(|c| {
+                let (class, label) = match c.status {
+                    ComponentStatus::Up => ("dot dot-up", "up"),
+                    ComponentStatus::Degraded => ("dot dot-degraded", "degraded"),
+                    ComponentStatus::Down => ("dot dot-down", "down"),
+                };
+                view! {
+                    <li>
+                        <span class=class></span>
+                        <b>{c.name.clone()}</b>" "{label}
+                        {c.detail.clone().map(|d| view! { <span class="detail">{format!(" — {d}")}</span> })}
+                    </li>
+                }
+            })
+            .collect_view()
+    };
+    view! {
+        <section class="panel" id="components-panel">
+            <h2>"Daemon"</h2>
+            <ul class="components">{rows}</ul>
+            <p class="muted">{move || format!("update #{} · every {} ms", store.seq.get(), store.interval_ms.get())}</p>
+        </section>
+    }
+}
