@@ -1,1 +1,279 @@
-//! Helpers for the end-to-end tests.
+//! Helpers for the end-to-end tests: the real `ringsided` process on a free loopback port,
+//! WebSocket and HTTP clients aimed at it.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use futures_util::{SinkExt, StreamExt};
+use ringside_shared::ServerMessage;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}
+
+/// The daemon binary: `RINGSIDED_BIN`, else the workspace's debug build (`cargo xtask test`
+/// builds it with the console inside).
+pub fn daemon_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("RINGSIDED_BIN") {
+        return PathBuf::from(path);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"));
+    let path = target.join("debug/ringsided");
+    assert!(path.exists(), "{} is missing: run `cargo xtask test` (or `cargo build -p ringside-daemon`) first", path.display());
+    path
+}
+
+/// A scratch directory under the target dir, removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(label: &str) -> Scratch {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "ringside-test-{label}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create scratch dir");
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub struct DaemonOptions {
+    /// Sent as RINGSIDE_TOKEN; `None` lets the daemon generate one.
+    pub token: Option<String>,
+    pub interval_ms: u64,
+    /// Extra TOML for the config file.
+    pub config: String,
+}
+
+impl Default for DaemonOptions {
+    fn default() -> Self {
+        DaemonOptions { token: Some(random_token()), interval_ms: 200, config: String::new() }
+    }
+}
+
+/// A config that raises a memory-pressure alert from the machine's real memory use: any
+/// running machine uses more than 0.02 % of its memory.
+pub const LOW_MEMORY_THRESHOLDS: &str =
+    "[thresholds]\nmemory_used_pct_warning = 0.01\nmemory_used_pct_error = 0.02\nmemory_used_pct_critical = 100\n";
+
+pub fn random_token() -> String {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).expect("read /dev/urandom");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A running `ringsided`; stopped (SIGTERM, then SIGKILL) on drop.
+pub struct Daemon {
+    child: Child,
+    pub base: String,
+    pub addr: String,
+    pub token: String,
+    /// The console URL printed at start-up.
+    pub console_url: String,
+    _scratch: Scratch,
+}
+
+impl Daemon {
+    pub fn start(options: DaemonOptions) -> Result<Daemon> {
+        let scratch = Scratch::new("daemon");
+        let config = scratch.0.join("ringside.toml");
+        std::fs::write(&config, &options.config)?;
+        let mut command = Command::new(daemon_binary());
+        command
+            .args(["--listen", "127.0.0.1:0", "--interval-ms", &options.interval_ms.to_string()])
+            .arg("--config")
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(scratch.0.join("data"))
+            .env_remove("RINGSIDE_TOKEN")
+            .env("RINGSIDE_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if let Some(token) = &options.token {
+            command.env("RINGSIDE_TOKEN", token);
+        }
+        let mut child = command.spawn().with_context(|| format!("cannot start {}", daemon_binary().display()))?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut base = None;
+        let mut console_url = None;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while base.is_none() || console_url.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = match rx.recv_timeout(left) {
+                Ok(line) => line,
+                Err(_) => {
+                    let _ = child.kill();
+                    bail!("ringsided did not print its address within 20 s (exit: {:?})", child.try_wait());
+                }
+            };
+            if let Some(url) = line.strip_prefix("ringsided listening on ") {
+                base = Some(url.trim().to_string());
+            }
+            if let Some(url) = line.strip_prefix("console: ") {
+                console_url = Some(url.trim().to_string());
+            }
+        }
+        let base = base.unwrap_or_default();
+        let console_url = console_url.unwrap_or_default();
+        let token = match options.token {
+            Some(token) => token,
+            None => console_url.split_once("?token=").map(|(_, t)| t.to_string()).context("no token in console URL")?,
+        };
+        let addr = base.trim_start_matches("http://").to_string();
+        Ok(Daemon { child, base, addr, token, console_url, _scratch: scratch })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(&mut self) -> Result<std::process::ExitStatus> {
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status()?;
+        if !status.success() {
+            bail!("kill -TERM failed");
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                bail!("ringsided did not stop within 10 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn http(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(10))
+            .build()
+            .expect("HTTP client")
+    }
+
+    /// GET with the bearer token.
+    pub async fn get(&self, path: &str) -> Result<reqwest::Response> {
+        Ok(self.http().get(format!("{}{path}", self.base)).bearer_auth(&self.token).send().await?)
+    }
+
+    pub async fn get_json(&self, path: &str) -> Result<serde_json::Value> {
+        let response = self.get(path).await?;
+        let status = response.status();
+        let text = response.text().await?;
+        if !status.is_success() {
+            bail!("GET {path}: {status}: {text}");
+        }
+        Ok(serde_json::from_str(&text)?)
+    }
+
+    /// A WebSocket with the bearer token and, optionally, an `Origin`.
+    pub async fn ws(&self, origin: Option<&str>) -> Result<Client> {
+        self.ws_with(Some(&self.token), origin).await
+    }
+
+    pub async fn ws_with(&self, token: Option<&str>, origin: Option<&str>) -> Result<Client> {
+        let mut request = format!("ws://{}/ws", self.addr).into_client_request()?;
+        if let Some(token) = token {
+            request.headers_mut().insert("authorization", HeaderValue::from_str(&format!("Bearer {token}"))?);
+        }
+        if let Some(origin) = origin {
+            request.headers_mut().insert("origin", HeaderValue::from_str(origin)?);
+        }
+        let (socket, _) = tokio_tungstenite::connect_async(request).await?;
+        Ok(Client { socket })
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+pub struct Client {
+    pub socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+}
+
+impl Client {
+    pub async fn send_text(&mut self, text: &str) -> Result<()> {
+        self.socket.send(Message::Text(text.into())).await?;
+        Ok(())
+    }
+
+    pub async fn send_json(&mut self, value: serde_json::Value) -> Result<()> {
+        self.send_text(&value.to_string()).await
+    }
+
+    /// The next server message, within `timeout`.
+    pub async fn next(&mut self, timeout: Duration) -> Result<ServerMessage> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let frame = tokio::time::timeout_at(deadline, self.socket.next())
+                .await
+                .context("no message in time")?
+                .context("connection closed")??;
+            match frame {
+                Message::Text(text) => {
+                    return serde_json::from_str(text.as_str()).with_context(|| format!("not a server message: {text}"))
+                }
+                Message::Close(frame) => bail!("server closed the connection: {frame:?}"),
+                _ => continue,
+            }
+        }
+    }
+
+    /// Skips messages until `pick` returns something, within `timeout`.
+    pub async fn wait_for<T>(&mut self, timeout: Duration, mut pick: impl FnMut(&ServerMessage) -> Option<T>) -> Result<T> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                bail!("the awaited message did not come within {timeout:?}");
+            }
+            let message = self.next(left).await?;
+            if let Some(found) = pick(&message) {
+                return Ok(found);
+            }
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! The REST routes of the v1 contract, against the real daemon.
+
+use std::io::Read;
+use std::time::Duration;
+
+use ringside_tests::{Daemon, DaemonOptions, LOW_MEMORY_THRESHOLDS};
+
+async fn wait_for_ticks(daemon: &Daemon, ticks: u64) -> anyhow::Result<serde_json::Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let snapshot = daemon.get_json("/api/snapshot").await?;
+        if snapshot["seq"].as_u64().unwrap_or(0) >= ticks {
+            return Ok(snapshot);
+        }
+        anyhow::ensure!(std::time::Instant::now() < deadline, "daemon made no {ticks} ticks in 15 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn healthz_needs_no_token_and_says_what_is_up() -> anyhow::Result<()> {
+    let daemon = Daemon::start(DaemonOptions::default())?;
+    let health: serde_json::Value = daemon.http().get(format!("{}/healthz", daemon.base)).send().await?.json().await?;
+    assert!(["ok", "degraded"].contains(&health["status"].as_str().unwrap()));
+    let components = health["components"].as_array().unwrap();
+    assert!(components.iter().any(|c| c["name"] == "console"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn every_api_route_needs_the_token() -> anyhow::Result<()> {
+    let daemon = Daemon::start(DaemonOptions::default())?;
+    let http = daemon.http();
+    for path in ["/api/snapshot", "/api/schema/snapshot", "/api/alerts", "/metrics", "/pkg/ringside_frontend.js"] {
+        let anonymous = http.get(format!("{}{path}", daemon.base)).send().await?;
+        assert_eq!(anonymous.status(), 401, "{path} without token");
+        let wrong = http.get(format!("{}{path}", daemon.base)).bearer_auth("wrong-token-0123456789").send().await?;
+        assert_eq!(wrong.status(), 401, "{path} with a wrong token");
+    }
+    let post = http.post(format!("{}/api/alerts/1/ack", daemon.base)).send().await?;
+    assert_eq!(post.status(), 401);
+    assert_eq!(daemon.get("/api/snapshot").await?.status(), 200);
+    Ok(())
+}
+
+#[tokio::test]
+async fn first_visit_with_token_sets_a_strict_http_only_cookie() -> anyhow::Result<()> {
+    let daemon = Daemon::start(DaemonOptions { token: None, ..DaemonOptions::default() })?;
+    // The generated token is printed in the console URL.
+    assert!(daemon.console_url.starts_with(&daemon.base) && daemon.token.len() >= 32);
+    let http = daemon.http();
+    let landing = http.get(&daemon.console_url).send().await?;
+    assert_eq!(landing.status(), 303, "redirects to drop the token from the address bar");
+    assert_eq!(landing.headers()["location"], "/");
+    let cookie = landing.headers()["set-cookie"].to_str()?.to_string();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    let pair = cookie.split(';').next().unwrap().to_string();
+
+    let console = http.get(format!("{}/", daemon.base)).header("cookie", &pair).send().await?;
+    assert_eq!(console.status(), 200);
+    assert!(console.headers()["content-type"].to_str()?.starts_with("text/html"));
+    assert!(console.headers().contains_key("content-security-policy"));
+    assert!(console.text().await?.contains("/boot.js"));
+    let api = http.get(format!("{}/api/alerts", daemon.base)).header("cookie", &pair).send().await?;
+    assert_eq!(api.status(), 200, "the cookie authorises API calls");
+
+    let no_cookie = http.get(format!("{}/", daemon.base)).send().await?;
+    assert_eq!(no_cookie.status(), 401);
+    let wrong = http.get(format!("{}/?token=nope-nope-nope-nope", daemon.base)).send().await?;
+    assert_eq!(wrong.status(), 401);
+    assert!(wrong.headers().get("set-cookie").is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn console_files_are_served_typed_compressed_and_cached() -> anyhow::Result<()> {
+    let daemon = Daemon::start(DaemonOptions::default())?;
+    let http = daemon.http();
+    let wasm = http
+        .get(format!("{}/pkg/ringside_frontend_bg.wasm", daemon.base))
+        .bearer_auth(&daemon.token)
+        .header("accept-encoding", "gzip")
+        .send()
+        .await?;
+    assert_eq!(wasm.status(), 200);
+    assert_eq!(wasm.headers()["content-type"], "application/wasm");
+    assert_eq!(wasm.headers()["content-encoding"], "gzip");
+    let etag = wasm.headers()["etag"].to_str()?.to_string();
+    let gz = wasm.bytes().await?;
+    let mut raw = Vec::new();
+    flate2_decode(&gz, &mut raw)?;
+    assert_eq!(&raw[..4], b"\0asm", "gzip body decodes to a wasm module");
+
+    let plain = http.get(format!("{}/pkg/ringside_frontend_bg.wasm", daemon.base)).bearer_auth(&daemon.token).send().await?;
+    assert!(plain.headers().get("content-encoding").is_none(), "no gzip unless asked");
+    assert_eq!(plain.bytes().await?.len(), raw.len());
+
+    let again = http
+        .get(format!("{}/pkg/ringside_frontend_bg.wasm", daemon.base))
+        .bearer_auth(&daemon.token)
+        .header("if-none-match", &etag)
+        .send()
+        .await?;
+    assert_eq!(again.status(), 304);
+    for (path, content_type) in [("/pkg/ringside_frontend.js", "text/javascript"), ("/style.css", "text/css"), ("/favicon.svg", "image/svg+xml")] {
+        let response = daemon.get(path).await?;
+        assert_eq!(response.status(), 200, "{path}");
+        assert!(response.headers()["content-type"].to_str()?.starts_with(content_type), "{path}");
+    }
+    assert_eq!(daemon.get("/no/such/file").await?.status(), 404);
+    Ok(())
+}
+
+/// Decodes a gzip member with nothing but std (the tests do not need a gzip crate).
+fn flate2_decode(gz: &[u8], out: &mut Vec<u8>) -> anyhow::Result<()> {
+    let mut child = std::process::Command::new("gzip")
+        .args(["-dc"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(gz)?;
+    }
+    child.stdout.take().unwrap().read_to_end(out)?;
+    anyhow::ensure!(child.wait()?.success(), "gzip -d failed");
+    Ok(())
+}
+
+#[tokio::test]
+async fn snapshot_download_is_an_attachment_valid_against_the_schema() -> anyhow::Result<()> {
+    let daemon = Daemon::start(DaemonOptions { config: LOW_MEMORY_THRESHOLDS.into(), ..DaemonOptions::default() })?;
+    wait_for_ticks(&daemon, 3).await?;
+    let response = daemon.get("/api/snapshot?download=1").await?;
+    assert_eq!(response.status(), 200);
+    let disposition = response.headers()["content-disposition"].to_str()?.to_string();
+    let snapshot: serde_json::Value = response.json().await?;
+    let host = snapshot["node"]["hostname"].as_str().unwrap();
+    let prefix = format!("attachment; filename=\"ringside-snapshot-{host}-");
+    assert!(disposition.starts_with(&prefix), "{disposition}");
+    let stamp = disposition.trim_start_matches(&prefix).trim_end_matches(".json\"");
+    assert_eq!(stamp.len(), 16, "UTC time as YYYYMMDDTHHMMSSZ: {stamp}");
+    assert!(stamp.ends_with('Z') && stamp.as_bytes()[8] == b'T');
+
+    let schema = daemon.get_json("/api/schema/snapshot").await?;
+    let validator = jsonschema::validator_for(&schema)?;
+    let errors: Vec<String> = validator.iter_errors(&snapshot).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "snapshot does not match its schema: {errors:#?}");
+    assert!(snapshot["history"].as_array().unwrap().len() >= 3);
+    assert!(!snapshot["alerts"].as_array().unwrap().is_empty(), "the low threshold raised an alert");
+    // The schema has teeth: a snapshot with a wrong type fails it.
+    let mut broken = snapshot.clone();
+    broken["seq"] = serde_json::json!("three");
+    assert!(!validator.is_valid(&broken));
+    // Without ?download it is plain JSON.
+    assert!(daemon.get("/api/snapshot").await?.headers().get("content-disposition").is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn rest_acknowledgement_errors_are_clear() -> anyhow::Result<()> {
+    let daemon = Daemon::start(DaemonOptions::default())?;
+    let http = daemon.http();
+    let post = |path: &str, body: &'static str| {
+        http.post(format!("{}{path}", daemon.base)).bearer_auth(&daemon.token).header("content-type", "application/json").body(body).send()
+    };
+    let missing = post("/api/alerts/424242/ack", "").await?;
+    assert_eq!(missing.status(), 404);
+    assert!(missing.text().await?.contains("424242"));
+    assert_eq!(post("/api/alerts/abc/ack", "").await?.status(), 400);
+    let bad = post("/api/alerts/1/ack", "{\"note\": 5}").await?;
+    assert_eq!(bad.status(), 400);
+    assert!(bad.text().await?.contains("note"));
+    let big = http
+        .post(format!("{}/api/alerts/1/ack", daemon.base))
+        .bearer_auth(&daemon.token)
+        .body(vec![b' '; 64 * 1024])
+        .send()
+        .await?;
+    assert_eq!(big.status(), 413, "bodies are bounded");
+    Ok(())
+}
+
+#[tokio::test]
+async fn metrics_are_valid_prometheus_text() -> anyhow::Result<()> {
+    let daemon = Daemon::start(DaemonOptions { config: LOW_MEMORY_THRESHOLDS.into(), ..DaemonOptions::default() })?;
+    wait_for_ticks(&daemon, 2).await?;
+    let response = daemon.get("/metrics").await?;
+    assert!(response.headers()["content-type"].to_str()?.starts_with("text/plain; version=0.0.4"));
+    let text = response.text().await?;
+
+    // Every sample belongs to a declared family and has a numeric value.
+    let mut declared = std::collections::HashSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut parts = rest.split_whitespace();
+            declared.insert(parts.next().unwrap().to_string());
+            assert!(matches!(parts.next(), Some("gauge" | "counter")), "{line}");
+        } else if !line.starts_with('#') && !line.is_empty() {
+            let name = line.split(['{', ' ']).next().unwrap();
+            assert!(declared.contains(name), "undeclared sample: {line}");
+            let value = line.rsplit(' ').next().unwrap();
+            assert!(value.parse::<f64>().is_ok() || value == "NaN", "bad value: {line}");
+        }
+    }
+    for name in ["ringside_host_cpu_utilization_ratio", "ringside_host_memory_used_bytes", "ringside_alerts_active", "ringside_ws_clients"] {
+        assert!(declared.contains(name), "missing {name}");
+    }
+    assert!(text.contains("ringside_alerts_active{severity=\"error\"} 1"), "the memory alert is counted:\n{text}");
+
+    // And Prometheus' own linter accepts it.
+    let promtool = ["/usr/bin/promtool", "/usr/local/bin/promtool"].into_iter().find(|p| std::path::Path::new(p).exists());
+    let promtool = promtool.expect("promtool is missing: `cargo xtask setup --test` installs it (Debian package prometheus)");
+    let mut child = std::process::Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(text.as_bytes())?;
+    }
+    let output = child.wait_with_output()?;
+    assert!(
+        output.status.success(),
+        "promtool check metrics failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
+}
