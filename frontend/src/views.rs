@@ -287,8 +287,8 @@ fn AlertRow(alert: Alert) -> impl IntoView {
             <div class="alert-body">
                 <div class="alert-message">{alert.message.clone()}</div>
                 <div class="alert-meta">{format!("{} · {} · #{id} · ", alert.alert_type.as_str(), alert.source)}{ago}</div>
+                {action}
             </div>
-            {action}
         </li>
     }
 }

@@ -61,11 +61,13 @@ pub struct DaemonOptions {
     pub interval_ms: u64,
     /// Extra TOML for the config file.
     pub config: String,
+    /// `--listen`; port 0 picks a free port.
+    pub listen: String,
 }
 
 impl Default for DaemonOptions {
     fn default() -> Self {
-        DaemonOptions { token: Some(random_token()), interval_ms: 200, config: String::new() }
+        DaemonOptions { token: Some(random_token()), interval_ms: 200, config: String::new(), listen: "127.0.0.1:0".into() }
     }
 }
 
@@ -99,7 +101,7 @@ impl Daemon {
         std::fs::write(&config, &options.config)?;
         let mut command = Command::new(daemon_binary());
         command
-            .args(["--listen", "127.0.0.1:0", "--interval-ms", &options.interval_ms.to_string()])
+            .args(["--listen", &options.listen, "--interval-ms", &options.interval_ms.to_string()])
             .arg("--config")
             .arg(&config)
             .arg("--data-dir")

@@ -1,0 +1,239 @@
+//! The console in a real headless Chromium (through ChromeDriver), against the real daemon:
+//! live data, Acknowledge, Download snapshot, and screenshots saved under `artifacts/`.
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use fantoccini::{Client, ClientBuilder, Locator};
+use ringside_tests::{workspace_root, Daemon, DaemonOptions, Scratch, LOW_MEMORY_THRESHOLDS};
+
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// ChromeDriver on a free port; killed on drop, also when the test fails.
+struct Driver(Child, u16);
+
+impl Driver {
+    fn start() -> Result<Driver> {
+        for path in [CHROMEDRIVER, CHROMIUM] {
+            anyhow::ensure!(
+                Path::new(path).exists(),
+                "{path} is missing: `cargo xtask setup --test` installs chromium and chromium-driver"
+            );
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let child = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start chromedriver")?;
+        let driver = Driver(child, port);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                bail!("chromedriver did not listen within 20 s");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(driver)
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn browser(driver: &Driver, profile: &Path, downloads: &Path) -> Result<Client> {
+    let capabilities = serde_json::json!({
+        "browserName": "chrome",
+        "goog:chromeOptions": {
+            "binary": CHROMIUM,
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1400,1000",
+                format!("--user-data-dir={}", profile.display()),
+            ],
+            "prefs": {
+                "download.default_directory": downloads.display().to_string(),
+                "download.prompt_for_download": false,
+                "download.directory_upgrade": true,
+            },
+        },
+    });
+    let serde_json::Value::Object(capabilities) = capabilities else { unreachable!() };
+    let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(capabilities)
+        .connect(&format!("http://127.0.0.1:{}", driver.1))
+        .await
+        .context("cannot open a Chromium session")?;
+    Ok(client)
+}
+
+/// Polls `check` until it returns something, or fails after `timeout` naming `what`.
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut last_error = None;
+    loop {
+        match check().await {
+            Ok(Some(value)) => return Ok(value),
+            Ok(None) => {}
+            Err(e) => last_error = Some(e),
+        }
+        if Instant::now() > deadline {
+            bail!("{what} did not happen within {timeout:?} (last error: {last_error:?})");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn text_of(client: &Client, css: &str) -> Result<Option<String>> {
+    match client.find(Locator::Css(css)).await {
+        Ok(element) => Ok(Some(element.text().await?)),
+        Err(_) => Ok(None),
+    }
+}
+
+fn artifacts() -> PathBuf {
+    let dir = workspace_root().join("artifacts");
+    let _ = std::fs::create_dir_all(&dir);
+    dir
+}
+
+async fn console_flow(client: &Client, daemon: &Daemon, downloads: &Path) -> Result<()> {
+    const WAIT: Duration = Duration::from_secs(30);
+    client.goto(&daemon.console_url).await?;
+
+    // Live data: connected, the node named, and charts with lines of several points.
+    eventually("connection badge shows Live", WAIT, || async {
+        Ok(text_of(client, "#connection").await?.filter(|t| t.contains("Live")))
+    })
+    .await?;
+    let snapshot = daemon.get_json("/api/snapshot").await?;
+    let hostname = snapshot["node"]["hostname"].as_str().unwrap_or_default().to_string();
+    let shown = text_of(client, "#hostname").await?.unwrap_or_default();
+    assert_eq!(shown, hostname, "header names the node");
+    eventually("CPU chart draws a line", WAIT, || async {
+        let paths = client.find_all(Locator::Css("#host-panel svg.chart path.line")).await?;
+        for path in paths {
+            if path.attr("d").await?.is_some_and(|d| d.matches('L').count() >= 2) {
+                return Ok(Some(()));
+            }
+        }
+        Ok(None)
+    })
+    .await?;
+    let first = text_of(client, "#components-panel .muted").await?.unwrap_or_default();
+    eventually("update counter moves", WAIT, || async {
+        Ok(text_of(client, "#components-panel .muted").await?.filter(|t| *t != first))
+    })
+    .await?;
+
+    // Acknowledge the memory-pressure alert raised from the host's real memory use.
+    let button = eventually("an Acknowledge button", WAIT, || async {
+        Ok(client.find(Locator::Css("button.ack")).await.ok())
+    })
+    .await?;
+    let id: u64 = button.attr("data-alert-id").await?.context("button names its alert")?.parse()?;
+    button.click().await?;
+    let acked = eventually("alert shown as acknowledged", WAIT, || async {
+        Ok(text_of(client, &format!("li[data-alert-id='{id}'] [data-acked='true']")).await?)
+    })
+    .await?;
+    assert!(acked.contains("Acknowledged by websocket 127.0.0.1"), "{acked}");
+    let alerts = daemon.get_json("/api/alerts").await?;
+    let stored = alerts.as_array().unwrap().iter().find(|a| a["id"] == id).context("alert in the server's list")?;
+    assert!(stored["acknowledgement"]["at_ms"].as_u64().is_some(), "the server recorded the acknowledgement: {stored}");
+
+    std::fs::write(artifacts().join("console.png"), client.screenshot().await?)?;
+
+    // Download snapshot saves the server's JSON under its attachment name.
+    client.find(Locator::Css("#download-snapshot")).await?.click().await?;
+    let file = eventually("the snapshot file is downloaded", WAIT, || async {
+        let found = std::fs::read_dir(downloads)?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                name.starts_with("ringside-snapshot-") && name.ends_with(".json")
+            });
+        Ok(found)
+    })
+    .await?;
+    let downloaded: serde_json::Value = serde_json::from_slice(&std::fs::read(&file)?)?;
+    assert_eq!(downloaded["node"]["hostname"], hostname.as_str());
+    assert!(downloaded["alerts"].as_array().is_some_and(|a| a.iter().any(|a| a["id"] == id && !a["acknowledgement"].is_null())));
+
+    // Dark theme, for the record.
+    client.find(Locator::Css("#theme-toggle")).await?.click().await?;
+    eventually("dark theme applied", WAIT, || async {
+        let theme = client.execute("return document.documentElement.getAttribute('data-theme')", vec![]).await?;
+        Ok((theme == "dark").then_some(()))
+    })
+    .await?;
+    std::fs::write(artifacts().join("console-dark.png"), client.screenshot().await?)?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn console_shows_live_data_acknowledges_and_downloads() -> Result<()> {
+    let daemon = Daemon::start(DaemonOptions {
+        token: None,
+        interval_ms: 500,
+        config: LOW_MEMORY_THRESHOLDS.into(),
+        ..DaemonOptions::default()
+    })?;
+    let driver = Driver::start()?;
+    let profile = Scratch::new("chromium-profile");
+    let downloads = Scratch::new("downloads");
+    let client = browser(&driver, &profile.0, &downloads.0).await?;
+    let outcome = console_flow(&client, &daemon, &downloads.0).await;
+    if outcome.is_err() {
+        if let Ok(png) = client.screenshot().await {
+            let _ = std::fs::write(artifacts().join("console-failure.png"), png);
+        }
+    }
+    let _ = client.close().await;
+    outcome
+}
+
+#[tokio::test]
+async fn console_reconnects_after_the_daemon_restarts() -> Result<()> {
+    // The page keeps running while its daemon goes away; it must say so and come back alone.
+    let token = ringside_tests::random_token();
+    let mut daemon = Daemon::start(DaemonOptions { token: Some(token.clone()), ..DaemonOptions::default() })?;
+    let driver = Driver::start()?;
+    let profile = Scratch::new("chromium-profile");
+    let downloads = Scratch::new("downloads");
+    let client = browser(&driver, &profile.0, &downloads.0).await?;
+    let outcome = async {
+        const WAIT: Duration = Duration::from_secs(30);
+        client.goto(&format!("{}/?token={token}", daemon.base)).await?;
+        eventually("Live", WAIT, || async { Ok(text_of(&client, "#connection").await?.filter(|t| t.contains("Live"))) }).await?;
+        let addr = daemon.addr.clone();
+        daemon.terminate()?;
+        let offline = eventually("offline banner", WAIT, || async { Ok(text_of(&client, ".banner-warn").await?) }).await?;
+        assert!(offline.contains("Retrying in"), "{offline}");
+        // Same address and token again: the console reconnects without a reload.
+        let _again = Daemon::start(DaemonOptions { token: Some(token.clone()), listen: addr, ..DaemonOptions::default() })?;
+        eventually("Live again", Duration::from_secs(60), || async {
+            Ok(text_of(&client, "#connection").await?.filter(|t| t.contains("Live")))
+        })
+        .await?;
+        anyhow::Ok(())
+    }
+    .await;
+    let _ = client.close().await;
+    outcome
+}
