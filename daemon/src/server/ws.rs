@@ -110,6 +110,8 @@ async fn run_session(socket: &mut WebSocket, app: &SharedApp, peer: SocketAddr) 
             event = events.recv() => match event {
                 Ok(frame) => send(socket, frame).await?,
                 Err(RecvError::Lagged(missed)) => {
+                    // Skip what is still queued (older than the snapshot below), keep what comes next.
+                    events = events.resubscribe();
                     state.stats.ws_resyncs_total.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(%peer, missed, "client lagged; resynchronising with a snapshot");
                     send(socket, encode(&ServerMessage::Snapshot(Box::new(state.snapshot())))).await?;
