@@ -7,6 +7,9 @@ use crate::chart::{format_value, Series, TimeSeriesChart};
 use crate::connection::Link;
 use crate::store::{Connection, Store};
 
+/// Local-storage key of the name sent with acknowledgements.
+const OPERATOR_KEY: &str = "ringside-operator";
+
 type LinkHandle = StoredValue<Link, LocalStorage>;
 
 fn storage() -> Option<web_sys::Storage> {
@@ -252,7 +255,7 @@ fn AlertRow(alert: Alert) -> impl IntoView {
     };
     let ack = alert.acknowledgement.clone();
     let acknowledge = move |_| {
-        let by = storage().and_then(|s| s.get_item("ringside-operator").ok().flatten()).filter(|n| !n.is_empty());
+        let by = storage().and_then(|s| s.get_item(OPERATOR_KEY).ok().flatten()).filter(|n| !n.is_empty());
         let mut command = serde_json::json!({ "type": "ack_alert", "id": id });
         if let Some(by) = by {
             command["by"] = by.into();
@@ -300,9 +303,23 @@ fn AlertsPanel() -> impl IntoView {
     let resolved = Memo::new(move |_| store.alerts.with(|a| a.iter().filter(|a| !a.is_active()).take(20).cloned().collect::<Vec<_>>()));
     // Keyed by id and last change, so a row is rebuilt exactly when its alert changed.
     let key = |a: &Alert| (a.id, a.updated_at_ms, a.acknowledgement.is_some());
+    let operator = RwSignal::new(storage().and_then(|s| s.get_item(OPERATOR_KEY).ok().flatten()).unwrap_or_default());
+    let rename = move |event: web_sys::Event| {
+        let name = event_target_value(&event);
+        if let Some(s) = storage() {
+            let _ = s.set_item(OPERATOR_KEY, name.trim());
+        }
+        operator.set(name);
+    };
     view! {
         <section class="panel" id="alerts-panel">
-            <h2>"Alerts " <span class="count">{move || active.get().len()}</span></h2>
+            <div class="panel-head">
+                <h2>"Alerts " <span class="count">{move || active.get().len()}</span></h2>
+                <label class="operator">"Acknowledge as "
+                    <input id="operator" type="text" placeholder="your name" maxlength=ringside_shared::protocol::MAX_BY_CHARS.to_string()
+                        prop:value=move || operator.get() on:change=rename />
+                </label>
+            </div>
             <Show
                 when=move || !active.get().is_empty()
                 fallback=|| view! { <p class="empty" id="no-alerts">"No active alerts. Alerts appear here when a threshold is crossed: memory pressure, kernel drop rate, latency, full queues, errors."</p> }

@@ -27,7 +27,7 @@ pub fn daemon_binary() -> PathBuf {
     }
     let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"));
     let path = target.join("debug/ringsided");
-    assert!(path.exists(), "{} is missing: run `cargo xtask test` (or `cargo build -p ringside-daemon`) first", path.display());
+    assert!(path.exists(), "{} is missing: run the tests with `cargo xtask test`", path.display());
     path
 }
 
@@ -107,7 +107,7 @@ impl Daemon {
             .arg("--data-dir")
             .arg(scratch.0.join("data"))
             .env_remove("RINGSIDE_TOKEN")
-            .env("RINGSIDE_LOG", "warn")
+            .env("RINGSIDE_LOG", "error")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         if let Some(token) = &options.token {

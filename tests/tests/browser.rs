@@ -146,15 +146,18 @@ async fn console_flow(client: &Client, daemon: &Daemon, downloads: &Path) -> Res
     })
     .await?;
     let id: u64 = button.attr("data-alert-id").await?.context("button names its alert")?.parse()?;
+    // The operator's name goes with the acknowledgement (and is remembered by the browser).
+    client.find(Locator::Css("#operator")).await?.send_keys("ana-in-the-browser").await?;
+    client.find(Locator::Css("#alerts-panel h2")).await?.click().await?;
     button.click().await?;
     let acked = eventually("alert shown as acknowledged", WAIT, || async {
         Ok(text_of(client, &format!("li[data-alert-id='{id}'] [data-acked='true']")).await?)
     })
     .await?;
-    assert!(acked.contains("Acknowledged by websocket 127.0.0.1"), "{acked}");
+    assert!(acked.contains("Acknowledged by ana-in-the-browser"), "{acked}");
     let alerts = daemon.get_json("/api/alerts").await?;
     let stored = alerts.as_array().unwrap().iter().find(|a| a["id"] == id).context("alert in the server's list")?;
-    assert!(stored["acknowledgement"]["at_ms"].as_u64().is_some(), "the server recorded the acknowledgement: {stored}");
+    assert_eq!(stored["acknowledgement"]["by"], "ana-in-the-browser", "the server recorded who acknowledged: {stored}");
 
     std::fs::write(artifacts().join("console.png"), client.screenshot().await?)?;
 

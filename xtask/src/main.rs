@@ -158,6 +158,10 @@ fn console(root: &Path) -> Result<PathBuf> {
         .web(true)
         .and_then(|b| b.generate(staging.join("pkg")))
         .map_err(|e| anyhow::anyhow!("wasm-bindgen failed on {}: {e}", wasm.display()))?;
+    // Names and producer records help debugging only; browsers never read them.
+    let bindgen_wasm = staging.join("pkg/ringside_frontend_bg.wasm");
+    let module = std::fs::read(&bindgen_wasm).with_context(|| format!("cannot read {}", bindgen_wasm.display()))?;
+    std::fs::write(&bindgen_wasm, strip_custom_sections(&module)?)?;
     for entry in std::fs::read_dir(root.join("frontend/static")).context("frontend/static is missing")? {
         let entry = entry?;
         std::fs::copy(entry.path(), staging.join(entry.file_name()))
@@ -179,6 +183,40 @@ fn console(root: &Path) -> Result<PathBuf> {
         gzip_len(&raw) / 1024
     );
     Ok(bundle)
+}
+
+fn read_leb128(bytes: &[u8], at: &mut usize) -> Result<usize> {
+    let mut value = 0usize;
+    for shift in (0..35).step_by(7) {
+        let byte = *bytes.get(*at).context("truncated wasm module")?;
+        *at += 1;
+        value |= usize::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Ok(value);
+        }
+    }
+    bail!("malformed LEB128 in wasm module")
+}
+
+/// Copies a wasm module without its custom sections (id 0: names, producers, debug info).
+fn strip_custom_sections(module: &[u8]) -> Result<Vec<u8>> {
+    if module.len() < 8 || &module[..4] != b"\0asm" {
+        bail!("not a wasm module");
+    }
+    let mut out = module[..8].to_vec();
+    let mut at = 8;
+    while at < module.len() {
+        let start = at;
+        let id = module[at];
+        at += 1;
+        let size = read_leb128(module, &mut at)?;
+        let end = at.checked_add(size).filter(|e| *e <= module.len()).context("wasm section runs past the end")?;
+        if id != 0 {
+            out.extend_from_slice(&module[start..end]);
+        }
+        at = end;
+    }
+    Ok(out)
 }
 
 pub fn gzip_len(bytes: &[u8]) -> usize {
@@ -211,7 +249,8 @@ fn same_tree(a: &Path, b: &Path) -> bool {
 fn test(root: &Path) -> Result<()> {
     setup(true)?;
     console(root)?;
-    // The end-to-end tests run this binary; it embeds the console just built.
-    cargo(&["build", "-p", "ringside-daemon"])?;
+    // Cargo builds `ringsided` (embedding the console just built) before any test runs, since
+    // its package has integration tests; the end-to-end tests start that binary. Building it
+    // here separately would resolve features differently and compile the dependencies twice.
     cargo(&["test", "--workspace", "--no-fail-fast"])
 }
