@@ -28,11 +28,20 @@ pub struct Condition {
 
 /// The highest of `levels` (ascending thresholds) that `value` exceeds.
 fn level(value: f64, levels: [(f64, Severity); 3]) -> Option<(Severity, f64)> {
-    levels.iter().rev().find(|(threshold, _)| value > *threshold).map(|(t, s)| (*s, *t))
+    levels
+        .iter()
+        .rev()
+        .find(|(threshold, _)| value > *threshold)
+        .map(|(t, s)| (*s, *t))
 }
 
 /// Every alert condition that holds for this tick.
-pub fn conditions(t: &Thresholds, sample: &Sample, window: &WindowAggregates, failures: &[(String, String)]) -> Vec<Condition> {
+pub fn conditions(
+    t: &Thresholds,
+    sample: &Sample,
+    window: &WindowAggregates,
+    failures: &[(String, String)],
+) -> Vec<Condition> {
     let mut found = Vec::new();
     let window_s = window.covered_ms as f64 / 1000.0;
 
@@ -81,21 +90,38 @@ pub fn conditions(t: &Thresholds, sample: &Sample, window: &WindowAggregates, fa
             }
         }
         let queues = [
-            ("input", kernel.input_queue_depth, kernel.input_queue_capacity),
-            ("output", kernel.output_queue_depth, kernel.output_queue_capacity),
+            (
+                "input",
+                kernel.input_queue_depth,
+                kernel.input_queue_capacity,
+            ),
+            (
+                "output",
+                kernel.output_queue_depth,
+                kernel.output_queue_capacity,
+            ),
         ];
         if let Some((name, depth, capacity)) = queues
             .into_iter()
-            .filter(|(_, depth, capacity)| *capacity > 0 && f64::from(*depth) >= t.queue_full_ratio * f64::from(*capacity))
+            .filter(|(_, depth, capacity)| {
+                *capacity > 0 && f64::from(*depth) >= t.queue_full_ratio * f64::from(*capacity)
+            })
             .max_by(|a, b| (a.1 as f64 / a.2 as f64).total_cmp(&(b.1 as f64 / b.2 as f64)))
         {
             found.push(Condition {
                 alert_type: AlertType::QueueNearFull,
                 source: source.clone(),
-                severity: if depth >= capacity { Severity::Error } else { Severity::Warning },
+                severity: if depth >= capacity {
+                    Severity::Error
+                } else {
+                    Severity::Warning
+                },
                 value: f64::from(depth) / f64::from(capacity),
                 threshold: t.queue_full_ratio,
-                message: format!("{} {name} queue holds {depth} of {capacity} messages", kernel.id),
+                message: format!(
+                    "{} {name} queue holds {depth} of {capacity} messages",
+                    kernel.id
+                ),
             });
         }
         if kernel.state == KernelState::Failed || kernel.last_error.is_some() {
@@ -103,13 +129,21 @@ pub fn conditions(t: &Thresholds, sample: &Sample, window: &WindowAggregates, fa
             found.push(Condition {
                 alert_type: AlertType::KernelError,
                 source,
-                severity: if failed { Severity::Critical } else { Severity::Error },
+                severity: if failed {
+                    Severity::Critical
+                } else {
+                    Severity::Error
+                },
                 value: 1.0,
                 threshold: 0.0,
                 message: format!(
                     "{} {}: {}",
                     kernel.id,
-                    if failed { "failed" } else { "reported an error" },
+                    if failed {
+                        "failed"
+                    } else {
+                        "reported an error"
+                    },
                     kernel.last_error.as_deref().unwrap_or("no detail given")
                 ),
             });
@@ -124,8 +158,13 @@ pub fn conditions(t: &Thresholds, sample: &Sample, window: &WindowAggregates, fa
             (t.memory_used_pct_critical, Severity::Critical),
         ];
         let by_use = level(used, levels);
-        let stall = host.pressure.as_ref().map(|p| p.memory_some_avg10).unwrap_or(0.0);
-        let by_stall = (stall > t.memory_stall_pct_warning).then_some((Severity::Warning, t.memory_stall_pct_warning));
+        let stall = host
+            .pressure
+            .as_ref()
+            .map(|p| p.memory_some_avg10)
+            .unwrap_or(0.0);
+        let by_stall = (stall > t.memory_stall_pct_warning)
+            .then_some((Severity::Warning, t.memory_stall_pct_warning));
         let worst = match (by_use, by_stall) {
             (Some(a), Some(b)) => Some(if b.0 > a.0 { (b, true) } else { (a, false) }),
             (Some(a), None) => Some((a, false)),
@@ -136,7 +175,10 @@ pub fn conditions(t: &Thresholds, sample: &Sample, window: &WindowAggregates, fa
             let (value, message) = if stalled {
                 (stall, format!("tasks stalled on memory {stall:.1}% of the last 10 s (threshold {threshold}%); {used:.1}% of memory in use"))
             } else {
-                (used, format!("{used:.1}% of memory in use (threshold {threshold}%)"))
+                (
+                    used,
+                    format!("{used:.1}% of memory in use (threshold {threshold}%)"),
+                )
             };
             found.push(Condition {
                 alert_type: AlertType::MemoryPressure,
@@ -215,7 +257,9 @@ impl AlertStore {
             match self.standing.get_mut(&key) {
                 Some(standing) => {
                     standing.clear_ticks = 0;
-                    let Some(alert) = self.active.get_mut(&standing.id) else { continue };
+                    let Some(alert) = self.active.get_mut(&standing.id) else {
+                        continue;
+                    };
                     let escalated = c.severity > alert.severity;
                     let changed = c.severity != alert.severity;
                     alert.value = c.value;
@@ -262,7 +306,9 @@ impl AlertStore {
             }
         }
         for key in cleared {
-            let Some(standing) = self.standing.remove(&key) else { continue };
+            let Some(standing) = self.standing.remove(&key) else {
+                continue;
+            };
             if let Some(mut alert) = self.active.remove(&standing.id) {
                 alert.resolved_at_ms = Some(now_ms);
                 alert.updated_at_ms = now_ms;
@@ -281,15 +327,29 @@ impl AlertStore {
     }
 
     /// Acknowledges an alert, active or resolved. A second acknowledgement keeps the first.
-    pub fn acknowledge(&mut self, id: u64, by: String, note: Option<String>, now_ms: u64) -> Result<(Alert, bool), AckError> {
+    pub fn acknowledge(
+        &mut self,
+        id: u64,
+        by: String,
+        note: Option<String>,
+        now_ms: u64,
+    ) -> Result<(Alert, bool), AckError> {
         let alert = match self.active.get_mut(&id) {
             Some(alert) => alert,
-            None => self.resolved.iter_mut().find(|a| a.id == id).ok_or(AckError::NotFound(id))?,
+            None => self
+                .resolved
+                .iter_mut()
+                .find(|a| a.id == id)
+                .ok_or(AckError::NotFound(id))?,
         };
         if alert.acknowledgement.is_some() {
             return Ok((alert.clone(), false));
         }
-        alert.acknowledgement = Some(Acknowledgement { by, at_ms: now_ms, note: note.filter(|n| !n.trim().is_empty()) });
+        alert.acknowledgement = Some(Acknowledgement {
+            by,
+            at_ms: now_ms,
+            note: note.filter(|n| !n.trim().is_empty()),
+        });
         alert.updated_at_ms = now_ms;
         Ok((alert.clone(), true))
     }
@@ -297,7 +357,12 @@ impl AlertStore {
     /// Active alerts (most severe, then newest first), then resolved ones (newest first).
     pub fn list(&self) -> Vec<Alert> {
         let mut active: Vec<Alert> = self.active.values().cloned().collect();
-        active.sort_by(|a, b| b.severity.cmp(&a.severity).then(b.raised_at_ms.cmp(&a.raised_at_ms)).then(b.id.cmp(&a.id)));
+        active.sort_by(|a, b| {
+            b.severity
+                .cmp(&a.severity)
+                .then(b.raised_at_ms.cmp(&a.raised_at_ms))
+                .then(b.id.cmp(&a.id))
+        });
         active.extend(self.resolved.iter().cloned());
         active
     }
@@ -350,11 +415,17 @@ mod tests {
     }
 
     fn kernel_sample(k: RingKernelMetrics) -> Sample {
-        Sample { kernels: vec![k], ..Sample::new(0) }
+        Sample {
+            kernels: vec![k],
+            ..Sample::new(0)
+        }
     }
 
     fn severities(cs: &[Condition], ty: AlertType) -> Vec<Severity> {
-        cs.iter().filter(|c| c.alert_type == ty).map(|c| c.severity).collect()
+        cs.iter()
+            .filter(|c| c.alert_type == ty)
+            .map(|c| c.severity)
+            .collect()
     }
 
     #[test]
@@ -369,7 +440,11 @@ mod tests {
             (0.11, vec![Severity::Critical]),
         ] {
             let cs = conditions(&t, &sample, &window("k", Some(rate), None), &[]);
-            assert_eq!(severities(&cs, AlertType::HighDropRate), expected, "rate {rate}");
+            assert_eq!(
+                severities(&cs, AlertType::HighDropRate),
+                expected,
+                "rate {rate}"
+            );
         }
     }
 
@@ -377,7 +452,12 @@ mod tests {
     fn latency_thresholds_scale_from_the_warning() {
         let t = Thresholds::default();
         let sample = kernel_sample(kernel("k", 0, KernelState::Active, None));
-        for (ms, expected) in [(5.0, vec![]), (11.0, vec![Severity::Warning]), (51.0, vec![Severity::Error]), (101.0, vec![Severity::Critical])] {
+        for (ms, expected) in [
+            (5.0, vec![]),
+            (11.0, vec![Severity::Warning]),
+            (51.0, vec![Severity::Error]),
+            (101.0, vec![Severity::Critical]),
+        ] {
             let cs = conditions(&t, &sample, &window("k", None, Some(ms)), &[]);
             assert_eq!(severities(&cs, AlertType::HighLatency), expected, "{ms} ms");
         }
@@ -386,11 +466,27 @@ mod tests {
     #[test]
     fn queue_error_and_memory_conditions() {
         let t = Thresholds::default();
-        let cs = conditions(&t, &kernel_sample(kernel("k", 90, KernelState::Active, None)), &WindowAggregates::default(), &[]);
-        assert_eq!(severities(&cs, AlertType::QueueNearFull), vec![Severity::Warning]);
-        let cs = conditions(&t, &kernel_sample(kernel("k", 89, KernelState::Failed, Some("device lost"))), &WindowAggregates::default(), &[]);
+        let cs = conditions(
+            &t,
+            &kernel_sample(kernel("k", 90, KernelState::Active, None)),
+            &WindowAggregates::default(),
+            &[],
+        );
+        assert_eq!(
+            severities(&cs, AlertType::QueueNearFull),
+            vec![Severity::Warning]
+        );
+        let cs = conditions(
+            &t,
+            &kernel_sample(kernel("k", 89, KernelState::Failed, Some("device lost"))),
+            &WindowAggregates::default(),
+            &[],
+        );
         assert!(severities(&cs, AlertType::QueueNearFull).is_empty());
-        assert_eq!(severities(&cs, AlertType::KernelError), vec![Severity::Critical]);
+        assert_eq!(
+            severities(&cs, AlertType::KernelError),
+            vec![Severity::Critical]
+        );
         assert!(cs.iter().any(|c| c.message.contains("device lost")));
 
         let mut sample = Sample::new(0);
@@ -407,10 +503,24 @@ mod tests {
         crate::pipeline::MetricsSource::collect(&mut host, &mut sample).unwrap();
         let mut h = sample.host.take().unwrap();
         h.pressure = None;
-        for (used, expected) in [(50.0, vec![]), (91.0, vec![Severity::Warning]), (96.0, vec![Severity::Error]), (99.0, vec![Severity::Critical])] {
+        for (used, expected) in [
+            (50.0, vec![]),
+            (91.0, vec![Severity::Warning]),
+            (96.0, vec![Severity::Error]),
+            (99.0, vec![Severity::Critical]),
+        ] {
             h.memory = memory(used);
-            let s = Sample { host: Some(h.clone()), ..Sample::new(0) };
-            assert_eq!(severities(&conditions(&t, &s, &WindowAggregates::default(), &[]), AlertType::MemoryPressure), expected);
+            let s = Sample {
+                host: Some(h.clone()),
+                ..Sample::new(0)
+            };
+            assert_eq!(
+                severities(
+                    &conditions(&t, &s, &WindowAggregates::default(), &[]),
+                    AlertType::MemoryPressure
+                ),
+                expected
+            );
         }
         let failures = vec![("bpf".to_string(), "permission denied".to_string())];
         let cs = conditions(&t, &Sample::new(0), &WindowAggregates::default(), &failures);
@@ -434,16 +544,26 @@ mod tests {
         let first = store.apply(vec![cond(Severity::Warning)], 1);
         assert!(matches!(&first[..], [AlertChange::Raised(a)] if a.id == 1));
         for tick in 2..10 {
-            assert!(store.apply(vec![cond(Severity::Warning)], tick).is_empty(), "tick {tick} raised again");
+            assert!(
+                store.apply(vec![cond(Severity::Warning)], tick).is_empty(),
+                "tick {tick} raised again"
+            );
         }
         assert_eq!(store.list().len(), 1);
-        let (acked, changed) = store.acknowledge(1, "ana".into(), Some("looking".into()), 11).unwrap();
+        let (acked, changed) = store
+            .acknowledge(1, "ana".into(), Some("looking".into()), 11)
+            .unwrap();
         assert!(changed && acked.acknowledgement.is_some());
-        assert!(!store.acknowledge(1, "bo".into(), None, 12).unwrap().1, "second ack keeps the first");
+        assert!(
+            !store.acknowledge(1, "bo".into(), None, 12).unwrap().1,
+            "second ack keeps the first"
+        );
 
         // Escalation updates the same alert and clears the acknowledgement.
         let up = store.apply(vec![cond(Severity::Critical)], 13);
-        assert!(matches!(&up[..], [AlertChange::Updated(a)] if a.id == 1 && a.severity == Severity::Critical && a.acknowledgement.is_none()));
+        assert!(
+            matches!(&up[..], [AlertChange::Updated(a)] if a.id == 1 && a.severity == Severity::Critical && a.acknowledgement.is_none())
+        );
 
         // Resolved only after three clear ticks; a blip does not resolve it.
         assert!(store.apply(vec![], 14).is_empty());
@@ -451,14 +571,24 @@ mod tests {
         assert!(store.apply(vec![], 16).is_empty());
         assert!(store.apply(vec![], 17).is_empty());
         let resolved = store.apply(vec![], 18);
-        assert!(matches!(&resolved[..], [AlertChange::Resolved(a)] if a.id == 1 && a.resolved_at_ms == Some(18)));
+        assert!(
+            matches!(&resolved[..], [AlertChange::Resolved(a)] if a.id == 1 && a.resolved_at_ms == Some(18))
+        );
         assert_eq!(store.active().count(), 0);
         assert_eq!(store.list()[0].id, 1, "resolved alerts stay listed");
 
         // The condition coming back is a new alert.
-        assert!(matches!(&store.apply(vec![cond(Severity::Warning)], 19)[..], [AlertChange::Raised(a)] if a.id == 2));
-        assert_eq!(store.acknowledge(99, "x".into(), None, 20), Err(AckError::NotFound(99)));
-        assert!(store.acknowledge(1, "late".into(), None, 21).unwrap().1, "resolved alerts can be acknowledged");
+        assert!(
+            matches!(&store.apply(vec![cond(Severity::Warning)], 19)[..], [AlertChange::Raised(a)] if a.id == 2)
+        );
+        assert_eq!(
+            store.acknowledge(99, "x".into(), None, 20),
+            Err(AckError::NotFound(99))
+        );
+        assert!(
+            store.acknowledge(1, "late".into(), None, 21).unwrap().1,
+            "resolved alerts can be acknowledged"
+        );
     }
 
     #[test]

@@ -10,13 +10,23 @@ use serde::Deserialize;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    ReadFile { path: PathBuf, source: std::io::Error },
+    ReadFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("config file {path} is not valid: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("invalid `{key}` = {value}: {why}")]
-    Invalid { key: &'static str, value: String, why: String },
+    Invalid {
+        key: &'static str,
+        value: String,
+        why: String,
+    },
     #[error("cannot read token file {path}: {source}")]
-    TokenFile { path: PathBuf, source: std::io::Error },
+    TokenFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot generate a token: {0}")]
     Random(std::io::Error),
 }
@@ -132,7 +142,11 @@ impl Config {
             Some(path) => read_file_config(path)?,
             None => FileConfig::default(),
         };
-        let listen_text = cli.listen.clone().or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+        let listen_text = cli
+            .listen
+            .clone()
+            .or(file.listen)
+            .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
         let listen: SocketAddr = listen_text.parse().map_err(|e| ConfigError::Invalid {
             key: "listen",
             value: format!("{listen_text:?}"),
@@ -151,7 +165,9 @@ impl Config {
             });
         }
         for origin in &file.allowed_origins {
-            if !(origin.starts_with("http://") || origin.starts_with("https://")) || origin.ends_with('/') {
+            if !(origin.starts_with("http://") || origin.starts_with("https://"))
+                || origin.ends_with('/')
+            {
                 return Err(ConfigError::Invalid {
                     key: "allowed_origins",
                     value: format!("{origin:?}"),
@@ -160,7 +176,11 @@ impl Config {
             }
         }
         check_thresholds(&file.thresholds)?;
-        let data_dir = cli.data_dir.clone().or(file.data_dir).unwrap_or_else(default_data_dir);
+        let data_dir = cli
+            .data_dir
+            .clone()
+            .or(file.data_dir)
+            .unwrap_or_else(default_data_dir);
         let token_file = cli.token_file.clone().or(file.token_file);
         let (token, token_origin) = match (env_token.filter(|t| !t.is_empty()), token_file) {
             (Some(token), _) => (token, TokenOrigin::Environment),
@@ -183,21 +203,35 @@ impl Config {
 }
 
 fn read_file_config(path: &Path) -> Result<FileConfig, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile { path: path.into(), source })?;
-    toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
+        path: path.into(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.into(),
+        message: e.to_string(),
+    })
 }
 
 fn check_range(key: &'static str, value: u64, min: u64, max: u64) -> Result<(), ConfigError> {
     if (min..=max).contains(&value) {
         Ok(())
     } else {
-        Err(ConfigError::Invalid { key, value: value.to_string(), why: format!("must be between {min} and {max}") })
+        Err(ConfigError::Invalid {
+            key,
+            value: value.to_string(),
+            why: format!("must be between {min} and {max}"),
+        })
     }
 }
 
 fn check_thresholds(t: &Thresholds) -> Result<(), ConfigError> {
     let ordered = |key: &'static str, values: [f64; 3], max: f64| {
-        let ok = values.iter().all(|v| v.is_finite() && *v > 0.0 && *v <= max) && values[0] <= values[1] && values[1] <= values[2];
+        let ok = values
+            .iter()
+            .all(|v| v.is_finite() && *v > 0.0 && *v <= max)
+            && values[0] <= values[1]
+            && values[1] <= values[2];
         if ok {
             Ok(())
         } else {
@@ -208,15 +242,27 @@ fn check_thresholds(t: &Thresholds) -> Result<(), ConfigError> {
             })
         }
     };
-    ordered("thresholds.drop_rate_*", [t.drop_rate_warning, t.drop_rate_error, t.drop_rate_critical], 1.0)?;
+    ordered(
+        "thresholds.drop_rate_*",
+        [t.drop_rate_warning, t.drop_rate_error, t.drop_rate_critical],
+        1.0,
+    )?;
     ordered(
         "thresholds.memory_used_pct_*",
-        [t.memory_used_pct_warning, t.memory_used_pct_error, t.memory_used_pct_critical],
+        [
+            t.memory_used_pct_warning,
+            t.memory_used_pct_error,
+            t.memory_used_pct_critical,
+        ],
         100.0,
     )?;
     ordered(
         "thresholds.latency_*",
-        [t.latency_warning_ms, t.latency_warning_ms * t.latency_error_factor, t.latency_warning_ms * t.latency_critical_factor],
+        [
+            t.latency_warning_ms,
+            t.latency_warning_ms * t.latency_error_factor,
+            t.latency_warning_ms * t.latency_critical_factor,
+        ],
         f64::MAX,
     )?;
     if !(t.latency_error_factor >= 1.0 && t.latency_critical_factor >= t.latency_error_factor) {
@@ -240,30 +286,46 @@ fn check_thresholds(t: &Thresholds) -> Result<(), ConfigError> {
             why: "must be in (0, 100]".into(),
         });
     }
-    check_range("thresholds.clear_after_ticks", u64::from(t.clear_after_ticks), 1, 1000)
+    check_range(
+        "thresholds.clear_after_ticks",
+        u64::from(t.clear_after_ticks),
+        1,
+        1000,
+    )
 }
 
 fn default_data_dir() -> PathBuf {
     let is_root = std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
         .unwrap_or(false);
     if is_root {
         return PathBuf::from("/var/lib/ringside");
     }
     match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
         Some(state) => PathBuf::from(state).join("ringside"),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into())).join(".local/state/ringside"),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into()))
+            .join(".local/state/ringside"),
     }
 }
 
 fn read_token_file(path: &Path) -> Result<String, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::TokenFile { path: path.into(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::TokenFile {
+        path: path.into(),
+        source,
+    })?;
     Ok(text.lines().next().unwrap_or("").trim().to_string())
 }
 
 fn check_token(token: &str) -> Result<(), ConfigError> {
-    if token.len() < MIN_TOKEN_LEN || !token.bytes().all(|b| b.is_ascii_graphic()) || token.contains([';', ',', '"', '\\']) {
+    if token.len() < MIN_TOKEN_LEN
+        || !token.bytes().all(|b| b.is_ascii_graphic())
+        || token.contains([';', ',', '"', '\\'])
+    {
         return Err(ConfigError::Invalid {
             key: "token",
             value: "(hidden)".into(),
@@ -279,7 +341,9 @@ fn check_token(token: &str) -> Result<(), ConfigError> {
 fn generate_token() -> Result<String, ConfigError> {
     use std::io::Read;
     let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).map_err(ConfigError::Random)?;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(ConfigError::Random)?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
@@ -288,7 +352,8 @@ mod tests {
     use super::*;
 
     fn cli(args: &[&str]) -> Cli {
-        Cli::try_parse_from(std::iter::once("ringsided").chain(args.iter().copied())).expect("flags parse")
+        Cli::try_parse_from(std::iter::once("ringsided").chain(args.iter().copied()))
+            .expect("flags parse")
     }
 
     fn write(text: &str) -> tempfile_path::TempPath {
@@ -326,7 +391,11 @@ mod tests {
         assert_eq!(config.interval_ms, 1000);
         assert_eq!(config.token_origin, TokenOrigin::Generated);
         assert_eq!(config.token.len(), 64);
-        assert_ne!(config.token, Config::load(&cli(&[]), None).unwrap().token, "tokens are random");
+        assert_ne!(
+            config.token,
+            Config::load(&cli(&[]), None).unwrap().token,
+            "tokens are random"
+        );
         assert_eq!(config.thresholds, Thresholds::default());
     }
 
@@ -334,7 +403,11 @@ mod tests {
     fn flags_override_file_and_env_token_wins() {
         let file = write("listen = \"127.0.0.1:1000\"\ninterval_ms = 500\n[thresholds]\ndrop_rate_warning = 0.02\n");
         let path = file.0.to_str().unwrap();
-        let config = Config::load(&cli(&["--config", path, "--listen", "127.0.0.1:2000"]), Some("a-token-from-the-env".into())).unwrap();
+        let config = Config::load(
+            &cli(&["--config", path, "--listen", "127.0.0.1:2000"]),
+            Some("a-token-from-the-env".into()),
+        )
+        .unwrap();
         assert_eq!(config.listen.port(), 2000);
         assert_eq!(config.interval_ms, 500);
         assert_eq!(config.thresholds.drop_rate_warning, 0.02);
@@ -346,7 +419,8 @@ mod tests {
     #[test]
     fn token_file_is_read() {
         let token = write("0123456789abcdef0123\n");
-        let config = Config::load(&cli(&["--token-file", token.0.to_str().unwrap()]), None).unwrap();
+        let config =
+            Config::load(&cli(&["--token-file", token.0.to_str().unwrap()]), None).unwrap();
         assert_eq!(config.token, "0123456789abcdef0123");
         assert_eq!(config.token_origin, TokenOrigin::File);
     }
@@ -354,18 +428,24 @@ mod tests {
     #[test]
     fn bad_values_are_named() {
         let message = |args: &[&str], env: Option<&str>| {
-            Config::load(&cli(args), env.map(str::to_string)).unwrap_err().to_string()
+            Config::load(&cli(args), env.map(str::to_string))
+                .unwrap_err()
+                .to_string()
         };
         assert!(message(&["--listen", "localhost"], None).contains("`listen`"));
         assert!(message(&["--interval-ms", "5"], None).contains("interval_ms"));
         assert!(message(&[], Some("short")).contains("token"));
-        assert!(message(&["--token-file", "/nonexistent/token"], None).contains("/nonexistent/token"));
+        assert!(
+            message(&["--token-file", "/nonexistent/token"], None).contains("/nonexistent/token")
+        );
         let unknown = write("intervl_ms = 5\n");
         let text = message(&["--config", unknown.0.to_str().unwrap()], None);
         assert!(text.contains("intervl_ms"), "{text}");
         let disordered = write("[thresholds]\ndrop_rate_warning = 0.5\ndrop_rate_error = 0.1\n");
         assert!(message(&["--config", disordered.0.to_str().unwrap()], None).contains("drop_rate"));
         let origin = write("allowed_origins = [\"console.example\"]\n");
-        assert!(message(&["--config", origin.0.to_str().unwrap()], None).contains("allowed_origins"));
+        assert!(
+            message(&["--config", origin.0.to_str().unwrap()], None).contains("allowed_origins")
+        );
     }
 }

@@ -47,7 +47,12 @@ pub fn utc_compact(ms: u64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// Resolves on SIGINT or SIGTERM.
@@ -73,14 +78,22 @@ async fn stop_signal() {
 
 /// Runs the daemon until SIGINT/SIGTERM.
 pub async fn run(config: Config) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&config.data_dir)
-        .with_context(|| format!("cannot create data dir {} (set --data-dir to a writable directory)", config.data_dir.display()))?;
+    std::fs::create_dir_all(&config.data_dir).with_context(|| {
+        format!(
+            "cannot create data dir {} (set --data-dir to a writable directory)",
+            config.data_dir.display()
+        )
+    })?;
 
     let started = now_ms();
     let paths = host::HostPaths::default();
     let node = host::node_identity(&paths, started);
     let console = if server::console::is_built() {
-        ComponentHealth { name: "console".into(), status: ComponentStatus::Up, detail: None }
+        ComponentHealth {
+            name: "console".into(),
+            status: ComponentStatus::Up,
+            detail: None,
+        }
     } else {
         ComponentHealth {
             name: "console".into(),
@@ -96,13 +109,21 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         config.thresholds.clone(),
         vec![console],
     ));
-    let sources: Vec<Box<dyn pipeline::MetricsSource>> = vec![Box::new(host::HostSource::new(paths))];
+    let sources: Vec<Box<dyn pipeline::MetricsSource>> =
+        vec![Box::new(host::HostSource::new(paths))];
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
-        .with_context(|| format!("cannot listen on {} (in use? pass --listen ADDR)", config.listen))?;
-    let local = listener.local_addr().context("listening socket has no address")?;
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (in use? pass --listen ADDR)",
+                config.listen
+            )
+        })?;
+    let local = listener
+        .local_addr()
+        .context("listening socket has no address")?;
     if !local.ip().is_loopback() {
         tracing::warn!("listening on {local}, reachable from other machines: anyone with the token can use the console");
     }
@@ -130,13 +151,28 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 }
 
 fn announce(config: &Config, local: SocketAddr) {
-    let host = if local.ip().is_unspecified() { "127.0.0.1".to_string() } else { local.ip().to_string() };
-    let host = if local.is_ipv6() && !local.ip().is_unspecified() { format!("[{host}]") } else { host };
+    let host = if local.ip().is_unspecified() {
+        "127.0.0.1".to_string()
+    } else {
+        local.ip().to_string()
+    };
+    let host = if local.is_ipv6() && !local.ip().is_unspecified() {
+        format!("[{host}]")
+    } else {
+        host
+    };
     let base = format!("http://{host}:{}", local.port());
     match config.token_origin {
-        TokenOrigin::Generated => println!("ringsided listening on {base}\nconsole: {base}/?token={}", config.token),
-        TokenOrigin::Environment => println!("ringsided listening on {base}\nconsole: {base}/?token=$RINGSIDE_TOKEN"),
-        TokenOrigin::File => println!("ringsided listening on {base}\nconsole: {base}/?token=<contents of the token file>"),
+        TokenOrigin::Generated => println!(
+            "ringsided listening on {base}\nconsole: {base}/?token={}",
+            config.token
+        ),
+        TokenOrigin::Environment => {
+            println!("ringsided listening on {base}\nconsole: {base}/?token=$RINGSIDE_TOKEN")
+        }
+        TokenOrigin::File => println!(
+            "ringsided listening on {base}\nconsole: {base}/?token=<contents of the token file>"
+        ),
     }
 }
 

@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use ringside_shared::{
-    Alert, ComponentHealth, ComponentStatus, HistoryPoint, HostMetrics, NodeIdentity, RingKernelMetrics,
-    SchedulerTelemetry, ServerMessage, Snapshot, Update, WindowAggregates, PROTOCOL_VERSION,
+    Alert, ComponentHealth, ComponentStatus, HistoryPoint, HostMetrics, NodeIdentity,
+    RingKernelMetrics, SchedulerTelemetry, ServerMessage, Snapshot, Update, WindowAggregates,
+    PROTOCOL_VERSION,
 };
 use tokio::sync::broadcast;
 
@@ -65,7 +66,9 @@ pub fn encode(message: &ServerMessage) -> Frame {
         Ok(text) => text.into(),
         Err(e) => {
             tracing::error!("cannot serialise a server message: {e}");
-            Arc::from(r#"{"type":"error","code":"invalid_command","message":"server could not encode a message"}"#)
+            Arc::from(
+                r#"{"type":"error","code":"invalid_command","message":"server could not encode a message"}"#,
+            )
         }
     }
 }
@@ -95,7 +98,10 @@ impl NodeState {
                 host: None,
                 scheduler: None,
                 kernels: Vec::new(),
-                window: WindowAggregates { window_ms, ..WindowAggregates::default() },
+                window: WindowAggregates {
+                    window_ms,
+                    ..WindowAggregates::default()
+                },
                 history: HistoryRing::new(history_len),
                 counters: HistoryRing::new(counters_len),
             }),
@@ -124,7 +130,13 @@ impl NodeState {
     }
 
     /// Folds one collection tick in: history, window, alerts; then tells every client.
-    pub fn apply_tick(&self, sample: Sample, components: Vec<ComponentHealth>, failures: &[(String, String)], took: Duration) {
+    pub fn apply_tick(
+        &self,
+        sample: Sample,
+        components: Vec<ComponentHealth>,
+        failures: &[(String, String)],
+        took: Duration,
+    ) {
         let point = pipeline::history_point(&sample);
         let update = {
             let mut latest = self.latest.write().unwrap_or_else(|e| e.into_inner());
@@ -151,15 +163,26 @@ impl NodeState {
             }
         };
         let found = alerts::conditions(&self.thresholds, &sample, &update.window, failures);
-        let changes = self.alerts.lock().unwrap_or_else(|e| e.into_inner()).apply(found, sample.taken_at_ms);
+        let changes = self
+            .alerts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .apply(found, sample.taken_at_ms);
         self.stats.ticks_total.fetch_add(1, Ordering::Relaxed);
-        self.stats.last_collect_ns.store(took.as_nanos() as u64, Ordering::Relaxed);
+        self.stats
+            .last_collect_ns
+            .store(took.as_nanos() as u64, Ordering::Relaxed);
 
         self.broadcast(&ServerMessage::Update(Box::new(update)));
         for change in changes {
             let message = match change {
                 AlertChange::Raised(alert) => {
-                    tracing::warn!(id = alert.id, severity = alert.severity.as_str(), "alert raised: {}", alert.message);
+                    tracing::warn!(
+                        id = alert.id,
+                        severity = alert.severity.as_str(),
+                        "alert raised: {}",
+                        alert.message
+                    );
                     ServerMessage::AlertRaised { alert }
                 }
                 AlertChange::Updated(alert) => ServerMessage::AlertUpdated { alert },
@@ -176,7 +199,11 @@ impl NodeState {
     }
 
     fn with_fixed(&self, components: &[ComponentHealth]) -> Vec<ComponentHealth> {
-        components.iter().chain(self.fixed_components.iter()).cloned().collect()
+        components
+            .iter()
+            .chain(self.fixed_components.iter())
+            .cloned()
+            .collect()
     }
 
     /// Components and their health; before the first tick only the fixed ones are known.
@@ -213,16 +240,35 @@ impl NodeState {
     }
 
     pub fn active_alerts(&self) -> Vec<Alert> {
-        self.alerts.lock().unwrap_or_else(|e| e.into_inner()).active().cloned().collect()
+        self.alerts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .active()
+            .cloned()
+            .collect()
     }
 
     /// Acknowledges an alert and tells every client.
-    pub fn acknowledge(&self, id: u64, by: String, note: Option<String>) -> Result<Alert, AckError> {
-        let (alert, changed) =
-            self.alerts.lock().unwrap_or_else(|e| e.into_inner()).acknowledge(id, by, note, crate::now_ms())?;
+    pub fn acknowledge(
+        &self,
+        id: u64,
+        by: String,
+        note: Option<String>,
+    ) -> Result<Alert, AckError> {
+        let (alert, changed) = self
+            .alerts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .acknowledge(id, by, note, crate::now_ms())?;
         if changed {
-            tracing::info!(id, by = alert.acknowledgement.as_ref().map(|a| a.by.as_str()), "alert acknowledged");
-            self.broadcast(&ServerMessage::AlertUpdated { alert: alert.clone() });
+            tracing::info!(
+                id,
+                by = alert.acknowledgement.as_ref().map(|a| a.by.as_str()),
+                "alert acknowledged"
+            );
+            self.broadcast(&ServerMessage::AlertUpdated {
+                alert: alert.clone(),
+            });
         }
         Ok(alert)
     }

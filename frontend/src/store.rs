@@ -3,19 +3,27 @@
 
 use leptos::prelude::*;
 use ringside_shared::{
-    Alert, ComponentHealth, HistoryPoint, HostMetrics, NodeIdentity, RingKernelMetrics, SchedulerTelemetry,
-    ServerMessage, WindowAggregates,
+    Alert, ComponentHealth, HistoryPoint, HostMetrics, NodeIdentity, RingKernelMetrics,
+    SchedulerTelemetry, ServerMessage, WindowAggregates,
 };
+// Named apart from leptos' `Update` trait, which the prelude brings in.
+use ringside_shared::Update as Tick;
 
 /// Points kept for the charts when the server sends fewer.
 const MIN_HISTORY: usize = 600;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Connection {
-    Connecting { attempt: u32 },
+    Connecting {
+        attempt: u32,
+    },
     Live,
     /// Lost; the next attempt starts in `retry_in_s` seconds.
-    Waiting { attempt: u32, retry_in_s: u32, why: String },
+    Waiting {
+        attempt: u32,
+        retry_in_s: u32,
+        why: String,
+    },
 }
 
 #[derive(Clone, Copy)]
@@ -69,27 +77,26 @@ impl Store {
                 let snapshot = *snapshot;
                 self.node.set(Some(snapshot.node));
                 self.interval_ms.set(snapshot.interval_ms);
-                self.seq.set(snapshot.seq);
-                self.server_time_ms.set(snapshot.taken_at_ms);
-                self.components.set(snapshot.components);
-                self.host.set(snapshot.host);
-                self.scheduler.set(snapshot.scheduler);
-                self.kernels.set(snapshot.kernels);
-                self.window.set(snapshot.window);
-                self.history_cap.set(snapshot.history.len().max(MIN_HISTORY));
+                self.set_tick(Tick {
+                    seq: snapshot.seq,
+                    taken_at_ms: snapshot.taken_at_ms,
+                    components: snapshot.components,
+                    host: snapshot.host,
+                    scheduler: snapshot.scheduler,
+                    kernels: snapshot.kernels,
+                    window: snapshot.window,
+                    point: None,
+                });
+                self.history_cap
+                    .set(snapshot.history.len().max(MIN_HISTORY));
                 self.history.set(snapshot.history);
                 self.alerts.set(snapshot.alerts);
             }
             ServerMessage::Update(update) => {
-                let update = *update;
-                self.seq.set(update.seq);
-                self.server_time_ms.set(update.taken_at_ms);
-                self.components.set(update.components);
-                self.host.set(update.host);
-                self.scheduler.set(update.scheduler);
-                self.kernels.set(update.kernels);
-                self.window.set(update.window);
-                if let Some(point) = update.point {
+                let mut update = *update;
+                let point = update.point.take();
+                self.set_tick(update);
+                if let Some(point) = point {
                     let cap = self.history_cap.get_untracked();
                     self.history.update(|history| {
                         if history.last().is_some_and(|last| last.t_ms >= point.t_ms) {
@@ -115,9 +122,25 @@ impl Store {
             }
             ServerMessage::Pong { server_time_ms, .. } => self.server_time_ms.set(server_time_ms),
             ServerMessage::Error { code, message } => {
-                self.server_error.set(Some(format!("{}: {message}", serde_json::to_string(&code).unwrap_or_default().trim_matches('"'))));
+                self.server_error.set(Some(format!(
+                    "{}: {message}",
+                    serde_json::to_string(&code)
+                        .unwrap_or_default()
+                        .trim_matches('"')
+                )));
             }
         }
+    }
+
+    /// The per-tick values, which a snapshot and an update both carry.
+    fn set_tick(&self, tick: Tick) {
+        self.seq.set(tick.seq);
+        self.server_time_ms.set(tick.taken_at_ms);
+        self.components.set(tick.components);
+        self.host.set(tick.host);
+        self.scheduler.set(tick.scheduler);
+        self.kernels.set(tick.kernels);
+        self.window.set(tick.window);
     }
 
     /// Replaces the alert with the same id, or adds it; keeps active alerts first.
@@ -130,7 +153,11 @@ impl Store {
             alerts.sort_by(|a, b| {
                 b.is_active()
                     .cmp(&a.is_active())
-                    .then(if a.is_active() { b.severity.cmp(&a.severity) } else { std::cmp::Ordering::Equal })
+                    .then(if a.is_active() {
+                        b.severity.cmp(&a.severity)
+                    } else {
+                        std::cmp::Ordering::Equal
+                    })
                     .then(b.updated_at_ms.cmp(&a.updated_at_ms))
                     .then(b.id.cmp(&a.id))
             });

@@ -29,9 +29,15 @@ pub enum ServerMessage {
     Hello(Hello),
     Snapshot(Box<Snapshot>),
     Update(Box<Update>),
-    AlertRaised { alert: Alert },
-    AlertUpdated { alert: Alert },
-    AlertResolved { alert: Alert },
+    AlertRaised {
+        alert: Alert,
+    },
+    AlertUpdated {
+        alert: Alert,
+    },
+    AlertResolved {
+        alert: Alert,
+    },
     KernelStateChanged(KernelStateChange),
     Pong {
         nonce: Option<u64>,
@@ -120,11 +126,17 @@ pub struct CommandError {
 
 impl CommandError {
     fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        CommandError { code, message: message.into() }
+        CommandError {
+            code,
+            message: message.into(),
+        }
     }
 
     pub fn into_message(self) -> ServerMessage {
-        ServerMessage::Error { code: self.code, message: self.message }
+        ServerMessage::Error {
+            code: self.code,
+            message: self.message,
+        }
     }
 }
 
@@ -137,40 +149,68 @@ impl ClientCommand {
         if text.len() > MAX_COMMAND_BYTES {
             return Err(CommandError::new(
                 ErrorCode::MessageTooLarge,
-                format!("command is {} bytes; the limit is {MAX_COMMAND_BYTES}", text.len()),
+                format!(
+                    "command is {} bytes; the limit is {MAX_COMMAND_BYTES}",
+                    text.len()
+                ),
             ));
         }
-        let value: serde_json::Value = serde_json::from_str(text)
-            .map_err(|e| CommandError::new(ErrorCode::MalformedJson, format!("not valid JSON: {e}")))?;
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+            CommandError::new(ErrorCode::MalformedJson, format!("not valid JSON: {e}"))
+        })?;
         let Some(object) = value.as_object() else {
-            return Err(CommandError::new(ErrorCode::MalformedJson, "a command must be a JSON object"));
+            return Err(CommandError::new(
+                ErrorCode::MalformedJson,
+                "a command must be a JSON object",
+            ));
         };
         let kind = match object.get("type") {
             Some(serde_json::Value::String(kind)) => kind.clone(),
-            Some(_) => return Err(CommandError::new(ErrorCode::MissingType, "field `type` must be a string")),
-            None => return Err(CommandError::new(ErrorCode::MissingType, "field `type` is missing")),
+            Some(_) => {
+                return Err(CommandError::new(
+                    ErrorCode::MissingType,
+                    "field `type` must be a string",
+                ))
+            }
+            None => {
+                return Err(CommandError::new(
+                    ErrorCode::MissingType,
+                    "field `type` is missing",
+                ))
+            }
         };
         if !Self::TYPES.contains(&kind.as_str()) {
             return Err(CommandError::new(
                 ErrorCode::UnknownCommand,
-                format!("unknown command `{}`; known commands: {}", truncate(&kind, 64), Self::TYPES.join(", ")),
+                format!(
+                    "unknown command `{}`; known commands: {}",
+                    truncate(&kind, 64),
+                    Self::TYPES.join(", ")
+                ),
             ));
         }
-        let command: ClientCommand = serde_json::from_value(value)
-            .map_err(|e| CommandError::new(ErrorCode::InvalidCommand, format!("invalid `{kind}`: {e}")))?;
+        let command: ClientCommand = serde_json::from_value(value).map_err(|e| {
+            CommandError::new(ErrorCode::InvalidCommand, format!("invalid `{kind}`: {e}"))
+        })?;
         command.validate()?;
         Ok(command)
     }
 
     fn validate(&self) -> Result<(), CommandError> {
         if let ClientCommand::AckAlert { note, by, .. } = self {
-            if note.as_ref().is_some_and(|n| n.chars().count() > MAX_NOTE_CHARS) {
+            if note
+                .as_ref()
+                .is_some_and(|n| n.chars().count() > MAX_NOTE_CHARS)
+            {
                 return Err(CommandError::new(
                     ErrorCode::InvalidCommand,
                     format!("invalid `ack_alert`: note is longer than {MAX_NOTE_CHARS} characters"),
                 ));
             }
-            if by.as_ref().is_some_and(|b| b.chars().count() > MAX_BY_CHARS) {
+            if by
+                .as_ref()
+                .is_some_and(|b| b.chars().count() > MAX_BY_CHARS)
+            {
                 return Err(CommandError::new(
                     ErrorCode::InvalidCommand,
                     format!("invalid `ack_alert`: by is longer than {MAX_BY_CHARS} characters"),

@@ -44,7 +44,12 @@ fn host() -> HostMetrics {
             memory_full_avg10: 0.0,
             io_some_avg10: 0.0,
         }),
-        numa: vec![NumaNodeMetrics { node: 0, cpus: vec![0, 1], mem_total_bytes: 24 << 30, mem_free_bytes: 20 << 30 }],
+        numa: vec![NumaNodeMetrics {
+            node: 0,
+            cpus: vec![0, 1],
+            mem_total_bytes: 24 << 30,
+            mem_free_bytes: 20 << 30,
+        }],
         uptime_s: 1234.5,
         procs_running: 1,
         procs_blocked: 0,
@@ -64,7 +69,11 @@ fn alert() -> Alert {
         raised_at_ms: 1,
         updated_at_ms: 2,
         resolved_at_ms: None,
-        acknowledgement: Some(Acknowledgement { by: "ana".into(), at_ms: 3, note: Some("looking".into()) }),
+        acknowledgement: Some(Acknowledgement {
+            by: "ana".into(),
+            at_ms: 3,
+            note: Some("looking".into()),
+        }),
     }
 }
 
@@ -96,15 +105,31 @@ pub(crate) fn snapshot() -> Snapshot {
         taken_at_ms: 1_700_000_003_000,
         interval_ms: 1000,
         node: node(),
-        components: vec![ComponentHealth { name: "host".into(), status: ComponentStatus::Up, detail: None }],
+        components: vec![ComponentHealth {
+            name: "host".into(),
+            status: ComponentStatus::Up,
+            detail: None,
+        }],
         host: Some(host()),
         scheduler: Some(SchedulerTelemetry {
             total_tracked_tasks: 10,
             ml_tasks: 4,
             decisions_made: 12,
             phase_transitions: 30,
-            phase_distribution: PhaseValues { data_loading: 1, gpu_compute: 2, nccl_collective: 0, optimizer_step: 1, unknown: 0 },
-            phase_time_pct: PhaseValues { data_loading: 25.0, gpu_compute: 50.0, nccl_collective: 0.0, optimizer_step: 25.0, unknown: 0.0 },
+            phase_distribution: PhaseValues {
+                data_loading: 1,
+                gpu_compute: 2,
+                nccl_collective: 0,
+                optimizer_step: 1,
+                unknown: 0,
+            },
+            phase_time_pct: PhaseValues {
+                data_loading: 25.0,
+                gpu_compute: 50.0,
+                nccl_collective: 0.0,
+                optimizer_step: 25.0,
+                unknown: 0.0,
+            },
             numa_nodes: 1,
             total_cpus: 2,
         }),
@@ -126,14 +151,23 @@ pub(crate) fn snapshot() -> Snapshot {
             scheduler: None,
         },
         alerts: vec![alert()],
-        history: vec![HistoryPoint { t_ms: 1, cpu_pct: 1.0, iowait_pct: 0.0, mem_used_pct: 16.0, load1: 0.3 }],
+        history: vec![HistoryPoint {
+            t_ms: 1,
+            cpu_pct: 1.0,
+            iowait_pct: 0.0,
+            mem_used_pct: 16.0,
+            load1: 0.3,
+        }],
     }
 }
 
 fn round_trip(message: ServerMessage) {
     let text = serde_json::to_string(&message).expect("serialise");
     let value: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
-    assert!(value["type"].is_string(), "every frame carries a type: {text}");
+    assert!(
+        value["type"].is_string(),
+        "every frame carries a type: {text}"
+    );
     let back: ServerMessage = serde_json::from_str(&text).expect("deserialise");
     assert_eq!(back, message);
 }
@@ -159,7 +193,12 @@ fn every_server_message_round_trips() {
     })));
     round_trip(ServerMessage::AlertRaised { alert: alert() });
     round_trip(ServerMessage::AlertUpdated { alert: alert() });
-    round_trip(ServerMessage::AlertResolved { alert: Alert { resolved_at_ms: Some(10), ..alert() } });
+    round_trip(ServerMessage::AlertResolved {
+        alert: Alert {
+            resolved_at_ms: Some(10),
+            ..alert()
+        },
+    });
     round_trip(ServerMessage::KernelStateChanged(KernelStateChange {
         kernel_id: "echo0".into(),
         from: KernelState::Active,
@@ -167,8 +206,14 @@ fn every_server_message_round_trips() {
         at_ms: 11,
         reason: Some("device stopped answering".into()),
     }));
-    round_trip(ServerMessage::Pong { nonce: Some(1), server_time_ms: 12 });
-    round_trip(ServerMessage::Error { code: ErrorCode::UnknownCommand, message: "x".into() });
+    round_trip(ServerMessage::Pong {
+        nonce: Some(1),
+        server_time_ms: 12,
+    });
+    round_trip(ServerMessage::Error {
+        code: ErrorCode::UnknownCommand,
+        message: "x".into(),
+    });
 }
 
 #[test]
@@ -176,17 +221,34 @@ fn wire_names_are_the_documented_ones() {
     let value = serde_json::to_value(ServerMessage::Snapshot(Box::new(snapshot()))).unwrap();
     assert_eq!(value["type"], "snapshot");
     let scheduler = &value["scheduler"];
-    for field in ["total_tracked_tasks", "ml_tasks", "decisions_made", "phase_transitions", "numa_nodes", "total_cpus"] {
+    for field in [
+        "total_tracked_tasks",
+        "ml_tasks",
+        "decisions_made",
+        "phase_transitions",
+        "numa_nodes",
+        "total_cpus",
+    ] {
         assert!(scheduler.get(field).is_some(), "scheduler field {field}");
     }
     for phase in Phase::ALL {
-        assert!(scheduler["phase_distribution"].get(phase.as_str()).is_some());
+        assert!(scheduler["phase_distribution"]
+            .get(phase.as_str())
+            .is_some());
         assert!(scheduler["phase_time_pct"].get(phase.as_str()).is_some());
     }
     let kernel = &value["kernels"][0];
     for field in [
-        "messages_processed", "messages_dropped", "total_latency_ns", "min_latency_ns", "max_latency_ns",
-        "input_queue_depth", "output_queue_depth", "last_error", "gpu_memory_used", "drop_rate",
+        "messages_processed",
+        "messages_dropped",
+        "total_latency_ns",
+        "min_latency_ns",
+        "max_latency_ns",
+        "input_queue_depth",
+        "output_queue_depth",
+        "last_error",
+        "gpu_memory_used",
+        "drop_rate",
     ] {
         assert!(kernel.get(field).is_some(), "kernel field {field}");
     }
@@ -200,10 +262,20 @@ fn wire_names_are_the_documented_ones() {
 fn commands_parse() {
     assert_eq!(
         ClientCommand::parse(r#"{"type":"ack_alert","id":3,"note":"on it"}"#).unwrap(),
-        ClientCommand::AckAlert { id: 3, note: Some("on it".into()), by: None }
+        ClientCommand::AckAlert {
+            id: 3,
+            note: Some("on it".into()),
+            by: None
+        }
     );
-    assert_eq!(ClientCommand::parse(r#"{"type":"ping"}"#).unwrap(), ClientCommand::Ping { nonce: None });
-    assert_eq!(ClientCommand::parse(r#"{"type":"ping","nonce":9}"#).unwrap(), ClientCommand::Ping { nonce: Some(9) });
+    assert_eq!(
+        ClientCommand::parse(r#"{"type":"ping"}"#).unwrap(),
+        ClientCommand::Ping { nonce: None }
+    );
+    assert_eq!(
+        ClientCommand::parse(r#"{"type":"ping","nonce":9}"#).unwrap(),
+        ClientCommand::Ping { nonce: Some(9) }
+    );
 }
 
 #[test]
@@ -215,23 +287,51 @@ fn bad_commands_say_what_is_wrong() {
     assert_eq!(code(r#"{"type":5}"#), ErrorCode::MissingType);
     assert_eq!(code(r#"{"type":"reboot"}"#), ErrorCode::UnknownCommand);
     assert_eq!(code(r#"{"type":"ack_alert"}"#), ErrorCode::InvalidCommand);
-    assert_eq!(code(r#"{"type":"ack_alert","id":"x"}"#), ErrorCode::InvalidCommand);
-    assert_eq!(code(r#"{"type":"ack_alert","id":1,"colour":"red"}"#), ErrorCode::InvalidCommand);
-    let long_note = json!({"type": "ack_alert", "id": 1, "note": "n".repeat(protocol::MAX_NOTE_CHARS + 1)});
+    assert_eq!(
+        code(r#"{"type":"ack_alert","id":"x"}"#),
+        ErrorCode::InvalidCommand
+    );
+    assert_eq!(
+        code(r#"{"type":"ack_alert","id":1,"colour":"red"}"#),
+        ErrorCode::InvalidCommand
+    );
+    let long_note =
+        json!({"type": "ack_alert", "id": 1, "note": "n".repeat(protocol::MAX_NOTE_CHARS + 1)});
     assert_eq!(code(&long_note.to_string()), ErrorCode::InvalidCommand);
-    let huge = format!(r#"{{"type":"ping","pad":"{}"}}"#, "x".repeat(protocol::MAX_COMMAND_BYTES));
+    let huge = format!(
+        r#"{{"type":"ping","pad":"{}"}}"#,
+        "x".repeat(protocol::MAX_COMMAND_BYTES)
+    );
     assert_eq!(code(&huge), ErrorCode::MessageTooLarge);
     let unknown = ClientCommand::parse(r#"{"type":"reboot"}"#).unwrap_err();
-    assert!(unknown.message.contains("reboot") && unknown.message.contains("ack_alert"), "{}", unknown.message);
+    assert!(
+        unknown.message.contains("reboot") && unknown.message.contains("ack_alert"),
+        "{}",
+        unknown.message
+    );
 }
 
 #[test]
 fn schema_describes_the_snapshot() {
     let schema = snapshot_schema();
     let properties = schema["properties"].as_object().expect("object schema");
-    for field in ["node", "host", "scheduler", "kernels", "alerts", "history", "window", "components"] {
+    for field in [
+        "node",
+        "host",
+        "scheduler",
+        "kernels",
+        "alerts",
+        "history",
+        "window",
+        "components",
+    ] {
         assert!(properties.contains_key(field), "schema lacks {field}");
     }
-    let required: Vec<&str> = schema["required"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
     assert!(required.contains(&"node") && required.contains(&"alerts"));
 }

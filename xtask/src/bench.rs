@@ -20,37 +20,47 @@ impl Drop for Daemon {
     }
 }
 
-fn clock_ticks_per_s() -> f64 {
-    // USER_HZ is 100 on every Linux architecture we build for.
-    100.0
-}
-
-/// (utime + stime in ticks, VmRSS in KiB)
+/// (CPU time of all the daemon's threads in ns, VmRSS in KiB). `schedstat` counts in
+/// nanoseconds, where `stat`'s utime/stime count in 10 ms ticks, too coarse for an idle daemon.
 fn usage(pid: u32) -> Result<(u64, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).context("daemon exited")?;
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let rest = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = fields.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-        + fields.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let mut cpu_ns = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .context("daemon exited")?
+        .flatten()
+    {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) {
+            cpu_ns += text
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).context("daemon exited")?;
     let rss = status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0);
-    Ok((ticks, rss))
+    Ok((cpu_ns, rss))
 }
 
 fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 fn measure(root: &Path, interval_ms: u64, seconds: u64) -> Result<(f64, u64)> {
     let port = free_port()?;
     let data = std::env::temp_dir().join(format!("ringside-bench-{port}"));
     let child = Command::new(root.join("target/release/ringsided"))
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--interval-ms", &interval_ms.to_string()])
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--interval-ms",
+            &interval_ms.to_string(),
+        ])
         .arg("--data-dir")
         .arg(&data)
         .env("RINGSIDE_TOKEN", "bench-token-0123456789")
@@ -70,14 +80,17 @@ fn measure(root: &Path, interval_ms: u64, seconds: u64) -> Result<(f64, u64)> {
         peak_rss = peak_rss.max(usage(pid)?.1);
     }
     let (t1, _) = usage(pid)?;
-    let cpu_pct = (t1 - t0) as f64 / clock_ticks_per_s() / started.elapsed().as_secs_f64() * 100.0;
+    let cpu_pct = t1.saturating_sub(t0) as f64 / 1e9 / started.elapsed().as_secs_f64() * 100.0;
     drop(daemon);
     let _ = std::fs::remove_dir_all(&data);
     Ok((cpu_pct, peak_rss))
 }
 
 pub fn run(root: &Path) -> Result<()> {
-    let seconds: u64 = std::env::var("RINGSIDE_BENCH_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
+    let seconds: u64 = std::env::var("RINGSIDE_BENCH_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
     if seconds == 0 {
         bail!("RINGSIDE_BENCH_SECONDS must be at least 1");
     }
@@ -86,7 +99,10 @@ pub fn run(root: &Path) -> Result<()> {
     let (cpu_fast, rss_fast) = measure(root, 100, seconds)?;
     println!("| interval | CPU (% of one core) | peak RSS |");
     println!("|---|---|---|");
-    println!("| 1000 ms (default) | {cpu_default:.3} | {} KiB |", rss_default);
+    println!(
+        "| 1000 ms (default) | {cpu_default:.3} | {} KiB |",
+        rss_default
+    );
     println!("| 100 ms | {cpu_fast:.3} | {} KiB |", rss_fast);
     if cpu_default > 0.0 {
         println!("CPU ratio 100 ms / 1000 ms: {:.1}x", cpu_fast / cpu_default);

@@ -30,12 +30,21 @@ pub struct SnapshotQuery {
     download: Option<String>,
 }
 
-pub async fn snapshot(State(app): State<SharedApp>, Query(query): Query<SnapshotQuery>) -> Response {
+pub async fn snapshot(
+    State(app): State<SharedApp>,
+    Query(query): Query<SnapshotQuery>,
+) -> Response {
     let snapshot = app.state.snapshot();
     let download = matches!(query.download.as_deref(), Some("1" | "true" | "yes"));
     let body = match serde_json::to_vec_pretty(&snapshot) {
         Ok(body) => body,
-        Err(e) => return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the snapshot: {e}")).into_response(),
+        Err(e) => {
+            return ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot encode the snapshot: {e}"),
+            )
+            .into_response()
+        }
     };
     let mut response = ([(header::CONTENT_TYPE, "application/json")], body).into_response();
     if download {
@@ -45,7 +54,9 @@ pub async fn snapshot(State(app): State<SharedApp>, Query(query): Query<Snapshot
             crate::utc_compact(snapshot.taken_at_ms)
         );
         if let Ok(value) = HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
-            response.headers_mut().insert(header::CONTENT_DISPOSITION, value);
+            response
+                .headers_mut()
+                .insert(header::CONTENT_DISPOSITION, value);
         }
     }
     response
@@ -53,7 +64,15 @@ pub async fn snapshot(State(app): State<SharedApp>, Query(query): Query<Snapshot
 
 /// Keeps letters, digits, `-`, `_` and `.`; anything else in a hostname becomes `_`.
 fn file_name_safe(name: &str) -> String {
-    name.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 pub async fn schema() -> Json<serde_json::Value> {
@@ -78,22 +97,46 @@ pub async fn acknowledge(
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     body: Bytes,
 ) -> Result<Json<ringside_shared::Alert>, ApiError> {
-    let id: u64 = id
-        .parse()
-        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, format!("alert id must be a number, got {id:?}")))?;
+    let id: u64 = id.parse().map_err(|_| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("alert id must be a number, got {id:?}"),
+        )
+    })?;
     let body: AckBody = if body.iter().all(u8::is_ascii_whitespace) {
         AckBody::default()
     } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("body must be JSON like {{\"note\": \"...\"}}: {e}")))?
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("body must be JSON like {{\"note\": \"...\"}}: {e}"),
+            )
+        })?
     };
-    if body.note.as_ref().is_some_and(|n| n.chars().count() > MAX_NOTE_CHARS) {
-        return Err(ApiError::new(StatusCode::BAD_REQUEST, format!("note is longer than {MAX_NOTE_CHARS} characters")));
+    if body
+        .note
+        .as_ref()
+        .is_some_and(|n| n.chars().count() > MAX_NOTE_CHARS)
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("note is longer than {MAX_NOTE_CHARS} characters"),
+        ));
     }
-    if body.by.as_ref().is_some_and(|b| b.chars().count() > MAX_BY_CHARS) {
-        return Err(ApiError::new(StatusCode::BAD_REQUEST, format!("by is longer than {MAX_BY_CHARS} characters")));
+    if body
+        .by
+        .as_ref()
+        .is_some_and(|b| b.chars().count() > MAX_BY_CHARS)
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("by is longer than {MAX_BY_CHARS} characters"),
+        ));
     }
-    let by = body.by.filter(|b| !b.trim().is_empty()).unwrap_or_else(|| format!("api {}", peer.ip()));
+    let by = body
+        .by
+        .filter(|b| !b.trim().is_empty())
+        .unwrap_or_else(|| format!("api {}", peer.ip()));
     app.state
         .acknowledge(id, by, body.note)
         .map(Json)
@@ -102,7 +145,10 @@ pub async fn acknowledge(
 
 pub async fn metrics(State(app): State<SharedApp>) -> Response {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         crate::prometheus::render(&app.state),
     )
         .into_response()

@@ -40,13 +40,19 @@ fn cookie(headers: &HeaderMap) -> Option<&str> {
 }
 
 pub fn is_authorised(headers: &HeaderMap, token: &str) -> bool {
-    [bearer(headers), cookie(headers)].into_iter().flatten().any(|given| same_secret(given.as_bytes(), token.as_bytes()))
+    [bearer(headers), cookie(headers)]
+        .into_iter()
+        .flatten()
+        .any(|given| same_secret(given.as_bytes(), token.as_bytes()))
 }
 
 pub fn session_cookie(token: &str) -> HeaderValue {
-    let cookie = format!("{COOKIE_NAME}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={COOKIE_MAX_AGE_S}");
+    let cookie = format!(
+        "{COOKIE_NAME}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={COOKIE_MAX_AGE_S}"
+    );
     // The token is checked to be printable ASCII without separators at start-up.
-    HeaderValue::from_str(&cookie).unwrap_or_else(|_| HeaderValue::from_static("ringside_token=invalid; Path=/"))
+    HeaderValue::from_str(&cookie)
+        .unwrap_or_else(|_| HeaderValue::from_static("ringside_token=invalid; Path=/"))
 }
 
 pub async fn require_token(State(app): State<SharedApp>, request: Request, next: Next) -> Response {
@@ -54,14 +60,20 @@ pub async fn require_token(State(app): State<SharedApp>, request: Request, next:
         return next.run(request).await;
     }
     if request.uri().path() == "/ws" {
-        app.state.stats.ws_refused_total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        app.state
+            .stats
+            .ws_refused_total
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     let mut response = ApiError::new(
         StatusCode::UNAUTHORIZED,
         "missing or wrong token: send `Authorization: Bearer <token>`, or open the console URL that ringsided printed",
     )
     .into_response();
-    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"ringside\""));
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"ringside\""),
+    );
     response
 }
 
@@ -69,13 +81,21 @@ pub async fn require_token(State(app): State<SharedApp>, request: Request, next:
 /// and port as the request's `Host`), or one listed in `allowed_origins`. Clients that send no
 /// `Origin` (not browsers) are let through: they still need the token.
 pub fn origin_allowed(headers: &HeaderMap, allowed: &[String]) -> bool {
-    let Some(origin) = headers.get(header::ORIGIN) else { return true };
-    let Ok(origin) = origin.to_str() else { return false };
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let Ok(origin) = origin.to_str() else {
+        return false;
+    };
     if allowed.iter().any(|a| a.eq_ignore_ascii_case(origin)) {
         return true;
     }
-    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else { return false };
-    let origin_host = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    let origin_host = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
     origin_host.is_some_and(|h| h.eq_ignore_ascii_case(host))
 }
 
@@ -103,24 +123,50 @@ mod tests {
     #[test]
     fn token_from_bearer_or_cookie() {
         let token = "0123456789abcdef";
-        assert!(is_authorised(&headers(&[(header::AUTHORIZATION, "Bearer 0123456789abcdef")]), token));
-        assert!(is_authorised(&headers(&[(header::AUTHORIZATION, "bearer 0123456789abcdef")]), token));
-        assert!(is_authorised(&headers(&[(header::COOKIE, "a=b; ringside_token=0123456789abcdef")]), token));
-        assert!(!is_authorised(&headers(&[(header::COOKIE, "ringside_tokenx=0123456789abcdef")]), token));
-        assert!(!is_authorised(&headers(&[(header::AUTHORIZATION, "Basic 0123456789abcdef")]), token));
-        assert!(!is_authorised(&headers(&[(header::AUTHORIZATION, "Bearer wrong")]), token));
+        assert!(is_authorised(
+            &headers(&[(header::AUTHORIZATION, "Bearer 0123456789abcdef")]),
+            token
+        ));
+        assert!(is_authorised(
+            &headers(&[(header::AUTHORIZATION, "bearer 0123456789abcdef")]),
+            token
+        ));
+        assert!(is_authorised(
+            &headers(&[(header::COOKIE, "a=b; ringside_token=0123456789abcdef")]),
+            token
+        ));
+        assert!(!is_authorised(
+            &headers(&[(header::COOKIE, "ringside_tokenx=0123456789abcdef")]),
+            token
+        ));
+        assert!(!is_authorised(
+            &headers(&[(header::AUTHORIZATION, "Basic 0123456789abcdef")]),
+            token
+        ));
+        assert!(!is_authorised(
+            &headers(&[(header::AUTHORIZATION, "Bearer wrong")]),
+            token
+        ));
         assert!(!is_authorised(&HeaderMap::new(), token));
     }
 
     #[test]
     fn origins() {
         let allowed = vec!["https://console.example".to_string()];
-        let check = |origin: &str| origin_allowed(&headers(&[(header::HOST, "127.0.0.1:9650"), (header::ORIGIN, origin)]), &allowed);
+        let check = |origin: &str| {
+            origin_allowed(
+                &headers(&[(header::HOST, "127.0.0.1:9650"), (header::ORIGIN, origin)]),
+                &allowed,
+            )
+        };
         assert!(check("http://127.0.0.1:9650"));
         assert!(check("https://console.example"));
         assert!(!check("http://evil.example"));
         assert!(!check("http://127.0.0.1:9651"));
         assert!(!check("null"));
-        assert!(origin_allowed(&headers(&[(header::HOST, "127.0.0.1:9650")]), &allowed));
+        assert!(origin_allowed(
+            &headers(&[(header::HOST, "127.0.0.1:9650")]),
+            &allowed
+        ));
     }
 }

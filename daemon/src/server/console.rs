@@ -29,12 +29,18 @@ fn find(path: &str) -> Option<&'static Asset> {
 
 fn serve(asset: &Asset, request_headers: &HeaderMap) -> Response {
     let mut headers = HeaderMap::new();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(asset.content_type));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(asset.content_type),
+    );
     headers.insert(header::ETAG, HeaderValue::from_static(asset.etag));
     // Names are not content-hashed: revalidate every time, which the ETag makes cheap.
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
-    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
     if asset.path.ends_with(".html") {
         headers.insert(
             header::CONTENT_SECURITY_POLICY,
@@ -54,7 +60,10 @@ fn serve(asset: &Asset, request_headers: &HeaderMap) -> Response {
     let accepts_gzip = request_headers
         .get(header::ACCEPT_ENCODING)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|e| e.trim().split(';').next() == Some("gzip")));
+        .is_some_and(|v| {
+            v.split(',')
+                .any(|e| e.trim().split(';').next() == Some("gzip"))
+        });
     match asset.gzip {
         Some(gz) if accepts_gzip => {
             headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
@@ -82,7 +91,11 @@ pub struct IndexQuery {
 
 /// `GET /`: with a valid `?token=` sets the session cookie and redirects to `/` (so the token
 /// leaves the address bar and history); with the cookie serves the console.
-pub async fn index(State(app): State<SharedApp>, Query(query): Query<IndexQuery>, headers: HeaderMap) -> Response {
+pub async fn index(
+    State(app): State<SharedApp>,
+    Query(query): Query<IndexQuery>,
+    headers: HeaderMap,
+) -> Response {
     if let Some(given) = query.token {
         if !auth::same_secret(given.as_bytes(), app.token.as_bytes()) {
             return page(
@@ -93,7 +106,9 @@ pub async fn index(State(app): State<SharedApp>, Query(query): Query<IndexQuery>
             );
         }
         let mut response = Redirect::to("/").into_response();
-        response.headers_mut().insert(header::SET_COOKIE, auth::session_cookie(&app.token));
+        response
+            .headers_mut()
+            .insert(header::SET_COOKIE, auth::session_cookie(&app.token));
         return response;
     }
     if !auth::is_authorised(&headers, &app.token) {
@@ -120,6 +135,10 @@ pub async fn index(State(app): State<SharedApp>, Query(query): Query<IndexQuery>
 pub async fn asset(uri: Uri, headers: HeaderMap) -> Response {
     match find(uri.path()) {
         Some(asset) if asset.path != "/index.html" => serve(asset, &headers),
-        _ => super::ApiError::new(StatusCode::NOT_FOUND, format!("no such path: {}", uri.path())).into_response(),
+        _ => super::ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no such path: {}", uri.path()),
+        )
+        .into_response(),
     }
 }

@@ -46,7 +46,10 @@ pub fn router(app: SharedApp) -> Router {
         .merge(json_routes)
         .route("/ws", get(ws::upgrade))
         .fallback(console::asset)
-        .layer(middleware::from_fn_with_state(app.clone(), auth::require_token));
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            auth::require_token,
+        ));
     Router::new()
         .route("/healthz", get(api::healthz))
         .route("/", get(console::index))
@@ -64,12 +67,19 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        ApiError { status, message: message.into() }
+        ApiError {
+            status,
+            message: message.into(),
+        }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(serde_json::json!({ "error": self.message }))).into_response()
+        (
+            self.status,
+            Json(serde_json::json!({ "error": self.message })),
+        )
+            .into_response()
     }
 }

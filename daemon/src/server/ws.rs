@@ -38,8 +38,14 @@ pub async fn upgrade(
     headers: HeaderMap,
 ) -> Response {
     if !auth::origin_allowed(&headers, &app.allowed_origins) {
-        app.state.stats.ws_refused_total.fetch_add(1, Ordering::Relaxed);
-        let origin = headers.get(axum::http::header::ORIGIN).and_then(|o| o.to_str().ok()).unwrap_or("?");
+        app.state
+            .stats
+            .ws_refused_total
+            .fetch_add(1, Ordering::Relaxed);
+        let origin = headers
+            .get(axum::http::header::ORIGIN)
+            .and_then(|o| o.to_str().ok())
+            .unwrap_or("?");
         tracing::warn!(%peer, origin, "WebSocket refused: foreign origin");
         return ApiError::new(
             StatusCode::FORBIDDEN,
@@ -61,7 +67,8 @@ struct CommandBudget {
 impl CommandBudget {
     fn take(&mut self) -> bool {
         let now = Instant::now();
-        self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * COMMANDS_PER_S).min(COMMAND_BURST);
+        self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * COMMANDS_PER_S)
+            .min(COMMAND_BURST);
         self.at = now;
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
@@ -75,7 +82,12 @@ impl CommandBudget {
 struct Gone;
 
 async fn send(socket: &mut WebSocket, frame: Frame) -> Result<(), Gone> {
-    match tokio::time::timeout(SEND_TIMEOUT, socket.send(Message::Text(frame.as_ref().into()))).await {
+    match tokio::time::timeout(
+        SEND_TIMEOUT,
+        socket.send(Message::Text(frame.as_ref().into())),
+    )
+    .await
+    {
         Ok(Ok(())) => Ok(()),
         _ => Err(Gone),
     }
@@ -91,7 +103,11 @@ async fn session(mut socket: WebSocket, app: SharedApp, peer: SocketAddr) {
     tracing::debug!(%peer, "WebSocket client left");
 }
 
-async fn run_session(socket: &mut WebSocket, app: &SharedApp, peer: SocketAddr) -> Result<(), Gone> {
+async fn run_session(
+    socket: &mut WebSocket,
+    app: &SharedApp,
+    peer: SocketAddr,
+) -> Result<(), Gone> {
     let state = &app.state;
     let mut events = state.subscribe();
     let mut shutdown = app.shutdown.clone();
@@ -102,8 +118,15 @@ async fn run_session(socket: &mut WebSocket, app: &SharedApp, peer: SocketAddr) 
         interval_ms: state.interval_ms(),
     });
     send(socket, encode(&hello)).await?;
-    send(socket, encode(&ServerMessage::Snapshot(Box::new(state.snapshot())))).await?;
-    let mut budget = CommandBudget { tokens: COMMAND_BURST, at: Instant::now() };
+    send(
+        socket,
+        encode(&ServerMessage::Snapshot(Box::new(state.snapshot()))),
+    )
+    .await?;
+    let mut budget = CommandBudget {
+        tokens: COMMAND_BURST,
+        at: Instant::now(),
+    };
 
     loop {
         tokio::select! {
@@ -156,9 +179,14 @@ fn handle_command(app: &SharedApp, peer: SocketAddr, text: &str) -> Option<Serve
         Err(e) => return Some(e.into_message()),
     };
     match command {
-        ClientCommand::Ping { nonce } => Some(ServerMessage::Pong { nonce, server_time_ms: crate::now_ms() }),
+        ClientCommand::Ping { nonce } => Some(ServerMessage::Pong {
+            nonce,
+            server_time_ms: crate::now_ms(),
+        }),
         ClientCommand::AckAlert { id, note, by } => {
-            let by = by.filter(|b| !b.trim().is_empty()).unwrap_or_else(|| format!("websocket {}", peer.ip()));
+            let by = by
+                .filter(|b| !b.trim().is_empty())
+                .unwrap_or_else(|| format!("websocket {}", peer.ip()));
             match app.state.acknowledge(id, by, note) {
                 Ok(_) => None,
                 Err(e) => Some(error(ErrorCode::AlertNotFound, e.to_string())),
