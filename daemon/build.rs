@@ -6,9 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 fn main() {
-    let manifest = PathBuf::from(
-        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"),
-    );
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     println!("cargo:rerun-if-env-changed=RINGSIDE_CONSOLE_DIST");
     let dist = std::env::var_os("RINGSIDE_CONSOLE_DIST")
@@ -34,8 +32,7 @@ fn main() {
         let body = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
         let mime = content_type(url);
         let gzip = if compressible(mime) {
-            let mut encoder =
-                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+            let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
             encoder.write_all(&body).expect("gzip in memory");
             let gz = encoder.finish().expect("gzip in memory");
             (gz.len() < body.len()).then_some(gz)
@@ -96,7 +93,5 @@ fn compressible(mime: &str) -> bool {
 
 /// FNV-1a, 64 bit: a content hash for ETags.
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
-        (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
 }

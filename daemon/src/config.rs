@@ -4,29 +4,23 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
+use ringside_shared::Role;
 use serde::Deserialize;
+
+use crate::alerts::rules::{self, Rule, RuleConfig};
+use crate::alerts::store::Lifecycle;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    ReadFile {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    ReadFile { path: PathBuf, source: std::io::Error },
     #[error("config file {path} is not valid: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("invalid `{key}` = {value}: {why}")]
-    Invalid {
-        key: &'static str,
-        value: String,
-        why: String,
-    },
+    Invalid { key: &'static str, value: String, why: String },
     #[error("cannot read token file {path}: {source}")]
-    TokenFile {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    TokenFile { path: PathBuf, source: std::io::Error },
     #[error("cannot generate a token: {0}")]
     Random(std::io::Error),
 }
@@ -47,9 +41,26 @@ pub struct Cli {
     /// Collection interval in milliseconds [default: 1000].
     #[arg(long, env = "RINGSIDE_INTERVAL_MS")]
     pub interval_ms: Option<u64>,
-    /// File holding the access token (first line). Env RINGSIDE_TOKEN gives the token itself.
+    /// File holding the access token, or several named ones as `name:secret[:role]` lines
+    /// (role `operator` or `viewer`). Env RINGSIDE_TOKEN gives a single token itself.
     #[arg(long)]
     pub token_file: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Fetch the node's snapshot from a running ringsided and print it as JSON.
+    Snapshot {
+        /// Base URL of the daemon.
+        #[arg(long, default_value = "http://127.0.0.1:9650")]
+        url: String,
+        /// File holding the token (a bare secret, or `name:secret[:role]` lines: the first is used).
+        /// Without it, env RINGSIDE_TOKEN.
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+    },
 }
 
 /// The `[thresholds]` table: when alerts are raised.
@@ -72,8 +83,80 @@ pub struct Thresholds {
     pub memory_used_pct_critical: f64,
     /// `/proc/pressure/memory` "some avg10" (percent) that raises a memory-pressure warning.
     pub memory_stall_pct_warning: f64,
-    /// Consecutive clear ticks before a standing alert is resolved.
-    pub clear_after_ticks: u32,
+}
+
+impl Thresholds {
+    /// Every threshold by its config key, for the snapshot's config summary.
+    pub fn by_key(&self) -> std::collections::BTreeMap<String, f64> {
+        [
+            ("drop_rate_warning", self.drop_rate_warning),
+            ("drop_rate_error", self.drop_rate_error),
+            ("drop_rate_critical", self.drop_rate_critical),
+            ("latency_warning_ms", self.latency_warning_ms),
+            ("latency_error_factor", self.latency_error_factor),
+            ("latency_critical_factor", self.latency_critical_factor),
+            ("queue_full_ratio", self.queue_full_ratio),
+            ("memory_used_pct_warning", self.memory_used_pct_warning),
+            ("memory_used_pct_error", self.memory_used_pct_error),
+            ("memory_used_pct_critical", self.memory_used_pct_critical),
+            ("memory_stall_pct_warning", self.memory_stall_pct_warning),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+}
+
+/// The `[alerts]` table: the alert lifecycle.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlertsConfig {
+    /// How long a condition must stay clear before its alert resolves.
+    pub clear_for_ms: u64,
+    /// A condition returning this soon after its alert resolved reopens the same alert.
+    pub flap_window_ms: u64,
+    /// Occurrences within the flap window after which an alert counts as flapping.
+    pub flap_threshold: u32,
+    /// Resolved alerts listed in the console and the API.
+    pub resolved_kept: usize,
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        let l = Lifecycle::default();
+        AlertsConfig {
+            clear_for_ms: l.clear_for_ms,
+            flap_window_ms: l.flap_window_ms,
+            flap_threshold: l.flap_threshold,
+            resolved_kept: l.resolved_kept,
+        }
+    }
+}
+
+impl AlertsConfig {
+    pub fn lifecycle(&self) -> Lifecycle {
+        Lifecycle {
+            clear_for_ms: self.clear_for_ms,
+            flap_window_ms: self.flap_window_ms,
+            flap_threshold: self.flap_threshold,
+            resolved_kept: self.resolved_kept,
+        }
+    }
+}
+
+/// The `[alertmanager]` table: forward alerts to a Prometheus Alertmanager (v2 API).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertmanagerConfig {
+    /// Base URL, e.g. `http://127.0.0.1:9093`.
+    pub url: String,
+    /// Active alerts are sent again this often, so Alertmanager keeps them firing.
+    #[serde(default = "default_resend_ms")]
+    pub resend_interval_ms: u64,
+}
+
+fn default_resend_ms() -> u64 {
+    60_000
 }
 
 impl Default for Thresholds {
@@ -90,7 +173,6 @@ impl Default for Thresholds {
             memory_used_pct_error: 95.0,
             memory_used_pct_critical: 98.0,
             memory_stall_pct_warning: 10.0,
-            clear_after_ticks: 3,
         }
     }
 }
@@ -107,6 +189,17 @@ struct FileConfig {
     window_ms: Option<u64>,
     allowed_origins: Vec<String>,
     thresholds: Thresholds,
+    alerts: AlertsConfig,
+    rules: Vec<RuleConfig>,
+    alertmanager: Option<AlertmanagerConfig>,
+}
+
+/// A named token and what it may do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Credential {
+    pub name: String,
+    pub secret: String,
+    pub role: Role,
 }
 
 /// Where the access token came from; the URL with the token is printed only when generated.
@@ -127,9 +220,15 @@ pub struct Config {
     /// Origins besides the daemon's own that may open the WebSocket (e.g. behind a proxy).
     pub allowed_origins: Vec<String>,
     pub thresholds: Thresholds,
-    pub token: String,
+    pub alerts: AlertsConfig,
+    pub rules: Vec<Rule>,
+    pub alertmanager: Option<AlertmanagerConfig>,
+    pub tokens: Vec<Credential>,
     pub token_origin: TokenOrigin,
 }
+
+/// The name a single, unnamed token (env, bare file, generated) goes by.
+pub const SINGLE_TOKEN_NAME: &str = "operator";
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9650";
 pub const MIN_TOKEN_LEN: usize = 16;
@@ -138,15 +237,14 @@ impl Config {
     /// Builds the configuration from flags, the environment (`RINGSIDE_TOKEN` and the flags'
     /// variables, already folded into `cli` by clap) and the file named by `--config`.
     pub fn load(cli: &Cli, env_token: Option<String>) -> Result<Config, ConfigError> {
-        let file = match &cli.config {
-            Some(path) => read_file_config(path)?,
-            None => FileConfig::default(),
+        let (file, file_text, file_path) = match &cli.config {
+            Some(path) => {
+                let (file, text) = read_file_config(path)?;
+                (file, text, path.clone())
+            }
+            None => (FileConfig::default(), String::new(), PathBuf::new()),
         };
-        let listen_text = cli
-            .listen
-            .clone()
-            .or(file.listen)
-            .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+        let listen_text = cli.listen.clone().or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_string());
         let listen: SocketAddr = listen_text.parse().map_err(|e| ConfigError::Invalid {
             key: "listen",
             value: format!("{listen_text:?}"),
@@ -165,9 +263,7 @@ impl Config {
             });
         }
         for origin in &file.allowed_origins {
-            if !(origin.starts_with("http://") || origin.starts_with("https://"))
-                || origin.ends_with('/')
-            {
+            if !(origin.starts_with("http://") || origin.starts_with("https://")) || origin.ends_with('/') {
                 return Err(ConfigError::Invalid {
                     key: "allowed_origins",
                     value: format!("{origin:?}"),
@@ -176,18 +272,35 @@ impl Config {
             }
         }
         check_thresholds(&file.thresholds)?;
-        let data_dir = cli
-            .data_dir
-            .clone()
-            .or(file.data_dir)
-            .unwrap_or_else(default_data_dir);
+        check_alerts(&file.alerts)?;
+        if let Some(am) = &file.alertmanager {
+            let parsed = crate::http_client::Url::parse(&am.url);
+            if parsed.is_err() || am.url.ends_with('/') {
+                return Err(ConfigError::Invalid {
+                    key: "alertmanager.url",
+                    value: format!("{:?}", am.url),
+                    why: "an http:// base URL without a trailing slash, e.g. http://127.0.0.1:9093".into(),
+                });
+            }
+            check_range("alertmanager.resend_interval_ms", am.resend_interval_ms, 1000, 3_600_000)?;
+        }
+        let rules = rules::compile(file.rules, &file_text)
+            .map_err(|message| ConfigError::Parse { path: file_path.clone(), message })?;
+        let data_dir = cli.data_dir.clone().or(file.data_dir).unwrap_or_else(default_data_dir);
         let token_file = cli.token_file.clone().or(file.token_file);
-        let (token, token_origin) = match (env_token.filter(|t| !t.is_empty()), token_file) {
-            (Some(token), _) => (token, TokenOrigin::Environment),
+        let single = |secret: String| vec![Credential { name: SINGLE_TOKEN_NAME.into(), secret, role: Role::Operator }];
+        let (tokens, token_origin) = match (env_token.filter(|t| !t.is_empty()), token_file) {
+            (Some(token), _) => {
+                check_secret(&token).map_err(|why| ConfigError::Invalid {
+                    key: "token",
+                    value: "(hidden)".into(),
+                    why,
+                })?;
+                (single(token), TokenOrigin::Environment)
+            }
             (None, Some(path)) => (read_token_file(&path)?, TokenOrigin::File),
-            (None, None) => (generate_token()?, TokenOrigin::Generated),
+            (None, None) => (single(generate_token()?), TokenOrigin::Generated),
         };
-        check_token(&token)?;
         Ok(Config {
             listen,
             data_dir,
@@ -196,40 +309,39 @@ impl Config {
             window_ms,
             allowed_origins: file.allowed_origins,
             thresholds: file.thresholds,
-            token,
+            alerts: file.alerts,
+            rules,
+            alertmanager: file.alertmanager,
+            tokens,
             token_origin,
         })
     }
 }
 
-fn read_file_config(path: &Path) -> Result<FileConfig, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
-        path: path.into(),
-        source,
-    })?;
-    toml::from_str(&text).map_err(|e| ConfigError::Parse {
-        path: path.into(),
-        message: e.to_string(),
-    })
+fn read_file_config(path: &Path) -> Result<(FileConfig, String), ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile { path: path.into(), source })?;
+    let file = toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+    Ok((file, text))
+}
+
+fn check_alerts(a: &AlertsConfig) -> Result<(), ConfigError> {
+    check_range("alerts.clear_for_ms", a.clear_for_ms, 0, 86_400_000)?;
+    check_range("alerts.flap_window_ms", a.flap_window_ms, 0, 86_400_000)?;
+    check_range("alerts.flap_threshold", u64::from(a.flap_threshold), 2, 1000)?;
+    check_range("alerts.resolved_kept", a.resolved_kept as u64, 1, 10_000)
 }
 
 fn check_range(key: &'static str, value: u64, min: u64, max: u64) -> Result<(), ConfigError> {
     if (min..=max).contains(&value) {
         Ok(())
     } else {
-        Err(ConfigError::Invalid {
-            key,
-            value: value.to_string(),
-            why: format!("must be between {min} and {max}"),
-        })
+        Err(ConfigError::Invalid { key, value: value.to_string(), why: format!("must be between {min} and {max}") })
     }
 }
 
 fn check_thresholds(t: &Thresholds) -> Result<(), ConfigError> {
     let ordered = |key: &'static str, values: [f64; 3], max: f64| {
-        let ok = values
-            .iter()
-            .all(|v| v.is_finite() && *v > 0.0 && *v <= max)
+        let ok = values.iter().all(|v| v.is_finite() && *v > 0.0 && *v <= max)
             && values[0] <= values[1]
             && values[1] <= values[2];
         if ok {
@@ -242,18 +354,10 @@ fn check_thresholds(t: &Thresholds) -> Result<(), ConfigError> {
             })
         }
     };
-    ordered(
-        "thresholds.drop_rate_*",
-        [t.drop_rate_warning, t.drop_rate_error, t.drop_rate_critical],
-        1.0,
-    )?;
+    ordered("thresholds.drop_rate_*", [t.drop_rate_warning, t.drop_rate_error, t.drop_rate_critical], 1.0)?;
     ordered(
         "thresholds.memory_used_pct_*",
-        [
-            t.memory_used_pct_warning,
-            t.memory_used_pct_error,
-            t.memory_used_pct_critical,
-        ],
+        [t.memory_used_pct_warning, t.memory_used_pct_error, t.memory_used_pct_critical],
         100.0,
     )?;
     ordered(
@@ -286,53 +390,92 @@ fn check_thresholds(t: &Thresholds) -> Result<(), ConfigError> {
             why: "must be in (0, 100]".into(),
         });
     }
-    check_range(
-        "thresholds.clear_after_ticks",
-        u64::from(t.clear_after_ticks),
-        1,
-        1000,
-    )
+    Ok(())
 }
 
 fn default_data_dir() -> PathBuf {
     let is_root = std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
         .unwrap_or(false);
     if is_root {
         return PathBuf::from("/var/lib/ringside");
     }
     match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
         Some(state) => PathBuf::from(state).join("ringside"),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into()))
-            .join(".local/state/ringside"),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into())).join(".local/state/ringside"),
     }
 }
 
-fn read_token_file(path: &Path) -> Result<String, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::TokenFile {
-        path: path.into(),
-        source,
-    })?;
-    Ok(text.lines().next().unwrap_or("").trim().to_string())
+/// A token file: one bare secret, or `name:secret[:role]` lines (`#` comments and blank lines
+/// ignored; role defaults to operator). Errors name the line, never the secret.
+pub fn read_token_file(path: &Path) -> Result<Vec<Credential>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::TokenFile { path: path.into(), source })?;
+    parse_tokens(&text).map_err(|why| ConfigError::Invalid {
+        key: "token_file",
+        value: path.display().to_string(),
+        why,
+    })
 }
 
-fn check_token(token: &str) -> Result<(), ConfigError> {
-    if token.len() < MIN_TOKEN_LEN
-        || !token.bytes().all(|b| b.is_ascii_graphic())
-        || token.contains([';', ',', '"', '\\'])
+pub fn parse_tokens(text: &str) -> Result<Vec<Credential>, String> {
+    let lines: Vec<(usize, &str)> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    if let [(line, secret)] = lines[..] {
+        if !secret.contains(':') {
+            check_secret(secret).map_err(|why| format!("line {line}: {why}"))?;
+            return Ok(vec![Credential {
+                name: SINGLE_TOKEN_NAME.into(),
+                secret: secret.into(),
+                role: Role::Operator,
+            }]);
+        }
+    }
+    let mut tokens: Vec<Credential> = Vec::new();
+    for (line, text) in lines {
+        let mut parts = text.split(':');
+        let (Some(name), Some(secret)) = (parts.next(), parts.next()) else {
+            return Err(format!("line {line}: expected name:secret[:role]"));
+        };
+        let role = match parts.next().map(str::trim) {
+            None | Some("operator") => Role::Operator,
+            Some("viewer") => Role::Viewer,
+            Some(other) => return Err(format!("line {line}: role {other:?} must be operator or viewer")),
+        };
+        if parts.next().is_some() {
+            return Err(format!("line {line}: expected name:secret[:role], found more fields"));
+        }
+        let (name, secret) = (name.trim(), secret.trim());
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c)) {
+            return Err(format!("line {line}: token name {name:?} must be letters, digits, '-', '_', '.' or '@'"));
+        }
+        check_secret(secret).map_err(|why| format!("line {line}: {why}"))?;
+        if tokens.iter().any(|t| t.name == name) {
+            return Err(format!("line {line}: token name {name:?} appears twice"));
+        }
+        if tokens.iter().any(|t| t.secret == secret) {
+            return Err(format!("line {line}: this secret is already used by another token"));
+        }
+        tokens.push(Credential { name: name.into(), secret: secret.into(), role });
+    }
+    if tokens.is_empty() {
+        return Err("no token in the file".into());
+    }
+    Ok(tokens)
+}
+
+fn check_secret(secret: &str) -> Result<(), String> {
+    if secret.len() < MIN_TOKEN_LEN
+        || !secret.bytes().all(|b| b.is_ascii_graphic())
+        || secret.contains([';', ',', '"', '\\', ':'])
     {
-        return Err(ConfigError::Invalid {
-            key: "token",
-            value: "(hidden)".into(),
-            why: format!(
-                "a token needs at least {MIN_TOKEN_LEN} printable ASCII characters without spaces, quotes, ';', ',' or '\\'"
-            ),
-        });
+        return Err(format!(
+            "a token needs at least {MIN_TOKEN_LEN} printable ASCII characters without spaces, quotes, ':', ';', ',' or '\\'"
+        ));
     }
     Ok(())
 }
@@ -341,9 +484,7 @@ fn check_token(token: &str) -> Result<(), ConfigError> {
 fn generate_token() -> Result<String, ConfigError> {
     use std::io::Read;
     let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(ConfigError::Random)?;
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).map_err(ConfigError::Random)?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
@@ -352,8 +493,7 @@ mod tests {
     use super::*;
 
     fn cli(args: &[&str]) -> Cli {
-        Cli::try_parse_from(std::iter::once("ringsided").chain(args.iter().copied()))
-            .expect("flags parse")
+        Cli::try_parse_from(std::iter::once("ringsided").chain(args.iter().copied())).expect("flags parse")
     }
 
     fn write(text: &str) -> tempfile_path::TempPath {
@@ -390,10 +530,12 @@ mod tests {
         assert!(config.listen.ip().is_loopback());
         assert_eq!(config.interval_ms, 1000);
         assert_eq!(config.token_origin, TokenOrigin::Generated);
-        assert_eq!(config.token.len(), 64);
+        assert_eq!(config.tokens.len(), 1);
+        assert_eq!(config.tokens[0].secret.len(), 64);
+        assert_eq!((config.tokens[0].name.as_str(), config.tokens[0].role), (SINGLE_TOKEN_NAME, Role::Operator));
         assert_ne!(
-            config.token,
-            Config::load(&cli(&[]), None).unwrap().token,
+            config.tokens[0].secret,
+            Config::load(&cli(&[]), None).unwrap().tokens[0].secret,
             "tokens are random"
         );
         assert_eq!(config.thresholds, Thresholds::default());
@@ -403,49 +545,77 @@ mod tests {
     fn flags_override_file_and_env_token_wins() {
         let file = write("listen = \"127.0.0.1:1000\"\ninterval_ms = 500\n[thresholds]\ndrop_rate_warning = 0.02\n");
         let path = file.0.to_str().unwrap();
-        let config = Config::load(
-            &cli(&["--config", path, "--listen", "127.0.0.1:2000"]),
-            Some("a-token-from-the-env".into()),
-        )
-        .unwrap();
+        let config =
+            Config::load(&cli(&["--config", path, "--listen", "127.0.0.1:2000"]), Some("a-token-from-the-env".into()))
+                .unwrap();
         assert_eq!(config.listen.port(), 2000);
         assert_eq!(config.interval_ms, 500);
         assert_eq!(config.thresholds.drop_rate_warning, 0.02);
         assert_eq!(config.thresholds.drop_rate_error, 0.05);
-        assert_eq!(config.token, "a-token-from-the-env");
+        assert_eq!(config.tokens[0].secret, "a-token-from-the-env");
         assert_eq!(config.token_origin, TokenOrigin::Environment);
     }
 
     #[test]
     fn token_file_is_read() {
         let token = write("0123456789abcdef0123\n");
-        let config =
-            Config::load(&cli(&["--token-file", token.0.to_str().unwrap()]), None).unwrap();
-        assert_eq!(config.token, "0123456789abcdef0123");
+        let config = Config::load(&cli(&["--token-file", token.0.to_str().unwrap()]), None).unwrap();
+        assert_eq!(config.tokens[0].secret, "0123456789abcdef0123");
         assert_eq!(config.token_origin, TokenOrigin::File);
+    }
+
+    #[test]
+    fn named_tokens_with_roles() {
+        let text = "# the on-call team\nana:aaaaaaaaaaaaaaaa1\n\nwall:bbbbbbbbbbbbbbbb2:viewer\nbo:cccccccccccccccc3:operator\n";
+        let tokens = parse_tokens(text).unwrap();
+        let summary: Vec<(&str, Role)> = tokens.iter().map(|t| (t.name.as_str(), t.role)).collect();
+        assert_eq!(summary, vec![("ana", Role::Operator), ("wall", Role::Viewer), ("bo", Role::Operator)]);
+        assert_eq!(tokens[1].secret, "bbbbbbbbbbbbbbbb2");
+        let error = |text: &str| parse_tokens(text).unwrap_err();
+        assert!(error("ana:aaaaaaaaaaaaaaaa1\nbo:short\n").starts_with("line 2:"));
+        assert!(error("ana:aaaaaaaaaaaaaaaa1:admin\n").contains("operator or viewer"));
+        assert!(error("ana:aaaaaaaaaaaaaaaa1\nana:bbbbbbbbbbbbbbbb2\n").contains("twice"));
+        assert!(error("ana:aaaaaaaaaaaaaaaa1\nbo:aaaaaaaaaaaaaaaa1\n").contains("already used"));
+        assert!(!error("ana:aaaaaaaaaaaaaaaa1\nbo:short\n").contains("short"), "errors never echo a secret");
+        assert!(error("# nothing\n").contains("no token"));
+    }
+
+    #[test]
+    fn rules_alerts_and_alertmanager_sections() {
+        let file = write(
+            "[alerts]\nclear_for_ms = 5000\n\n[alertmanager]\nurl = \"http://127.0.0.1:9093\"\n\n[[rules]]\nname = \"hot\"\nmetric = \"host.load1\"\nop = \">\"\nthreshold = 8\nfor = \"1m\"\nseverity = \"warning\"\n",
+        );
+        let config = Config::load(&cli(&["--config", file.0.to_str().unwrap()]), None).unwrap();
+        assert_eq!(config.alerts.clear_for_ms, 5000);
+        assert_eq!(config.alerts.flap_threshold, 3);
+        assert_eq!(config.alertmanager.as_ref().unwrap().resend_interval_ms, 60_000);
+        assert_eq!(config.rules.len(), 1);
+        assert_eq!(config.rules[0].for_ms, 60_000);
+        let bad = write(
+            "\n\n[[rules]]\nname = \"x\"\nmetric = \"host.nope\"\nop = \">\"\nthreshold = 1\nseverity = \"info\"\n",
+        );
+        let message = Config::load(&cli(&["--config", bad.0.to_str().unwrap()]), None).unwrap_err().to_string();
+        assert!(message.contains("line 5") && message.contains("host.nope"), "{message}");
+        let am = write("[alertmanager]\nurl = \"alertmanager:9093\"\n");
+        let message = Config::load(&cli(&["--config", am.0.to_str().unwrap()]), None).unwrap_err().to_string();
+        assert!(message.contains("alertmanager.url"), "{message}");
     }
 
     #[test]
     fn bad_values_are_named() {
         let message = |args: &[&str], env: Option<&str>| {
-            Config::load(&cli(args), env.map(str::to_string))
-                .unwrap_err()
-                .to_string()
+            Config::load(&cli(args), env.map(str::to_string)).unwrap_err().to_string()
         };
         assert!(message(&["--listen", "localhost"], None).contains("`listen`"));
         assert!(message(&["--interval-ms", "5"], None).contains("interval_ms"));
         assert!(message(&[], Some("short")).contains("token"));
-        assert!(
-            message(&["--token-file", "/nonexistent/token"], None).contains("/nonexistent/token")
-        );
+        assert!(message(&["--token-file", "/nonexistent/token"], None).contains("/nonexistent/token"));
         let unknown = write("intervl_ms = 5\n");
         let text = message(&["--config", unknown.0.to_str().unwrap()], None);
         assert!(text.contains("intervl_ms"), "{text}");
         let disordered = write("[thresholds]\ndrop_rate_warning = 0.5\ndrop_rate_error = 0.1\n");
         assert!(message(&["--config", disordered.0.to_str().unwrap()], None).contains("drop_rate"));
         let origin = write("allowed_origins = [\"console.example\"]\n");
-        assert!(
-            message(&["--config", origin.0.to_str().unwrap()], None).contains("allowed_origins")
-        );
+        assert!(message(&["--config", origin.0.to_str().unwrap()], None).contains("allowed_origins"));
     }
 }

@@ -5,9 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ringside_shared::{
-    GpuInfo, HostMetrics, MemoryMetrics, NodeIdentity, NumaNodeMetrics, PressureMetrics,
-};
+use ringside_shared::{GpuInfo, HostMetrics, MemoryMetrics, NodeIdentity, NumaNodeMetrics, PressureMetrics};
 
 use crate::pipeline::{MetricsSource, Sample, SourceError, SourceStatus};
 
@@ -41,11 +39,7 @@ pub fn parse_proc_stat(text: &str) -> ProcStat {
             let idle = get(3);
             let iowait = get(4);
             let total: u64 = (0..8).map(get).sum();
-            let times = CpuTimes {
-                busy: total.saturating_sub(idle + iowait),
-                iowait,
-                total,
-            };
+            let times = CpuTimes { busy: total.saturating_sub(idle + iowait), iowait, total };
             if cpu.is_empty() {
                 stat.all = times;
             } else if let Ok(index) = cpu.parse::<usize>() {
@@ -58,10 +52,7 @@ pub fn parse_proc_stat(text: &str) -> ProcStat {
             }
             continue;
         }
-        let value = fields
-            .next()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
+        let value = fields.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         match key {
             "ctxt" => stat.context_switches = value,
             "procs_running" => stat.procs_running = value as u32,
@@ -183,17 +174,12 @@ pub struct HostPaths {
 
 impl Default for HostPaths {
     fn default() -> Self {
-        HostPaths {
-            proc: "/proc".into(),
-            sys: "/sys".into(),
-            etc: "/etc".into(),
-        }
+        HostPaths { proc: "/proc".into(), sys: "/sys".into(), etc: "/etc".into() }
     }
 }
 
 fn read(path: &Path) -> Result<String, SourceError> {
-    std::fs::read_to_string(path)
-        .map_err(|e| SourceError(format!("cannot read {}: {e}", path.display())))
+    std::fs::read_to_string(path).map_err(|e| SourceError(format!("cannot read {}: {e}", path.display())))
 }
 
 fn numa_node_dirs(sys: &Path) -> Vec<(u32, PathBuf)> {
@@ -215,26 +201,13 @@ fn numa_node_dirs(sys: &Path) -> Vec<(u32, PathBuf)> {
 
 /// The node's identity, read once at start-up.
 pub fn node_identity(paths: &HostPaths, started_at_ms: u64) -> NodeIdentity {
-    let text = |path: PathBuf| {
-        std::fs::read_to_string(path)
-            .map(|s| s.trim().to_string())
-            .ok()
-    };
+    let text = |path: PathBuf| std::fs::read_to_string(path).map(|s| s.trim().to_string()).ok();
     let os = text(paths.etc.join("os-release"))
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix("PRETTY_NAME=")
-                    .map(|v| v.trim_matches('"').to_string())
-            })
-        })
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("PRETTY_NAME=").map(|v| v.trim_matches('"').to_string())))
         .unwrap_or_else(|| "Linux".into());
-    let stat = text(paths.proc.join("stat"))
-        .map(|s| parse_proc_stat(&s))
-        .unwrap_or_default();
+    let stat = text(paths.proc.join("stat")).map(|s| parse_proc_stat(&s)).unwrap_or_default();
     let cpus = if stat.per_cpu.is_empty() {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     } else {
         stat.per_cpu.len()
     };
@@ -269,11 +242,7 @@ fn gpus(paths: &HostPaths) -> Vec<GpuInfo> {
                 "0x1002" => "amd",
                 _ => return None,
             };
-            Some((
-                e.file_name().to_string_lossy().into_owned(),
-                vendor.to_string(),
-                dir,
-            ))
+            Some((e.file_name().to_string_lossy().into_owned(), vendor.to_string(), dir))
         })
         .collect();
     found.sort();
@@ -285,25 +254,11 @@ fn gpus(paths: &HostPaths) -> Vec<GpuInfo> {
                 .ok()
                 .and_then(|s| s.trim().parse::<i64>().ok())
                 .and_then(|n| u32::try_from(n).ok());
-            let name = std::fs::read_to_string(
-                paths
-                    .proc
-                    .join("driver/nvidia/gpus")
-                    .join(&address)
-                    .join("information"),
-            )
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("Model:").map(|m| m.trim().to_string()))
-            });
-            GpuInfo {
-                index: index as u32,
-                pci_address: address,
-                vendor,
-                name,
-                numa_node,
-            }
+            let name =
+                std::fs::read_to_string(paths.proc.join("driver/nvidia/gpus").join(&address).join("information"))
+                    .ok()
+                    .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Model:").map(|m| m.trim().to_string())));
+            GpuInfo { index: index as u32, pci_address: address, vendor, name, numa_node }
         })
         .collect()
 }
@@ -317,9 +272,8 @@ pub struct HostSource {
 impl HostSource {
     /// Takes a first `/proc/stat` reading so the first tick already has a delta to work with.
     pub fn new(paths: HostPaths) -> Self {
-        let previous = std::fs::read_to_string(paths.proc.join("stat"))
-            .map(|s| parse_proc_stat(&s))
-            .unwrap_or_default();
+        let previous =
+            std::fs::read_to_string(paths.proc.join("stat")).map(|s| parse_proc_stat(&s)).unwrap_or_default();
         HostSource { paths, previous }
     }
 
@@ -341,18 +295,10 @@ impl HostSource {
         numa_node_dirs(&self.paths.sys)
             .into_iter()
             .map(|(node, dir)| {
-                let cpus = std::fs::read_to_string(dir.join("cpulist"))
-                    .map(|s| parse_cpu_list(&s))
-                    .unwrap_or_default();
-                let (total, free) = std::fs::read_to_string(dir.join("meminfo"))
-                    .map(|s| parse_node_meminfo(&s))
-                    .unwrap_or((0, 0));
-                NumaNodeMetrics {
-                    node,
-                    cpus,
-                    mem_total_bytes: total,
-                    mem_free_bytes: free,
-                }
+                let cpus = std::fs::read_to_string(dir.join("cpulist")).map(|s| parse_cpu_list(&s)).unwrap_or_default();
+                let (total, free) =
+                    std::fs::read_to_string(dir.join("meminfo")).map(|s| parse_node_meminfo(&s)).unwrap_or((0, 0));
+                NumaNodeMetrics { node, cpus, mem_total_bytes: total, mem_free_bytes: free }
             })
             .collect()
     }
@@ -373,18 +319,11 @@ impl MetricsSource for HostSource {
             .per_cpu
             .iter()
             .enumerate()
-            .map(|(i, now)| {
-                utilization(
-                    self.previous.per_cpu.get(i).copied().unwrap_or_default(),
-                    *now,
-                )
-                .0
-            })
+            .map(|(i, now)| utilization(self.previous.per_cpu.get(i).copied().unwrap_or_default(), *now).0)
             .collect();
         let memory = parse_meminfo(&read(&self.paths.proc.join("meminfo"))?)
             .map_err(|e| SourceError(format!("/proc/meminfo: {e}")))?;
-        let (load1, load5, load15) =
-            parse_loadavg(&read(&self.paths.proc.join("loadavg"))?).map_err(SourceError)?;
+        let (load1, load5, load15) = parse_loadavg(&read(&self.paths.proc.join("loadavg"))?).map_err(SourceError)?;
         let uptime_s = read(&self.paths.proc.join("uptime"))?
             .split_whitespace()
             .next()
@@ -392,10 +331,7 @@ impl MetricsSource for HostSource {
             .unwrap_or(0.0);
         let pressure = self.pressure();
         let status = if pressure.is_none() {
-            SourceStatus::Degraded(
-                "no pressure stall information (/proc/pressure): memory-stall alerts are off"
-                    .into(),
-            )
+            SourceStatus::Degraded("no pressure stall information (/proc/pressure): memory-stall alerts are off".into())
         } else {
             SourceStatus::Up
         };
@@ -431,52 +367,19 @@ intr 12345 0 0\nctxt 98765\nbtime 1700000000\nprocesses 4242\nprocs_running 3\np
     #[test]
     fn proc_stat() {
         let stat = parse_proc_stat(STAT);
-        assert_eq!(
-            stat.all,
-            CpuTimes {
-                busy: 150,
-                iowait: 50,
-                total: 1000
-            }
-        );
+        assert_eq!(stat.all, CpuTimes { busy: 150, iowait: 50, total: 1000 });
         assert_eq!(stat.per_cpu.len(), 2);
-        assert_eq!(
-            stat.per_cpu[1],
-            CpuTimes {
-                busy: 70,
-                iowait: 30,
-                total: 500
-            }
-        );
-        assert_eq!(
-            (
-                stat.context_switches,
-                stat.procs_running,
-                stat.procs_blocked
-            ),
-            (98765, 3, 1)
-        );
+        assert_eq!(stat.per_cpu[1], CpuTimes { busy: 70, iowait: 30, total: 500 });
+        assert_eq!((stat.context_switches, stat.procs_running, stat.procs_blocked), (98765, 3, 1));
     }
 
     #[test]
     fn utilization_comes_from_deltas() {
-        let before = CpuTimes {
-            busy: 100,
-            iowait: 10,
-            total: 1000,
-        };
-        let after = CpuTimes {
-            busy: 175,
-            iowait: 20,
-            total: 1100,
-        };
+        let before = CpuTimes { busy: 100, iowait: 10, total: 1000 };
+        let after = CpuTimes { busy: 175, iowait: 20, total: 1100 };
         assert_eq!(utilization(before, after), (75.0, 10.0));
         assert_eq!(utilization(after, after), (0.0, 0.0), "no time passed");
-        assert_eq!(
-            utilization(after, before),
-            (0.0, 0.0),
-            "a counter going back does not go negative"
-        );
+        assert_eq!(utilization(after, before), (0.0, 0.0), "a counter going back does not go negative");
     }
 
     #[test]
@@ -489,18 +392,14 @@ intr 12345 0 0\nctxt 98765\nbtime 1700000000\nprocesses 4242\nprocs_running 3\np
         assert!((m.used_pct - 75.0).abs() < 1e-9);
         assert_eq!(m.swap_used_bytes, 150 * 1024);
         let old_kernel =
-            parse_meminfo("MemTotal: 1000 kB\nMemFree: 100 kB\nCached: 300 kB\nBuffers: 100 kB\n")
-                .unwrap();
+            parse_meminfo("MemTotal: 1000 kB\nMemFree: 100 kB\nCached: 300 kB\nBuffers: 100 kB\n").unwrap();
         assert_eq!(old_kernel.available_bytes, 500 * 1024);
         assert!(parse_meminfo("garbage").is_err());
     }
 
     #[test]
     fn small_formats() {
-        assert_eq!(
-            parse_loadavg("0.52 0.58 0.59 2/345 12345\n").unwrap(),
-            (0.52, 0.58, 0.59)
-        );
+        assert_eq!(parse_loadavg("0.52 0.58 0.59 2/345 12345\n").unwrap(), (0.52, 0.58, 0.59));
         assert!(parse_loadavg("x").is_err());
         let psi = "some avg10=1.50 avg60=0.80 avg300=0.20 total=123\nfull avg10=0.25 avg60=0.00 avg300=0.00 total=4\n";
         assert_eq!(parse_pressure(psi), (1.5, 0.25));
@@ -516,15 +415,9 @@ intr 12345 0 0\nctxt 98765\nbtime 1700000000\nprocesses 4242\nprocs_running 3\np
         let mut source = HostSource::new(paths.clone());
         std::thread::sleep(std::time::Duration::from_millis(50));
         let mut sample = Sample::new(0);
-        source
-            .collect(&mut sample)
-            .expect("the real /proc is readable");
+        source.collect(&mut sample).expect("the real /proc is readable");
         let host = sample.host.expect("host metrics");
-        assert!(
-            host.memory.total_bytes > 0
-                && host.memory.used_pct > 0.0
-                && host.memory.used_pct < 100.0
-        );
+        assert!(host.memory.total_bytes > 0 && host.memory.used_pct > 0.0 && host.memory.used_pct < 100.0);
         assert!((0.0..=100.0).contains(&host.cpu_utilization_pct));
         assert!(!host.per_cpu_utilization_pct.is_empty());
         assert!(host.uptime_s > 0.0 && host.context_switches_total > 0);

@@ -11,6 +11,7 @@
 pub mod alerts;
 pub mod config;
 pub mod host;
+pub mod http_client;
 pub mod pipeline;
 pub mod prometheus;
 pub mod server;
@@ -20,21 +21,18 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use ringside_shared::{ComponentHealth, ComponentStatus};
+use ringside_shared::ComponentStatus;
 
 use crate::config::{Config, TokenOrigin};
 use crate::state::NodeState;
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-/// `YYYYMMDDTHHMMSSZ` for a Unix time in milliseconds (UTC), as used in download file names.
-pub fn utc_compact(ms: u64) -> String {
+/// (year, month, day, hour, minute, second) of a Unix time in milliseconds, UTC.
+fn civil(ms: u64) -> (i64, i64, i64, u64, u64, u64) {
     let secs = ms / 1000;
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -47,12 +45,19 @@ pub fn utc_compact(ms: u64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    (year, month, day, rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// `YYYYMMDDTHHMMSSZ` for a Unix time in milliseconds (UTC), as used in download file names.
+pub fn utc_compact(ms: u64) -> String {
+    let (y, mo, d, h, mi, s) = civil(ms);
+    format!("{y:04}{mo:02}{d:02}T{h:02}{mi:02}{s:02}Z")
+}
+
+/// RFC 3339 with milliseconds, UTC (`2026-12-02T11:25:05.000Z`).
+pub fn utc_rfc3339(ms: u64) -> String {
+    let (y, mo, d, h, mi, s) = civil(ms);
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:03}Z", ms % 1000)
 }
 
 /// Resolves on SIGINT or SIGTERM.
@@ -79,60 +84,58 @@ async fn stop_signal() {
 /// Runs the daemon until SIGINT/SIGTERM.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir).with_context(|| {
-        format!(
-            "cannot create data dir {} (set --data-dir to a writable directory)",
-            config.data_dir.display()
-        )
+        format!("cannot create data dir {} (set --data-dir to a writable directory)", config.data_dir.display())
     })?;
 
     let started = now_ms();
     let paths = host::HostPaths::default();
     let node = host::node_identity(&paths, started);
-    let console = if server::console::is_built() {
-        ComponentHealth {
-            name: "console".into(),
-            status: ComponentStatus::Up,
-            detail: None,
-        }
-    } else {
-        ComponentHealth {
-            name: "console".into(),
-            status: ComponentStatus::Degraded,
-            detail: Some("this binary was built without the console: run `cargo xtask run`".into()),
-        }
+    let db_path = config.data_dir.join("alerts.db");
+    let db = alerts::db::AlertDb::open(&db_path).context("cannot open the alert store")?;
+    let store = alerts::store::AlertStore::open(config.alerts.lifecycle(), Some(db))
+        .map_err(|e| anyhow::anyhow!("cannot load alerts from {}: {e}", db_path.display()))?;
+    let rules = alerts::rules::RuleEngine::new(config.rules.clone());
+    let settings = state::Settings {
+        interval_ms: config.interval_ms,
+        window_ms: config.window_ms,
+        history_len: config.history_len,
+        thresholds: config.thresholds.clone(),
+        summary: config_summary(&config),
     };
-    let state = Arc::new(NodeState::new(
-        node,
-        config.interval_ms,
-        config.window_ms,
-        config.history_len,
-        config.thresholds.clone(),
-        vec![console],
-    ));
-    let sources: Vec<Box<dyn pipeline::MetricsSource>> =
-        vec![Box::new(host::HostSource::new(paths))];
+    let state = Arc::new(NodeState::new(node, settings, state::Alerting { store, rules }));
+    if server::console::is_built() {
+        state.set_health("console", ComponentStatus::Up, None);
+    } else {
+        let why = "this binary was built without the console: run `cargo xtask run`";
+        state.set_health("console", ComponentStatus::Degraded, Some(why.into()));
+    }
+    let sources: Vec<Box<dyn pipeline::MetricsSource>> = vec![Box::new(host::HostSource::new(paths))];
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
-        .with_context(|| {
-            format!(
-                "cannot listen on {} (in use? pass --listen ADDR)",
-                config.listen
-            )
-        })?;
-    let local = listener
-        .local_addr()
-        .context("listening socket has no address")?;
+        .with_context(|| format!("cannot listen on {} (in use? pass --listen ADDR)", config.listen))?;
+    let local = listener.local_addr().context("listening socket has no address")?;
     if !local.ip().is_loopback() {
-        tracing::warn!("listening on {local}, reachable from other machines: anyone with the token can use the console");
+        tracing::warn!(
+            "listening on {local}, reachable from other machines: anyone with the token can use the console"
+        );
     }
     announce(&config, local);
 
     let collector = tokio::spawn(pipeline::run(state.clone(), sources, stop_rx.clone()));
+    if let Some(am) = &config.alertmanager {
+        let generator = format!("http://{local}/");
+        let forwarder = alerts::alertmanager::Forwarder::new(am.clone(), state.clone(), generator)
+            .map_err(|e| anyhow::anyhow!("alertmanager: {e}"))?;
+        let (tx, rx) = tokio::sync::mpsc::channel(alerts::alertmanager::QUEUE);
+        state.set_forwarder(tx);
+        state.set_health(alerts::alertmanager::COMPONENT, ComponentStatus::Up, None);
+        tokio::spawn(forwarder.run(rx, stop_rx.clone()));
+    }
     let app = Arc::new(server::App {
         state,
-        token: config.token.clone(),
+        credentials: config.tokens.clone(),
         allowed_origins: config.allowed_origins.clone(),
         shutdown: stop_rx,
     });
@@ -150,29 +153,56 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The configuration as the snapshot shows it: tokens by name and role, never their secrets.
+fn config_summary(config: &Config) -> ringside_shared::ConfigSummary {
+    ringside_shared::ConfigSummary {
+        listen: config.listen.to_string(),
+        interval_ms: config.interval_ms,
+        window_ms: config.window_ms,
+        history_len: config.history_len as u64,
+        thresholds: config.thresholds.by_key(),
+        clear_for_ms: config.alerts.clear_for_ms,
+        flap_window_ms: config.alerts.flap_window_ms,
+        rules: config.rules.iter().map(|r| r.summary()).collect(),
+        tokens: config.tokens.iter().map(|t| format!("{} ({})", t.name, t.role.as_str())).collect(),
+        alertmanager_url: config.alertmanager.as_ref().map(|a| a.url.clone()),
+    }
+}
+
+/// `ringsided snapshot`: fetches `/api/snapshot` from a running daemon and prints it.
+pub async fn fetch_snapshot(url: &str, token: &str) -> anyhow::Result<String> {
+    let base = http_client::Url::parse(url).map_err(|e| anyhow::anyhow!("--url {e}"))?;
+    let request = http_client::Request { method: "GET", path: "/api/snapshot", bearer: Some(token), body: None };
+    let response = http_client::send(&base, request, std::time::Duration::from_secs(30))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let body = String::from_utf8(response.body).context("the snapshot is not UTF-8")?;
+    match response.status {
+        200 => {
+            serde_json::from_str::<ringside_shared::Snapshot>(&body)
+                .context("the daemon answered with something that is not a Ringside snapshot")?;
+            Ok(body)
+        }
+        401 => anyhow::bail!("the daemon refused the token (401): pass --token-file or set RINGSIDE_TOKEN"),
+        status => anyhow::bail!("the daemon answered {status}: {}", body.chars().take(300).collect::<String>()),
+    }
+}
+
 fn announce(config: &Config, local: SocketAddr) {
-    let host = if local.ip().is_unspecified() {
-        "127.0.0.1".to_string()
-    } else {
-        local.ip().to_string()
-    };
-    let host = if local.is_ipv6() && !local.ip().is_unspecified() {
-        format!("[{host}]")
-    } else {
-        host
-    };
+    let host = if local.ip().is_unspecified() { "127.0.0.1".to_string() } else { local.ip().to_string() };
+    let host = if local.is_ipv6() && !local.ip().is_unspecified() { format!("[{host}]") } else { host };
     let base = format!("http://{host}:{}", local.port());
     match config.token_origin {
-        TokenOrigin::Generated => println!(
-            "ringsided listening on {base}\nconsole: {base}/?token={}",
-            config.token
-        ),
+        TokenOrigin::Generated => {
+            let secret = config.tokens.first().map(|t| t.secret.as_str()).unwrap_or_default();
+            println!("ringsided listening on {base}\nconsole: {base}/?token={secret}")
+        }
         TokenOrigin::Environment => {
             println!("ringsided listening on {base}\nconsole: {base}/?token=$RINGSIDE_TOKEN")
         }
-        TokenOrigin::File => println!(
-            "ringsided listening on {base}\nconsole: {base}/?token=<contents of the token file>"
-        ),
+        TokenOrigin::File => {
+            println!("ringsided listening on {base}\nconsole: {base}/?token=<your token from the token file>")
+        }
     }
 }
 
@@ -183,5 +213,6 @@ mod tests {
         assert_eq!(super::utc_compact(0), "19700101T000000Z");
         assert_eq!(super::utc_compact(1_796_210_705_000), "20261202T112505Z");
         assert_eq!(super::utc_compact(951_782_400_000), "20000229T000000Z");
+        assert_eq!(super::utc_rfc3339(1_796_210_705_123), "2026-12-02T11:25:05.123Z");
     }
 }

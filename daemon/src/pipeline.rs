@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ringside_shared::{
-    ComponentHealth, ComponentStatus, HistoryPoint, HostMetrics, KernelStateChange, KernelWindow,
-    RingKernelMetrics, SchedulerTelemetry, SchedulerWindow, WindowAggregates,
+    ComponentHealth, ComponentStatus, HistoryPoint, HostMetrics, KernelStateChange, KernelWindow, RingKernelMetrics,
+    SchedulerTelemetry, SchedulerWindow, WindowAggregates,
 };
 use tokio::sync::watch;
 
@@ -30,10 +30,7 @@ pub struct Sample {
 
 impl Sample {
     pub fn new(taken_at_ms: u64) -> Self {
-        Sample {
-            taken_at_ms,
-            ..Sample::default()
-        }
+        Sample { taken_at_ms, ..Sample::default() }
     }
 }
 
@@ -74,21 +71,13 @@ pub fn collect_all(
                 (ComponentStatus::Down, Some(why))
             }
         };
-        components.push(ComponentHealth {
-            name,
-            status,
-            detail,
-        });
+        components.push(ComponentHealth { name, status, detail });
     }
     (sample, components, failures)
 }
 
 /// The collection loop; returns when `shutdown` turns true.
-pub async fn run(
-    state: Arc<NodeState>,
-    mut sources: Vec<Box<dyn MetricsSource>>,
-    mut shutdown: watch::Receiver<bool>,
-) {
+pub async fn run(state: Arc<NodeState>, mut sources: Vec<Box<dyn MetricsSource>>, mut shutdown: watch::Receiver<bool>) {
     let mut ticker = tokio::time::interval(Duration::from_millis(state.interval_ms()));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
@@ -112,10 +101,7 @@ pub struct HistoryRing<T> {
 impl<T> HistoryRing<T> {
     pub fn new(capacity: usize) -> Self {
         let capacity = capacity.max(1);
-        HistoryRing {
-            items: VecDeque::with_capacity(capacity),
-            capacity,
-        }
+        HistoryRing { items: VecDeque::with_capacity(capacity), capacity }
     }
 
     pub fn push(&mut self, item: T) {
@@ -181,10 +167,7 @@ impl CounterRecord {
                     total_latency_ns: k.total_latency_ns,
                 })
                 .collect(),
-            scheduler: sample
-                .scheduler
-                .as_ref()
-                .map(|s| (s.decisions_made, s.phase_transitions)),
+            scheduler: sample.scheduler.as_ref().map(|s| (s.decisions_made, s.phase_transitions)),
         }
     }
 }
@@ -214,10 +197,7 @@ pub fn history_point(sample: &Sample) -> Option<HistoryPoint> {
 /// one record has no rates yet.
 pub fn window_aggregates(records: &HistoryRing<CounterRecord>, window_ms: u64) -> WindowAggregates {
     let Some(last) = records.last() else {
-        return WindowAggregates {
-            window_ms,
-            ..WindowAggregates::default()
-        };
+        return WindowAggregates { window_ms, ..WindowAggregates::default() };
     };
     let start = last.t_ms.saturating_sub(window_ms);
     let in_window: Vec<&CounterRecord> = records.iter().filter(|r| r.t_ms >= start).collect();
@@ -240,12 +220,7 @@ pub fn window_aggregates(records: &HistoryRing<CounterRecord>, window_ms: u64) -
         .iter()
         .map(|now| {
             // Baseline: the oldest record in the window that has this kernel (it may be newer).
-            let base = in_window.iter().find_map(|r| {
-                r.kernels
-                    .iter()
-                    .find(|k| k.id == now.id)
-                    .map(|k| (r.t_ms, k))
-            });
+            let base = in_window.iter().find_map(|r| r.kernels.iter().find(|k| k.id == now.id).map(|k| (r.t_ms, k)));
             let (base_t, processed, dropped, latency) = match base {
                 Some((t, k)) => (
                     t,
@@ -262,11 +237,7 @@ pub fn window_aggregates(records: &HistoryRing<CounterRecord>, window_ms: u64) -
                 processed,
                 dropped,
                 drop_rate: (offered > 0).then(|| dropped as f64 / offered as f64),
-                throughput_per_s: if span_s > 0.0 {
-                    processed as f64 / span_s
-                } else {
-                    0.0
-                },
+                throughput_per_s: if span_s > 0.0 { processed as f64 / span_s } else { 0.0 },
                 avg_latency_ns: (processed > 0).then(|| latency as f64 / processed as f64),
             }
         })
@@ -278,25 +249,13 @@ pub fn window_aggregates(records: &HistoryRing<CounterRecord>, window_ms: u64) -
             Some(SchedulerWindow {
                 decisions,
                 phase_transitions: counter_delta(p0, p1),
-                decisions_per_s: if seconds > 0.0 {
-                    decisions as f64 / seconds
-                } else {
-                    0.0
-                },
+                decisions_per_s: if seconds > 0.0 { decisions as f64 / seconds } else { 0.0 },
             })
         }
         _ => None,
     };
 
-    WindowAggregates {
-        window_ms,
-        covered_ms,
-        cpu_avg_pct,
-        cpu_max_pct,
-        context_switches_per_s,
-        kernels,
-        scheduler,
-    }
+    WindowAggregates { window_ms, covered_ms, cpu_avg_pct, cpu_max_pct, context_switches_per_s, kernels, scheduler }
 }
 
 #[cfg(test)]
@@ -318,12 +277,7 @@ mod tests {
             t_ms,
             cpu_pct: Some(t_ms as f64 / 1000.0),
             context_switches: Some(t_ms * 10),
-            kernels: vec![KernelCounters {
-                id: "k".into(),
-                processed,
-                dropped,
-                total_latency_ns: latency,
-            }],
+            kernels: vec![KernelCounters { id: "k".into(), processed, dropped, total_latency_ns: latency }],
             scheduler: Some((t_ms / 1000, 0)),
         }
     }
@@ -340,11 +294,7 @@ mod tests {
         assert_eq!(window.covered_ms, 2000);
         let k = &window.kernels[0];
         assert_eq!((k.processed, k.dropped), (180, 20));
-        assert_eq!(
-            k.drop_rate,
-            Some(0.1),
-            "20 of 200 offered in the window, not 20 of 1000200"
-        );
+        assert_eq!(k.drop_rate, Some(0.1), "20 of 200 offered in the window, not 20 of 1000200");
         assert_eq!(k.throughput_per_s, 90.0);
         assert_eq!(k.avg_latency_ns, Some(1000.0));
         assert_eq!(window.cpu_avg_pct, Some(11.5));
@@ -372,10 +322,7 @@ mod tests {
         let window = window_aggregates(&ring, 1000);
         assert_eq!(window.covered_ms, 0);
         assert_eq!(window.cpu_avg_pct, None);
-        assert_eq!(
-            window.kernels[0].drop_rate, None,
-            "no traffic seen yet within the window"
-        );
+        assert_eq!(window.kernels[0].drop_rate, None, "no traffic seen yet within the window");
     }
 
     struct Failing;
@@ -390,17 +337,12 @@ mod tests {
 
     #[test]
     fn a_failing_source_is_reported_and_others_carry_on() {
-        let mut sources: Vec<Box<dyn MetricsSource>> = vec![
-            Box::new(Failing),
-            Box::new(crate::host::HostSource::new(Default::default())),
-        ];
+        let mut sources: Vec<Box<dyn MetricsSource>> =
+            vec![Box::new(Failing), Box::new(crate::host::HostSource::new(Default::default()))];
         let (sample, components, failures) = collect_all(&mut sources, 1);
         assert!(sample.host.is_some());
         assert_eq!(components[0].status, ComponentStatus::Down);
-        assert_eq!(
-            failures,
-            vec![("broken".to_string(), "cannot read /nonexistent".to_string())]
-        );
+        assert_eq!(failures, vec![("broken".to_string(), "cannot read /nonexistent".to_string())]);
         assert_ne!(components[1].status, ComponentStatus::Down);
     }
 }

@@ -16,13 +16,10 @@ struct Exposition {
 }
 
 fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-fn number(value: f64) -> String {
+pub fn number(value: f64) -> String {
     if value.is_nan() {
         "NaN".into()
     } else if value.is_infinite() {
@@ -45,10 +42,7 @@ impl Exposition {
     fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) -> &mut Self {
         self.out.push_str(name);
         if !labels.is_empty() {
-            let pairs: Vec<String> = labels
-                .iter()
-                .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
-                .collect();
+            let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
             let _ = write!(self.out, "{{{}}}", pairs.join(","));
         }
         let _ = writeln!(self.out, " {}", number(value));
@@ -64,21 +58,12 @@ pub fn render(state: &NodeState) -> String {
     let snapshot = state.snapshot();
     let mut e = Exposition::default();
 
-    e.family(
-        "ringside_build_info",
-        "gauge",
-        "Version of ringsided; always 1.",
-    )
-    .sample(
+    e.family("ringside_build_info", "gauge", "Version of ringsided; always 1.").sample(
         "ringside_build_info",
         &[("version", env!("CARGO_PKG_VERSION"))],
         1.0,
     );
-    e.family(
-        "ringside_component_up",
-        "gauge",
-        "1 when a component is up, 0.5 when degraded, 0 when down.",
-    );
+    e.family("ringside_component_up", "gauge", "1 when a component is up, 0.5 when degraded, 0 when down.");
     for c in &snapshot.components {
         let value = match c.status {
             ComponentStatus::Up => 1.0,
@@ -91,24 +76,14 @@ pub fn render(state: &NodeState) -> String {
     let stats = &state.stats;
     let read = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed) as f64;
     let daemon_series = [
-        (
-            "ringside_collection_ticks_total",
-            "counter",
-            "Collection ticks run.",
-            read(&stats.ticks_total),
-        ),
+        ("ringside_collection_ticks_total", "counter", "Collection ticks run.", read(&stats.ticks_total)),
         (
             "ringside_collection_duration_seconds",
             "gauge",
             "Time the latest collection tick took.",
             read(&stats.last_collect_ns) / 1e9,
         ),
-        (
-            "ringside_ws_clients",
-            "gauge",
-            "Connected WebSocket clients.",
-            read(&stats.ws_clients),
-        ),
+        ("ringside_ws_clients", "gauge", "Connected WebSocket clients.", read(&stats.ws_clients)),
         (
             "ringside_ws_connections_total",
             "counter",
@@ -133,32 +108,33 @@ pub fn render(state: &NodeState) -> String {
             "Error frames sent in answer to bad client commands.",
             read(&stats.ws_error_frames_total),
         ),
+        (
+            "ringside_alertmanager_sent_total",
+            "counter",
+            "Alerts delivered to Alertmanager.",
+            read(&stats.alertmanager_sent_total),
+        ),
+        (
+            "ringside_alertmanager_errors_total",
+            "counter",
+            "Failed deliveries to Alertmanager.",
+            read(&stats.alertmanager_errors_total),
+        ),
+        (
+            "ringside_alertmanager_dropped_total",
+            "counter",
+            "Alert changes dropped because the Alertmanager queue was full.",
+            read(&stats.alertmanager_dropped_total),
+        ),
     ];
     for (name, kind, help, value) in daemon_series {
         e.single(name, kind, help, value);
     }
 
-    e.family(
-        "ringside_alerts_active",
-        "gauge",
-        "Active alerts by severity.",
-    );
-    for severity in [
-        Severity::Info,
-        Severity::Warning,
-        Severity::Error,
-        Severity::Critical,
-    ] {
-        let count = snapshot
-            .alerts
-            .iter()
-            .filter(|a| a.is_active() && a.severity == severity)
-            .count();
-        e.sample(
-            "ringside_alerts_active",
-            &[("severity", severity.as_str())],
-            count as f64,
-        );
+    e.family("ringside_alerts_active", "gauge", "Active alerts by severity.");
+    for severity in [Severity::Info, Severity::Warning, Severity::Error, Severity::Critical] {
+        let count = snapshot.alerts.iter().filter(|a| a.is_active() && a.severity == severity).count();
+        e.sample("ringside_alerts_active", &[("severity", severity.as_str())], count as f64);
     }
 
     if let Some(host) = &snapshot.host {
@@ -174,11 +150,7 @@ pub fn render(state: &NodeState) -> String {
             "Busy share of each CPU over the last tick (0-1).",
         );
         for (cpu, pct) in host.per_cpu_utilization_pct.iter().enumerate() {
-            e.sample(
-                "ringside_host_cpu_core_utilization_ratio",
-                &[("cpu", &cpu.to_string())],
-                pct / 100.0,
-            );
+            e.sample("ringside_host_cpu_core_utilization_ratio", &[("cpu", &cpu.to_string())], pct / 100.0);
         }
         e.single(
             "ringside_host_cpu_iowait_ratio",
@@ -186,30 +158,10 @@ pub fn render(state: &NodeState) -> String {
             "Share of CPU time waiting for I/O over the last tick (0-1).",
             host.iowait_pct / 100.0,
         );
-        e.single(
-            "ringside_host_load1",
-            "gauge",
-            "1-minute load average.",
-            host.load1,
-        );
-        e.single(
-            "ringside_host_load5",
-            "gauge",
-            "5-minute load average.",
-            host.load5,
-        );
-        e.single(
-            "ringside_host_load15",
-            "gauge",
-            "15-minute load average.",
-            host.load15,
-        );
-        e.single(
-            "ringside_host_memory_total_bytes",
-            "gauge",
-            "Physical memory.",
-            host.memory.total_bytes as f64,
-        );
+        e.single("ringside_host_load1", "gauge", "1-minute load average.", host.load1);
+        e.single("ringside_host_load5", "gauge", "5-minute load average.", host.load5);
+        e.single("ringside_host_load15", "gauge", "15-minute load average.", host.load15);
+        e.single("ringside_host_memory_total_bytes", "gauge", "Physical memory.", host.memory.total_bytes as f64);
         e.single(
             "ringside_host_memory_available_bytes",
             "gauge",
@@ -222,36 +174,17 @@ pub fn render(state: &NodeState) -> String {
             "Memory in use (total - available).",
             host.memory.used_bytes as f64,
         );
-        e.single(
-            "ringside_host_swap_used_bytes",
-            "gauge",
-            "Swap in use.",
-            host.memory.swap_used_bytes as f64,
-        );
+        e.single("ringside_host_swap_used_bytes", "gauge", "Swap in use.", host.memory.swap_used_bytes as f64);
         e.single(
             "ringside_host_context_switches_total",
             "counter",
             "Context switches since boot.",
             host.context_switches_total as f64,
         );
-        e.single(
-            "ringside_host_procs_running",
-            "gauge",
-            "Runnable tasks.",
-            f64::from(host.procs_running),
-        );
-        e.single(
-            "ringside_host_procs_blocked",
-            "gauge",
-            "Tasks blocked on I/O.",
-            f64::from(host.procs_blocked),
-        );
+        e.single("ringside_host_procs_running", "gauge", "Runnable tasks.", f64::from(host.procs_running));
+        e.single("ringside_host_procs_blocked", "gauge", "Tasks blocked on I/O.", f64::from(host.procs_blocked));
         if let Some(p) = &host.pressure {
-            e.family(
-                "ringside_host_pressure_avg10_ratio",
-                "gauge",
-                "Pressure stall information, 10 s average (0-1).",
-            );
+            e.family("ringside_host_pressure_avg10_ratio", "gauge", "Pressure stall information, 10 s average (0-1).");
             for (resource, kind, value) in [
                 ("cpu", "some", p.cpu_some_avg10),
                 ("memory", "some", p.memory_some_avg10),
@@ -265,11 +198,7 @@ pub fn render(state: &NodeState) -> String {
                 );
             }
         }
-        e.family(
-            "ringside_host_numa_memory_free_bytes",
-            "gauge",
-            "Free memory per NUMA node.",
-        );
+        e.family("ringside_host_numa_memory_free_bytes", "gauge", "Free memory per NUMA node.");
         for node in &host.numa {
             e.sample(
                 "ringside_host_numa_memory_free_bytes",
@@ -280,38 +209,17 @@ pub fn render(state: &NodeState) -> String {
     }
 
     if let Some(s) = &snapshot.scheduler {
-        e.family(
-            "zernel_scheduler_tasks",
-            "gauge",
-            "Tasks tracked by the scheduler.",
-        )
-        .sample(
-            "zernel_scheduler_tasks",
-            &[("type", "total")],
-            s.total_tracked_tasks as f64,
-        )
-        .sample(
-            "zernel_scheduler_tasks",
-            &[("type", "ml")],
-            s.ml_tasks as f64,
-        );
-        e.single(
-            "zernel_scheduler_decisions_total",
-            "counter",
-            "Scheduling decisions made.",
-            s.decisions_made as f64,
-        );
+        e.family("zernel_scheduler_tasks", "gauge", "Tasks tracked by the scheduler.")
+            .sample("zernel_scheduler_tasks", &[("type", "total")], s.total_tracked_tasks as f64)
+            .sample("zernel_scheduler_tasks", &[("type", "ml")], s.ml_tasks as f64);
+        e.single("zernel_scheduler_decisions_total", "counter", "Scheduling decisions made.", s.decisions_made as f64);
         e.single(
             "zernel_scheduler_phase_transitions_total",
             "counter",
             "Phase transitions seen.",
             s.phase_transitions as f64,
         );
-        e.family(
-            "zernel_scheduler_phase_tasks",
-            "gauge",
-            "ML tasks in each phase now.",
-        );
+        e.family("zernel_scheduler_phase_tasks", "gauge", "ML tasks in each phase now.");
         for phase in Phase::ALL {
             e.sample(
                 "zernel_scheduler_phase_tasks",
@@ -319,59 +227,33 @@ pub fn render(state: &NodeState) -> String {
                 s.phase_distribution.get(phase) as f64,
             );
         }
-        e.family(
-            "zernel_scheduler_phase_time_pct",
-            "gauge",
-            "Share of ML task time in each phase (0-100).",
-        );
+        e.family("zernel_scheduler_phase_time_pct", "gauge", "Share of ML task time in each phase (0-100).");
         for phase in Phase::ALL {
-            e.sample(
-                "zernel_scheduler_phase_time_pct",
-                &[("phase", phase.as_str())],
-                s.phase_time_pct.get(phase),
-            );
+            e.sample("zernel_scheduler_phase_time_pct", &[("phase", phase.as_str())], s.phase_time_pct.get(phase));
         }
     }
 
     if !snapshot.kernels.is_empty() {
         type Field = fn(&ringside_shared::RingKernelMetrics) -> f64;
         let families: [(&str, &str, &str, Field); 6] = [
-            (
-                "ringside_kernel_messages_processed_total",
-                "counter",
-                "Messages a ring kernel completed.",
-                |k| k.messages_processed as f64,
-            ),
-            (
-                "ringside_kernel_messages_dropped_total",
-                "counter",
-                "Messages a ring kernel dropped.",
-                |k| k.messages_dropped as f64,
-            ),
-            (
-                "ringside_kernel_latency_seconds_total",
-                "counter",
-                "Sum of enqueue-to-completion latencies.",
-                |k| k.total_latency_ns as f64 / 1e9,
-            ),
-            (
-                "ringside_kernel_input_queue_depth",
-                "gauge",
-                "Messages waiting in the input ring.",
-                |k| f64::from(k.input_queue_depth),
-            ),
-            (
-                "ringside_kernel_output_queue_depth",
-                "gauge",
-                "Messages waiting in the output ring.",
-                |k| f64::from(k.output_queue_depth),
-            ),
-            (
-                "ringside_kernel_gpu_memory_used_bytes",
-                "gauge",
-                "GPU memory a ring kernel holds.",
-                |k| k.gpu_memory_used as f64,
-            ),
+            ("ringside_kernel_messages_processed_total", "counter", "Messages a ring kernel completed.", |k| {
+                k.messages_processed as f64
+            }),
+            ("ringside_kernel_messages_dropped_total", "counter", "Messages a ring kernel dropped.", |k| {
+                k.messages_dropped as f64
+            }),
+            ("ringside_kernel_latency_seconds_total", "counter", "Sum of enqueue-to-completion latencies.", |k| {
+                k.total_latency_ns as f64 / 1e9
+            }),
+            ("ringside_kernel_input_queue_depth", "gauge", "Messages waiting in the input ring.", |k| {
+                f64::from(k.input_queue_depth)
+            }),
+            ("ringside_kernel_output_queue_depth", "gauge", "Messages waiting in the output ring.", |k| {
+                f64::from(k.output_queue_depth)
+            }),
+            ("ringside_kernel_gpu_memory_used_bytes", "gauge", "GPU memory a ring kernel holds.", |k| {
+                k.gpu_memory_used as f64
+            }),
         ];
         for (name, kind, help, field) in families {
             e.family(name, kind, help);
@@ -380,14 +262,7 @@ pub fn render(state: &NodeState) -> String {
                     name,
                     &[
                         ("kernel", &k.id),
-                        (
-                            "backend",
-                            if k.backend == ringside_shared::KernelBackend::Cuda {
-                                "cuda"
-                            } else {
-                                "cpu"
-                            },
-                        ),
+                        ("backend", if k.backend == ringside_shared::KernelBackend::Cuda { "cuda" } else { "cpu" }),
                     ],
                     field(k),
                 );
@@ -409,11 +284,7 @@ mod tests {
         assert_eq!(number(f64::NAN), "NaN");
         assert_eq!(number(f64::INFINITY), "+Inf");
         let mut e = Exposition::default();
-        e.family("x_total", "counter", "Help.")
-            .sample("x_total", &[("a", "1"), ("b", "q\"")], 3.0);
-        assert_eq!(
-            e.out,
-            "# HELP x_total Help.\n# TYPE x_total counter\nx_total{a=\"1\",b=\"q\\\"\"} 3\n"
-        );
+        e.family("x_total", "counter", "Help.").sample("x_total", &[("a", "1"), ("b", "q\"")], 3.0);
+        assert_eq!(e.out, "# HELP x_total Help.\n# TYPE x_total counter\nx_total{a=\"1\",b=\"q\\\"\"} 3\n");
     }
 }

@@ -1,20 +1,23 @@
 //! The node state every route reads: latest metrics, history, alerts, and the broadcast that
 //! carries each change to the WebSocket clients as a pre-serialised frame.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use ringside_shared::{
-    Alert, ComponentHealth, ComponentStatus, HistoryPoint, HostMetrics, NodeIdentity,
-    RingKernelMetrics, SchedulerTelemetry, ServerMessage, Snapshot, Update, WindowAggregates,
-    PROTOCOL_VERSION,
+    Alert, ComponentHealth, ComponentStatus, ConfigSummary, HistoryPoint, HostMetrics, NodeIdentity, RingKernelMetrics,
+    SchedulerTelemetry, ServerMessage, Snapshot, Update, WindowAggregates, PROTOCOL_VERSION,
 };
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 
-use crate::alerts::{self, AckError, AlertChange, AlertStore};
+use crate::alerts::rules::RuleEngine;
+use crate::alerts::store::{AckError, AlertChange, AlertStore};
+use crate::alerts::{self};
 use crate::config::Thresholds;
 use crate::pipeline::{self, CounterRecord, HistoryRing, Sample};
+use crate::server::auth::Identity;
 
 /// A serialised server message, shared by every client it is sent to.
 pub type Frame = Arc<str>;
@@ -32,6 +35,24 @@ pub struct DaemonStats {
     pub ws_error_frames_total: AtomicU64,
     pub ticks_total: AtomicU64,
     pub last_collect_ns: AtomicU64,
+    pub alertmanager_sent_total: AtomicU64,
+    pub alertmanager_errors_total: AtomicU64,
+    pub alertmanager_dropped_total: AtomicU64,
+}
+
+/// The alert store and the rule engine, changed together under one lock every tick.
+pub struct Alerting {
+    pub store: AlertStore,
+    pub rules: RuleEngine,
+}
+
+/// How the node state is sized and what it tells clients about the configuration.
+pub struct Settings {
+    pub interval_ms: u64,
+    pub window_ms: u64,
+    pub history_len: usize,
+    pub thresholds: Thresholds,
+    pub summary: ConfigSummary,
 }
 
 struct Latest {
@@ -51,11 +72,14 @@ pub struct NodeState {
     interval_ms: u64,
     window_ms: u64,
     thresholds: Thresholds,
-    /// Components that do not change per tick (e.g. whether the console is built).
-    fixed_components: Vec<ComponentHealth>,
+    summary: ConfigSummary,
+    /// Components whose health is set outside the tick (console, alert store, Alertmanager).
+    health: Mutex<BTreeMap<String, ComponentHealth>>,
     latest: RwLock<Latest>,
-    alerts: Mutex<AlertStore>,
+    alerting: Mutex<Alerting>,
     events: broadcast::Sender<Frame>,
+    /// Where alert changes are forwarded (Alertmanager), when configured.
+    forward: Mutex<Option<mpsc::Sender<Alert>>>,
     pub stats: DaemonStats,
 }
 
@@ -66,31 +90,25 @@ pub fn encode(message: &ServerMessage) -> Frame {
         Ok(text) => text.into(),
         Err(e) => {
             tracing::error!("cannot serialise a server message: {e}");
-            Arc::from(
-                r#"{"type":"error","code":"invalid_command","message":"server could not encode a message"}"#,
-            )
+            Arc::from(r#"{"type":"error","code":"invalid_command","message":"server could not encode a message"}"#)
         }
     }
 }
 
 impl NodeState {
-    pub fn new(
-        node: NodeIdentity,
-        interval_ms: u64,
-        window_ms: u64,
-        history_len: usize,
-        thresholds: Thresholds,
-        fixed_components: Vec<ComponentHealth>,
-    ) -> Self {
+    pub fn new(node: NodeIdentity, settings: Settings, alerting: Alerting) -> Self {
+        let Settings { interval_ms, window_ms, history_len, thresholds, summary } = settings;
         let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
         let counters_len = (window_ms / interval_ms.max(1)) as usize + 2;
         NodeState {
             node,
             interval_ms,
             window_ms,
-            alerts: Mutex::new(AlertStore::new(thresholds.clear_after_ticks)),
             thresholds,
-            fixed_components,
+            summary,
+            health: Mutex::new(BTreeMap::new()),
+            alerting: Mutex::new(alerting),
+            forward: Mutex::new(None),
             latest: RwLock::new(Latest {
                 seq: 0,
                 taken_at_ms: crate::now_ms(),
@@ -98,10 +116,7 @@ impl NodeState {
                 host: None,
                 scheduler: None,
                 kernels: Vec::new(),
-                window: WindowAggregates {
-                    window_ms,
-                    ..WindowAggregates::default()
-                },
+                window: WindowAggregates { window_ms, ..WindowAggregates::default() },
                 history: HistoryRing::new(history_len),
                 counters: HistoryRing::new(counters_len),
             }),
@@ -120,6 +135,25 @@ impl NodeState {
 
     pub fn subscribe(&self) -> broadcast::Receiver<Frame> {
         self.events.subscribe()
+    }
+
+    /// Sets the health of a component that is not a metrics source.
+    pub fn set_health(&self, name: &str, status: ComponentStatus, detail: Option<String>) {
+        let health = ComponentHealth { name: name.to_string(), status, detail };
+        self.health.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), health);
+    }
+
+    /// Sends every later alert change to `forward` (dropped and counted when it is full).
+    pub fn set_forwarder(&self, forward: mpsc::Sender<Alert>) {
+        *self.forward.lock().unwrap_or_else(|e| e.into_inner()) = Some(forward);
+    }
+
+    fn forward(&self, alert: &Alert) {
+        if let Some(tx) = self.forward.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            if tx.try_send(alert.clone()).is_err() {
+                self.stats.alertmanager_dropped_total.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     fn broadcast(&self, message: &ServerMessage) {
@@ -162,19 +196,20 @@ impl NodeState {
                 point,
             }
         };
-        let found = alerts::conditions(&self.thresholds, &sample, &update.window, failures);
-        let changes = self
-            .alerts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .apply(found, sample.taken_at_ms);
+        let changes = {
+            let mut alerting = self.alerting.lock().unwrap_or_else(|e| e.into_inner());
+            let mut found = alerts::conditions(&self.thresholds, &sample, &update.window, failures);
+            found.extend(alerting.rules.conditions(&sample, &update.window));
+            let changes = alerting.store.apply(found, sample.taken_at_ms);
+            self.note_store_health(&alerting.store);
+            changes
+        };
         self.stats.ticks_total.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .last_collect_ns
-            .store(took.as_nanos() as u64, Ordering::Relaxed);
+        self.stats.last_collect_ns.store(took.as_nanos() as u64, Ordering::Relaxed);
 
         self.broadcast(&ServerMessage::Update(Box::new(update)));
         for change in changes {
+            self.forward(change.alert());
             let message = match change {
                 AlertChange::Raised(alert) => {
                     tracing::warn!(
@@ -198,12 +233,20 @@ impl NodeState {
         }
     }
 
+    fn note_store_health(&self, store: &AlertStore) {
+        let (status, detail) = match (store.is_persistent(), store.db_error()) {
+            (true, None) => (ComponentStatus::Up, None),
+            (true, Some(e)) => {
+                (ComponentStatus::Degraded, Some(format!("alert changes may not be kept across a restart: {e}")))
+            }
+            (false, _) => (ComponentStatus::Degraded, Some("alerts are kept in memory only".to_string())),
+        };
+        self.set_health("alert-store", status, detail);
+    }
+
     fn with_fixed(&self, components: &[ComponentHealth]) -> Vec<ComponentHealth> {
-        components
-            .iter()
-            .chain(self.fixed_components.iter())
-            .cloned()
-            .collect()
+        let health = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        components.iter().chain(health.values()).cloned().collect()
     }
 
     /// Components and their health; before the first tick only the fixed ones are known.
@@ -225,6 +268,7 @@ impl NodeState {
             taken_at_ms: latest.taken_at_ms,
             interval_ms: self.interval_ms,
             node: self.node.clone(),
+            config: self.summary.clone(),
             components: self.with_fixed(&latest.components),
             host: latest.host.clone(),
             scheduler: latest.scheduler.clone(),
@@ -236,39 +280,33 @@ impl NodeState {
     }
 
     pub fn alerts(&self) -> Vec<Alert> {
-        self.alerts.lock().unwrap_or_else(|e| e.into_inner()).list()
+        self.alerting.lock().unwrap_or_else(|e| e.into_inner()).store.list()
     }
 
     pub fn active_alerts(&self) -> Vec<Alert> {
-        self.alerts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .active()
-            .cloned()
-            .collect()
+        self.alerting.lock().unwrap_or_else(|e| e.into_inner()).store.active().cloned().collect()
     }
 
-    /// Acknowledges an alert and tells every client.
+    /// Acknowledges an alert as `identity` (shown under the name the person gave, if any) once
+    /// it is stored, then tells every client.
     pub fn acknowledge(
         &self,
         id: u64,
-        by: String,
+        identity: &Identity,
+        by: Option<String>,
         note: Option<String>,
     ) -> Result<Alert, AckError> {
-        let (alert, changed) = self
-            .alerts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .acknowledge(id, by, note, crate::now_ms())?;
+        let by = by.map(|b| b.trim().to_string()).filter(|b| !b.is_empty()).unwrap_or_else(|| identity.name.clone());
+        let (alert, changed) = {
+            let mut alerting = self.alerting.lock().unwrap_or_else(|e| e.into_inner());
+            let outcome = alerting.store.acknowledge(id, by, identity.name.clone(), note, crate::now_ms());
+            self.note_store_health(&alerting.store);
+            outcome?
+        };
         if changed {
-            tracing::info!(
-                id,
-                by = alert.acknowledgement.as_ref().map(|a| a.by.as_str()),
-                "alert acknowledged"
-            );
-            self.broadcast(&ServerMessage::AlertUpdated {
-                alert: alert.clone(),
-            });
+            tracing::info!(id, token = identity.name, "alert acknowledged");
+            self.forward(&alert);
+            self.broadcast(&ServerMessage::AlertUpdated { alert: alert.clone() });
         }
         Ok(alert)
     }

@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use ringside_daemon::config::Thresholds;
+use ringside_daemon::alerts::rules::RuleEngine;
+use ringside_daemon::alerts::store::{AlertStore, Lifecycle};
+use ringside_daemon::config::{Credential, Thresholds};
 use ringside_daemon::pipeline::Sample;
 use ringside_daemon::server::{self, App};
-use ringside_daemon::state::{NodeState, BROADCAST_CAPACITY};
-use ringside_shared::{KernelBackend, KernelState, RingKernelMetrics, ServerMessage};
+use ringside_daemon::state::{Alerting, NodeState, Settings, BROADCAST_CAPACITY};
+use ringside_shared::{KernelBackend, KernelState, RingKernelMetrics, Role, ServerMessage};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -45,21 +47,18 @@ fn made_up_kernels(tick: u64) -> Vec<RingKernelMetrics> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_client_is_resynchronised_with_a_snapshot() {
     let node = ringside_daemon::host::node_identity(&Default::default(), 0);
-    let state = Arc::new(NodeState::new(
-        node,
-        1000,
-        10_000,
-        100,
-        Thresholds::default(),
-        vec![],
-    ));
+    let settings = Settings {
+        interval_ms: 1000,
+        window_ms: 10_000,
+        history_len: 100,
+        thresholds: Thresholds::default(),
+        summary: Default::default(),
+    };
+    let alerting = Alerting { store: AlertStore::in_memory(Lifecycle::default()), rules: RuleEngine::default() };
+    let state = Arc::new(NodeState::new(node, settings, alerting));
+    let credentials = vec![Credential { name: "test".into(), secret: TOKEN.into(), role: Role::Viewer }];
     let (_stop, shutdown) = tokio::sync::watch::channel(false);
-    let app = Arc::new(App {
-        state: state.clone(),
-        token: TOKEN.into(),
-        allowed_origins: vec![],
-        shutdown,
-    });
+    let app = Arc::new(App { state: state.clone(), credentials, allowed_origins: vec![], shutdown });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -72,12 +71,8 @@ async fn a_lagging_client_is_resynchronised_with_a_snapshot() {
     socket.set_recv_buffer_size(4096).unwrap();
     let stream = socket.connect(addr).await.unwrap();
     let mut request = format!("ws://{addr}/ws").into_client_request().unwrap();
-    request
-        .headers_mut()
-        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-    let (mut client, _) = tokio_tungstenite::client_async(request, stream)
-        .await
-        .unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    let (mut client, _) = tokio_tungstenite::client_async(request, stream).await.unwrap();
     let mut frames = Vec::new();
     while frames.len() < 2 {
         if let Some(Ok(Message::Text(text))) = client.next().await {
@@ -89,10 +84,7 @@ async fn a_lagging_client_is_resynchronised_with_a_snapshot() {
     // Far more ticks than the broadcast holds, each a large frame.
     let ticks = (BROADCAST_CAPACITY * 20) as u64;
     for tick in 1..=ticks {
-        let sample = Sample {
-            kernels: made_up_kernels(tick),
-            ..Sample::new(tick * 1000)
-        };
+        let sample = Sample { kernels: made_up_kernels(tick), ..Sample::new(tick * 1000) };
         state.apply_tick(sample, vec![], &[], Duration::ZERO);
     }
 
@@ -101,11 +93,8 @@ async fn a_lagging_client_is_resynchronised_with_a_snapshot() {
     let mut last_seq = 0;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while last_seq < ticks {
-        let frame = tokio::time::timeout_at(deadline, client.next())
-            .await
-            .expect("frames keep coming")
-            .unwrap()
-            .unwrap();
+        let frame =
+            tokio::time::timeout_at(deadline, client.next()).await.expect("frames keep coming").unwrap().unwrap();
         let Message::Text(text) = frame else { continue };
         match serde_json::from_str::<ServerMessage>(text.as_str()).unwrap() {
             ServerMessage::Snapshot(snapshot) => {
@@ -124,26 +113,16 @@ async fn a_lagging_client_is_resynchronised_with_a_snapshot() {
     }
     // Nothing older than the snapshot follows it: the next frames are exactly the new ticks.
     for tick in ticks + 1..=ticks + 3 {
-        let sample = Sample {
-            kernels: made_up_kernels(tick),
-            ..Sample::new(tick * 1000)
-        };
+        let sample = Sample { kernels: made_up_kernels(tick), ..Sample::new(tick * 1000) };
         state.apply_tick(sample, vec![], &[], Duration::ZERO);
     }
     while last_seq < ticks + 3 {
-        let frame = tokio::time::timeout_at(deadline, client.next())
-            .await
-            .expect("frames keep coming")
-            .unwrap()
-            .unwrap();
+        let frame =
+            tokio::time::timeout_at(deadline, client.next()).await.expect("frames keep coming").unwrap().unwrap();
         let Message::Text(text) = frame else { continue };
         match serde_json::from_str::<ServerMessage>(text.as_str()).unwrap() {
             ServerMessage::Update(update) => {
-                assert_eq!(
-                    update.seq,
-                    last_seq + 1,
-                    "no stale or missing update after the resync"
-                );
+                assert_eq!(update.seq, last_seq + 1, "no stale or missing update after the resync");
                 last_seq = update.seq;
             }
             other => panic!("unexpected frame after the resync: {other:?}"),

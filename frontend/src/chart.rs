@@ -21,20 +21,10 @@ pub struct Series {
 
 /// The shown span of time: the last `span_ms`, or less while history is short.
 fn time_range(series: &[Series], span_ms: u64) -> Option<(u64, u64)> {
-    let last = series
-        .iter()
-        .filter_map(|s| s.points.last().map(|p| p.0))
-        .max()?;
-    let first = series
-        .iter()
-        .filter_map(|s| s.points.first().map(|p| p.0))
-        .min()?;
+    let last = series.iter().filter_map(|s| s.points.last().map(|p| p.0)).max()?;
+    let first = series.iter().filter_map(|s| s.points.first().map(|p| p.0)).min()?;
     let start = first.max(last.saturating_sub(span_ms));
-    Some(if last > start {
-        (start, last)
-    } else {
-        (last.saturating_sub(60_000), last)
-    })
+    Some(if last > start { (start, last) } else { (last.saturating_sub(60_000), last) })
 }
 
 /// A "nice" step (1, 2, 2.5 or 5 times a power of ten) giving about `ticks` intervals.
@@ -58,12 +48,7 @@ pub fn nice_step(max: f64, ticks: f64) -> f64 {
 
 fn clock(ms: u64) -> String {
     let date = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms as f64));
-    format!(
-        "{:02}:{:02}:{:02}",
-        date.get_hours(),
-        date.get_minutes(),
-        date.get_seconds()
-    )
+    format!("{:02}:{:02}:{:02}", date.get_hours(), date.get_minutes(), date.get_seconds())
 }
 
 pub fn format_value(value: f64, unit: &str) -> String {
@@ -115,13 +100,9 @@ pub fn TimeSeriesChart(
     let body = move || {
         let all = series.get();
         let Some((t0, t1)) = time_range(&all, span_ms) else {
-            return view! { <p class="chart-empty">"Waiting for the first samples…"</p> }
-                .into_any();
+            return view! { <p class="chart-empty">"Waiting for the first samples…"</p> }.into_any();
         };
-        let data_max = all
-            .iter()
-            .flat_map(|s| s.points.iter().filter(|p| p.0 >= t0).map(|p| p.1))
-            .fold(0.0, f64::max);
+        let data_max = all.iter().flat_map(|s| s.points.iter().filter(|p| p.0 >= t0).map(|p| p.1)).fold(0.0, f64::max);
         let (top, step) = match y_max {
             Some(max) => (max, nice_step(max, 4.0)),
             None => {
@@ -131,22 +112,22 @@ pub fn TimeSeriesChart(
         };
         let gap_ms = interval_ms.get().max(100) * 3;
 
-        let y_ticks = (0..=((top / step).round() as usize)).map(|i| {
-            let v = i as f64 * step;
-            let y = TOP + (1.0 - v / top) * plot_h;
-            view! {
-                <line class="grid" x1=LEFT x2=W - RIGHT y1=y y2=y />
-                <text class="tick" x=LEFT - 6.0 y=y + 4.0 text-anchor="end">{format_value(v, unit)}</text>
-            }
-        }).collect_view();
+        let y_ticks = (0..=((top / step).round() as usize))
+            .map(|i| {
+                let v = i as f64 * step;
+                let y = TOP + (1.0 - v / top) * plot_h;
+                view! {
+                    <line class="grid" x1=LEFT x2=W - RIGHT y1=y y2=y />
+                    <text class="tick" x=LEFT - 6.0 y=y + 4.0 text-anchor="end">{format_value(v, unit)}</text>
+                }
+            })
+            .collect_view();
 
         let span = t1 - t0;
-        let t_step = [
-            5_000u64, 10_000, 15_000, 30_000, 60_000, 120_000, 300_000, 600_000, 1_800_000,
-        ]
-        .into_iter()
-        .find(|s| span / s <= 5)
-        .unwrap_or(3_600_000);
+        let t_step = [5_000u64, 10_000, 15_000, 30_000, 60_000, 120_000, 300_000, 600_000, 1_800_000]
+            .into_iter()
+            .find(|s| span / s <= 5)
+            .unwrap_or(3_600_000);
         let first_tick = t0.div_ceil(t_step) * t_step;
         let x_ticks = (0..)
             .map(|i| first_tick + i * t_step)
@@ -184,11 +165,7 @@ pub fn TimeSeriesChart(
             .get()
             .into_iter()
             .map(|s| {
-                let latest = s
-                    .points
-                    .last()
-                    .map(|p| format_value(p.1, unit))
-                    .unwrap_or_else(|| "–".into());
+                let latest = s.points.last().map(|p| format_value(p.1, unit)).unwrap_or_else(|| "–".into());
                 view! {
                     <span class="legend-item">
                         <span class=format!("swatch {}", s.class)></span>
@@ -223,13 +200,7 @@ mod tests {
 
     #[test]
     fn gaps_split_the_line() {
-        let d = path(
-            &[(0, 0.0), (1000, 50.0), (10_000, 100.0)],
-            0,
-            10_000,
-            100.0,
-            3000,
-        );
+        let d = path(&[(0, 0.0), (1000, 50.0), (10_000, 100.0)], 0, 10_000, 100.0, 3000);
         assert_eq!(d.matches('M').count(), 2);
         assert_eq!(d.matches('L').count(), 1);
     }

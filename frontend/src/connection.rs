@@ -33,9 +33,7 @@ pub struct Link {
 
 fn ws_url() -> Result<String, String> {
     let location = window().location();
-    let protocol = location
-        .protocol()
-        .map_err(|_| "no page location".to_string())?;
+    let protocol = location.protocol().map_err(|_| "no page location".to_string())?;
     let host = location.host().map_err(|_| "no page host".to_string())?;
     let scheme = if protocol == "https:" { "wss" } else { "ws" };
     Ok(format!("{scheme}://{host}/ws"))
@@ -43,11 +41,7 @@ fn ws_url() -> Result<String, String> {
 
 impl Link {
     pub fn start(store: Store) -> Link {
-        let link = Link {
-            store,
-            live: Rc::new(RefCell::new(None)),
-            attempt: Rc::new(RefCell::new(0)),
-        };
+        let link = Link { store, live: Rc::new(RefCell::new(None)), attempt: Rc::new(RefCell::new(0)) };
         link.connect();
         link
     }
@@ -68,14 +62,11 @@ impl Link {
             *attempt += 1;
             *attempt
         };
-        self.store
-            .connection
-            .set(Connection::Connecting { attempt });
-        let socket =
-            match ws_url().and_then(|url| WebSocket::new(&url).map_err(|e| format!("{e:?}"))) {
-                Ok(socket) => socket,
-                Err(why) => return self.retry_later(why),
-            };
+        self.store.connection.set(Connection::Connecting { attempt });
+        let socket = match ws_url().and_then(|url| WebSocket::new(&url).map_err(|e| format!("{e:?}"))) {
+            Ok(socket) => socket,
+            Err(why) => return self.retry_later(why),
+        };
 
         let store = self.store;
         let attempts = self.attempt.clone();
@@ -89,19 +80,14 @@ impl Link {
             };
             match serde_json::from_str::<ServerMessage>(&text) {
                 Ok(message) => store.apply(message),
-                Err(e) => store.server_error.set(Some(format!(
-                    "could not read a message from the daemon: {e}"
-                ))),
+                Err(e) => store.server_error.set(Some(format!("could not read a message from the daemon: {e}"))),
             }
         });
         let link = self.clone();
         let on_close = Closure::<dyn FnMut(CloseEvent)>::new(move |event: CloseEvent| {
             let why = match (event.code(), event.reason()) {
                 (1001, reason) if !reason.is_empty() => reason,
-                (1006, _) => {
-                    "the daemon cannot be reached (stopped, restarting, or the token was refused)"
-                        .to_string()
-                }
+                (1006, _) => "the daemon cannot be reached (stopped, restarting, or the token was refused)".to_string(),
                 (code, reason) if reason.is_empty() => format!("connection closed (code {code})"),
                 (code, reason) => format!("connection closed (code {code}): {reason}"),
             };
@@ -140,16 +126,9 @@ impl Link {
         if left_s == 0 {
             return self.connect();
         }
-        self.store.connection.set(Connection::Waiting {
-            attempt,
-            retry_in_s: left_s,
-            why: why.clone(),
-        });
+        self.store.connection.set(Connection::Waiting { attempt, retry_in_s: left_s, why: why.clone() });
         let link = self.clone();
-        set_timeout(
-            move || link.countdown(attempt, left_s - 1, why),
-            Duration::from_secs(1),
-        );
+        set_timeout(move || link.countdown(attempt, left_s - 1, why), Duration::from_secs(1));
     }
 }
 

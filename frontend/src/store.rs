@@ -3,8 +3,8 @@
 
 use leptos::prelude::*;
 use ringside_shared::{
-    Alert, ComponentHealth, HistoryPoint, HostMetrics, NodeIdentity, RingKernelMetrics,
-    SchedulerTelemetry, ServerMessage, WindowAggregates,
+    Alert, ComponentHealth, HistoryPoint, HostMetrics, NodeIdentity, RingKernelMetrics, SchedulerTelemetry,
+    ServerMessage, WindowAggregates,
 };
 // Named apart from leptos' `Update` trait, which the prelude brings in.
 use ringside_shared::Update as Tick;
@@ -87,8 +87,7 @@ impl Store {
                     window: snapshot.window,
                     point: None,
                 });
-                self.history_cap
-                    .set(snapshot.history.len().max(MIN_HISTORY));
+                self.history_cap.set(snapshot.history.len().max(MIN_HISTORY));
                 self.history.set(snapshot.history);
                 self.alerts.set(snapshot.alerts);
             }
@@ -124,9 +123,7 @@ impl Store {
             ServerMessage::Error { code, message } => {
                 self.server_error.set(Some(format!(
                     "{}: {message}",
-                    serde_json::to_string(&code)
-                        .unwrap_or_default()
-                        .trim_matches('"')
+                    serde_json::to_string(&code).unwrap_or_default().trim_matches('"')
                 )));
             }
         }
@@ -153,11 +150,7 @@ impl Store {
             alerts.sort_by(|a, b| {
                 b.is_active()
                     .cmp(&a.is_active())
-                    .then(if a.is_active() {
-                        b.severity.cmp(&a.severity)
-                    } else {
-                        std::cmp::Ordering::Equal
-                    })
+                    .then(if a.is_active() { b.severity.cmp(&a.severity) } else { std::cmp::Ordering::Equal })
                     .then(b.updated_at_ms.cmp(&a.updated_at_ms))
                     .then(b.id.cmp(&a.id))
             });

@@ -60,9 +60,7 @@ pub fn App() -> impl IntoView {
 /// Auto follows the system; the choice is remembered in local storage.
 #[component]
 fn ThemeToggle() -> impl IntoView {
-    let saved = storage()
-        .and_then(|s| s.get_item("ringside-theme").ok().flatten())
-        .unwrap_or_else(|| "auto".into());
+    let saved = storage().and_then(|s| s.get_item("ringside-theme").ok().flatten()).unwrap_or_else(|| "auto".into());
     let theme = RwSignal::new(saved);
     Effect::new(move |_| {
         let value = theme.get();
@@ -107,15 +105,9 @@ fn Header() -> impl IntoView {
     };
     let status = move || match store.connection.get() {
         Connection::Live => ("live", "Live".to_string()),
-        Connection::Connecting { attempt } if attempt <= 1 => {
-            ("connecting", "Connecting…".to_string())
-        }
-        Connection::Connecting { attempt } => {
-            ("connecting", format!("Reconnecting (attempt {attempt})…"))
-        }
-        Connection::Waiting { retry_in_s, .. } => {
-            ("down", format!("Offline · retry in {retry_in_s} s"))
-        }
+        Connection::Connecting { attempt } if attempt <= 1 => ("connecting", "Connecting…".to_string()),
+        Connection::Connecting { attempt } => ("connecting", format!("Reconnecting (attempt {attempt})…")),
+        Connection::Waiting { retry_in_s, .. } => ("down", format!("Offline · retry in {retry_in_s} s")),
     };
     view! {
         <header>
@@ -134,11 +126,7 @@ fn Header() -> impl IntoView {
 fn ConnectionBanner() -> impl IntoView {
     let store = expect_context::<Store>();
     move || match store.connection.get() {
-        Connection::Waiting {
-            attempt,
-            retry_in_s,
-            why,
-        } => Some(view! {
+        Connection::Waiting { attempt, retry_in_s, why } => Some(view! {
             <div class="banner banner-warn" role="status">
                 {format!("Connection to the daemon lost: {why}. Retrying in {retry_in_s} s (attempt {attempt}); the data below is from before.")}
             </div>
@@ -151,21 +139,19 @@ fn ConnectionBanner() -> impl IntoView {
 fn ServerErrorBanner() -> impl IntoView {
     let store = expect_context::<Store>();
     move || {
-        store.server_error.get().map(|message| view! {
-            <div class="banner banner-error" role="alert">
-                <span>{format!("The daemon refused a request — {message}")}</span>
-                <button class="ghost" on:click=move |_| store.server_error.set(None)>"Dismiss"</button>
-            </div>
+        store.server_error.get().map(|message| {
+            view! {
+                <div class="banner banner-error" role="alert">
+                    <span>{format!("The daemon refused a request — {message}")}</span>
+                    <button class="ghost" on:click=move |_| store.server_error.set(None)>"Dismiss"</button>
+                </div>
+            }
         })
     }
 }
 
 #[component]
-fn Stat(
-    label: &'static str,
-    value: Signal<String>,
-    #[prop(optional)] hint: Option<Signal<String>>,
-) -> impl IntoView {
+fn Stat(label: &'static str, value: Signal<String>, #[prop(optional)] hint: Option<Signal<String>>) -> impl IntoView {
     view! {
         <div class="stat">
             <div class="stat-label">{label}</div>
@@ -179,71 +165,40 @@ fn Stat(
 fn HostPanel() -> impl IntoView {
     let store = expect_context::<Store>();
     let interval = Signal::derive(move || store.interval_ms.get());
-    let series = move |pick: fn(&ringside_shared::HistoryPoint) -> f64,
-                       name: &'static str,
-                       class: &'static str| Series {
-        name,
-        class,
-        points: store
-            .history
-            .with(|h| h.iter().map(|p| (p.t_ms, pick(p))).collect()),
+    let series = move |pick: fn(&ringside_shared::HistoryPoint) -> f64, name: &'static str, class: &'static str| {
+        Series { name, class, points: store.history.with(|h| h.iter().map(|p| (p.t_ms, pick(p))).collect()) }
     };
-    let cpu = Signal::derive(move || {
-        vec![
-            series(|p| p.cpu_pct, "busy", "s1"),
-            series(|p| p.iowait_pct, "iowait", "s2"),
-        ]
-    });
+    let cpu =
+        Signal::derive(move || vec![series(|p| p.cpu_pct, "busy", "s1"), series(|p| p.iowait_pct, "iowait", "s2")]);
     let memory = Signal::derive(move || vec![series(|p| p.mem_used_pct, "used", "s3")]);
     let load = Signal::derive(move || vec![series(|p| p.load1, "1 min", "s4")]);
 
     let host = store.host;
     let cpu_now = Signal::derive(move || {
-        host.get()
-            .map(|h| format_value(h.cpu_utilization_pct, " %"))
-            .unwrap_or_else(|| "–".into())
+        host.get().map(|h| format_value(h.cpu_utilization_pct, " %")).unwrap_or_else(|| "–".into())
     });
     let cpu_hint = Signal::derive(move || {
         let w = store.window.get();
         match (w.cpu_avg_pct, w.cpu_max_pct) {
-            (Some(avg), Some(max)) => format!(
-                "avg {avg:.1} % · max {max:.1} % over {} s",
-                w.covered_ms / 1000
-            ),
+            (Some(avg), Some(max)) => format!("avg {avg:.1} % · max {max:.1} % over {} s", w.covered_ms / 1000),
             _ => "collecting…".into(),
         }
     });
     let mem_now = Signal::derive(move || {
         host.get()
-            .map(|h| {
-                format!(
-                    "{} of {}",
-                    bytes(h.memory.used_bytes),
-                    bytes(h.memory.total_bytes)
-                )
-            })
+            .map(|h| format!("{} of {}", bytes(h.memory.used_bytes), bytes(h.memory.total_bytes)))
             .unwrap_or_else(|| "–".into())
     });
     let mem_hint = Signal::derive(move || {
         host.get()
-            .map(|h| {
-                format!(
-                    "{:.1} % used · swap {}",
-                    h.memory.used_pct,
-                    bytes(h.memory.swap_used_bytes)
-                )
-            })
+            .map(|h| format!("{:.1} % used · swap {}", h.memory.used_pct, bytes(h.memory.swap_used_bytes)))
             .unwrap_or_default()
     });
     let load_now = Signal::derive(move || {
-        host.get()
-            .map(|h| format!("{:.2} · {:.2} · {:.2}", h.load1, h.load5, h.load15))
-            .unwrap_or_else(|| "–".into())
+        host.get().map(|h| format!("{:.2} · {:.2} · {:.2}", h.load1, h.load5, h.load15)).unwrap_or_else(|| "–".into())
     });
     let load_hint = Signal::derive(move || {
-        host.get()
-            .map(|h| format!("{} running · {} blocked", h.procs_running, h.procs_blocked))
-            .unwrap_or_default()
+        host.get().map(|h| format!("{} running · {} blocked", h.procs_running, h.procs_blocked)).unwrap_or_default()
     });
     let pressure = Signal::derive(move || {
         host.get()
@@ -323,9 +278,7 @@ fn AlertRow(alert: Alert) -> impl IntoView {
     };
     let ack = alert.acknowledgement.clone();
     let acknowledge = move |_| {
-        let by = storage()
-            .and_then(|s| s.get_item(OPERATOR_KEY).ok().flatten())
-            .filter(|n| !n.is_empty());
+        let by = storage().and_then(|s| s.get_item(OPERATOR_KEY).ok().flatten()).filter(|n| !n.is_empty());
         let mut command = serde_json::json!({ "type": "ack_alert", "id": id });
         if let Some(by) = by {
             command["by"] = by.into();
@@ -333,9 +286,7 @@ fn AlertRow(alert: Alert) -> impl IntoView {
         if link.with_value(|link| link.send(&command)) {
             pending.set(true);
         } else {
-            store.server_error.set(Some(
-                "not connected: the acknowledgement was not sent; try again once live".into(),
-            ));
+            store.server_error.set(Some("not connected: the acknowledgement was not sent; try again once live".into()));
         }
     };
     let action = match ack {
@@ -371,30 +322,14 @@ fn AlertRow(alert: Alert) -> impl IntoView {
 #[component]
 fn AlertsPanel() -> impl IntoView {
     let store = expect_context::<Store>();
-    let active = Memo::new(move |_| {
-        store.alerts.with(|a| {
-            a.iter()
-                .filter(|a| a.is_active())
-                .cloned()
-                .collect::<Vec<_>>()
-        })
-    });
+    let active =
+        Memo::new(move |_| store.alerts.with(|a| a.iter().filter(|a| a.is_active()).cloned().collect::<Vec<_>>()));
     let resolved = Memo::new(move |_| {
-        store.alerts.with(|a| {
-            a.iter()
-                .filter(|a| !a.is_active())
-                .take(20)
-                .cloned()
-                .collect::<Vec<_>>()
-        })
+        store.alerts.with(|a| a.iter().filter(|a| !a.is_active()).take(20).cloned().collect::<Vec<_>>())
     });
     // Keyed by id and last change, so a row is rebuilt exactly when its alert changed.
     let key = |a: &Alert| (a.id, a.updated_at_ms, a.acknowledgement.is_some());
-    let operator = RwSignal::new(
-        storage()
-            .and_then(|s| s.get_item(OPERATOR_KEY).ok().flatten())
-            .unwrap_or_default(),
-    );
+    let operator = RwSignal::new(storage().and_then(|s| s.get_item(OPERATOR_KEY).ok().flatten()).unwrap_or_default());
     let rename = move |event: web_sys::Event| {
         let name = event_target_value(&event);
         if let Some(s) = storage() {

@@ -1,13 +1,13 @@
 //! Alerts as the operator sees them.
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::snapshot::UnixMillis;
 
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
     Info,
@@ -17,6 +17,12 @@ pub enum Severity {
 }
 
 impl Severity {
+    pub const ALL: [Severity; 4] = [Severity::Info, Severity::Warning, Severity::Error, Severity::Critical];
+
+    pub fn parse(text: &str) -> Option<Severity> {
+        Self::ALL.into_iter().find(|v| v.as_str() == text)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Severity::Info => "info",
@@ -27,9 +33,7 @@ impl Severity {
     }
 }
 
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AlertType {
     HighDropRate,
@@ -39,9 +43,25 @@ pub enum AlertType {
     MemoryPressure,
     /// A metrics source failed to collect.
     SourceFailure,
+    /// A rule from the `[[rules]]` of the config; `Alert::rule` names it.
+    Rule,
 }
 
 impl AlertType {
+    pub const ALL: [AlertType; 7] = [
+        AlertType::HighDropRate,
+        AlertType::HighLatency,
+        AlertType::QueueNearFull,
+        AlertType::KernelError,
+        AlertType::MemoryPressure,
+        AlertType::SourceFailure,
+        AlertType::Rule,
+    ];
+
+    pub fn parse(text: &str) -> Option<AlertType> {
+        Self::ALL.into_iter().find(|v| v.as_str() == text)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             AlertType::HighDropRate => "high_drop_rate",
@@ -50,6 +70,7 @@ impl AlertType {
             AlertType::KernelError => "kernel_error",
             AlertType::MemoryPressure => "memory_pressure",
             AlertType::SourceFailure => "source_failure",
+            AlertType::Rule => "rule",
         }
     }
 }
@@ -58,9 +79,13 @@ impl AlertType {
 pub struct Alert {
     pub id: u64,
     pub alert_type: AlertType,
+    /// The config rule that raised it, for `alert_type: rule`.
+    pub rule: Option<String>,
     pub severity: Severity,
     /// What the alert is about: `host`, `kernel:<id>`, `source:<name>`.
     pub source: String,
+    /// Labels from the rule, passed on to Alertmanager.
+    pub labels: BTreeMap<String, String>,
     pub message: String,
     /// The measured value that crossed the threshold (latest while the alert stands).
     pub value: f64,
@@ -70,18 +95,100 @@ pub struct Alert {
     pub updated_at_ms: UnixMillis,
     pub resolved_at_ms: Option<UnixMillis>,
     pub acknowledgement: Option<Acknowledgement>,
+    /// How many times this alert fired: it reopens, instead of a new alert being raised, when
+    /// its condition returns soon after it resolved.
+    pub occurrence: u32,
+    /// Fired and cleared repeatedly within the flap window.
+    pub flapping: bool,
+    /// What happened to the alert, oldest first (the most recent ones only).
+    pub transitions: Vec<AlertTransition>,
 }
 
 impl Alert {
     pub fn is_active(&self) -> bool {
         self.resolved_at_ms.is_none()
     }
+
+    /// Alertmanager's `alertname`: the rule's name, else the alert type.
+    pub fn name(&self) -> &str {
+        self.rule.as_deref().unwrap_or(self.alert_type.as_str())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Acknowledgement {
-    /// Who acknowledged: the name the client gave, else how and from where it came.
+    /// Who acknowledged: the name the person gave, else the name of their token.
     pub by: String,
+    /// Name of the token the acknowledgement was made with.
+    pub token: String,
     pub at_ms: UnixMillis,
     pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TransitionKind {
+    Raised,
+    Escalated,
+    Deescalated,
+    Acknowledged,
+    Resolved,
+    Reopened,
+}
+
+impl TransitionKind {
+    pub const ALL: [TransitionKind; 6] = [
+        TransitionKind::Raised,
+        TransitionKind::Escalated,
+        TransitionKind::Deescalated,
+        TransitionKind::Acknowledged,
+        TransitionKind::Resolved,
+        TransitionKind::Reopened,
+    ];
+
+    pub fn parse(text: &str) -> Option<TransitionKind> {
+        Self::ALL.into_iter().find(|v| v.as_str() == text)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransitionKind::Raised => "raised",
+            TransitionKind::Escalated => "escalated",
+            TransitionKind::Deescalated => "deescalated",
+            TransitionKind::Acknowledged => "acknowledged",
+            TransitionKind::Resolved => "resolved",
+            TransitionKind::Reopened => "reopened",
+        }
+    }
+}
+
+/// One step in an alert's life, with the severity and value at that moment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AlertTransition {
+    pub at_ms: UnixMillis,
+    pub kind: TransitionKind,
+    pub severity: Severity,
+    pub value: f64,
+    /// For acknowledgements: who, and their note.
+    pub by: Option<String>,
+    pub note: Option<String>,
+}
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Watch the console and read the API.
+    Viewer,
+    /// Also acknowledge alerts.
+    Operator,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+        }
+    }
 }

@@ -7,10 +7,9 @@ pub mod alert;
 pub mod protocol;
 pub mod snapshot;
 
-pub use alert::{Acknowledgement, Alert, AlertType, Severity};
+pub use alert::{Acknowledgement, Alert, AlertTransition, AlertType, Role, Severity, TransitionKind};
 pub use protocol::{
-    ClientCommand, CommandError, ErrorCode, Hello, KernelStateChange, ServerMessage, Update,
-    PROTOCOL_VERSION,
+    ClientCommand, CommandError, ErrorCode, Hello, KernelStateChange, ServerMessage, Update, PROTOCOL_VERSION,
 };
 pub use snapshot::*;
 

@@ -7,10 +7,10 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::alert::Alert;
+use crate::alert::{Alert, Role};
 use crate::snapshot::{
-    ComponentHealth, HistoryPoint, HostMetrics, KernelState, NodeIdentity, RingKernelMetrics,
-    SchedulerTelemetry, Snapshot, UnixMillis, WindowAggregates,
+    ComponentHealth, HistoryPoint, HostMetrics, KernelState, NodeIdentity, RingKernelMetrics, SchedulerTelemetry,
+    Snapshot, UnixMillis, WindowAggregates,
 };
 
 /// Bumped on any change a v1 client could not read.
@@ -29,29 +29,21 @@ pub enum ServerMessage {
     Hello(Hello),
     Snapshot(Box<Snapshot>),
     Update(Box<Update>),
-    AlertRaised {
-        alert: Alert,
-    },
-    AlertUpdated {
-        alert: Alert,
-    },
-    AlertResolved {
-        alert: Alert,
-    },
+    AlertRaised { alert: Alert },
+    AlertUpdated { alert: Alert },
+    AlertResolved { alert: Alert },
     KernelStateChanged(KernelStateChange),
-    Pong {
-        nonce: Option<u64>,
-        server_time_ms: UnixMillis,
-    },
-    Error {
-        code: ErrorCode,
-        message: String,
-    },
+    Pong { nonce: Option<u64>, server_time_ms: UnixMillis },
+    Error { code: ErrorCode, message: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Hello {
     pub protocol_version: u32,
+    /// Name of the token this connection authenticated with.
+    pub identity: String,
+    /// What this connection may do; a viewer cannot acknowledge.
+    pub role: Role,
     pub node: NodeIdentity,
     pub server_time_ms: UnixMillis,
     pub interval_ms: u64,
@@ -98,6 +90,10 @@ pub enum ErrorCode {
     AlertNotFound,
     /// The client sent commands faster than the server answers them.
     RateLimited,
+    /// The token's role does not allow the command (a viewer acknowledging).
+    Forbidden,
+    /// The server could not carry the command out (e.g. the alert store failed to write).
+    Internal,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -126,17 +122,11 @@ pub struct CommandError {
 
 impl CommandError {
     fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        CommandError {
-            code,
-            message: message.into(),
-        }
+        CommandError { code, message: message.into() }
     }
 
     pub fn into_message(self) -> ServerMessage {
-        ServerMessage::Error {
-            code: self.code,
-            message: self.message,
-        }
+        ServerMessage::Error { code: self.code, message: self.message }
     }
 }
 
@@ -149,68 +139,40 @@ impl ClientCommand {
         if text.len() > MAX_COMMAND_BYTES {
             return Err(CommandError::new(
                 ErrorCode::MessageTooLarge,
-                format!(
-                    "command is {} bytes; the limit is {MAX_COMMAND_BYTES}",
-                    text.len()
-                ),
+                format!("command is {} bytes; the limit is {MAX_COMMAND_BYTES}", text.len()),
             ));
         }
-        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-            CommandError::new(ErrorCode::MalformedJson, format!("not valid JSON: {e}"))
-        })?;
+        let value: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| CommandError::new(ErrorCode::MalformedJson, format!("not valid JSON: {e}")))?;
         let Some(object) = value.as_object() else {
-            return Err(CommandError::new(
-                ErrorCode::MalformedJson,
-                "a command must be a JSON object",
-            ));
+            return Err(CommandError::new(ErrorCode::MalformedJson, "a command must be a JSON object"));
         };
         let kind = match object.get("type") {
             Some(serde_json::Value::String(kind)) => kind.clone(),
-            Some(_) => {
-                return Err(CommandError::new(
-                    ErrorCode::MissingType,
-                    "field `type` must be a string",
-                ))
-            }
-            None => {
-                return Err(CommandError::new(
-                    ErrorCode::MissingType,
-                    "field `type` is missing",
-                ))
-            }
+            Some(_) => return Err(CommandError::new(ErrorCode::MissingType, "field `type` must be a string")),
+            None => return Err(CommandError::new(ErrorCode::MissingType, "field `type` is missing")),
         };
         if !Self::TYPES.contains(&kind.as_str()) {
             return Err(CommandError::new(
                 ErrorCode::UnknownCommand,
-                format!(
-                    "unknown command `{}`; known commands: {}",
-                    truncate(&kind, 64),
-                    Self::TYPES.join(", ")
-                ),
+                format!("unknown command `{}`; known commands: {}", truncate(&kind, 64), Self::TYPES.join(", ")),
             ));
         }
-        let command: ClientCommand = serde_json::from_value(value).map_err(|e| {
-            CommandError::new(ErrorCode::InvalidCommand, format!("invalid `{kind}`: {e}"))
-        })?;
+        let command: ClientCommand = serde_json::from_value(value)
+            .map_err(|e| CommandError::new(ErrorCode::InvalidCommand, format!("invalid `{kind}`: {e}")))?;
         command.validate()?;
         Ok(command)
     }
 
     fn validate(&self) -> Result<(), CommandError> {
         if let ClientCommand::AckAlert { note, by, .. } = self {
-            if note
-                .as_ref()
-                .is_some_and(|n| n.chars().count() > MAX_NOTE_CHARS)
-            {
+            if note.as_ref().is_some_and(|n| n.chars().count() > MAX_NOTE_CHARS) {
                 return Err(CommandError::new(
                     ErrorCode::InvalidCommand,
                     format!("invalid `ack_alert`: note is longer than {MAX_NOTE_CHARS} characters"),
                 ));
             }
-            if by
-                .as_ref()
-                .is_some_and(|b| b.chars().count() > MAX_BY_CHARS)
-            {
+            if by.as_ref().is_some_and(|b| b.chars().count() > MAX_BY_CHARS) {
                 return Err(CommandError::new(
                     ErrorCode::InvalidCommand,
                     format!("invalid `ack_alert`: by is longer than {MAX_BY_CHARS} characters"),

@@ -3,6 +3,8 @@
 //! Field names of the scheduler and ring-kernel telemetry are the ones users know from the
 //! reference systems (see `docs/architecture.md`); do not rename them.
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +24,8 @@ pub struct Snapshot {
     /// The collection interval the daemon runs at.
     pub interval_ms: u64,
     pub node: NodeIdentity,
+    /// The daemon's configuration, without secrets.
+    pub config: ConfigSummary,
     /// Health of each part of the daemon (metrics sources, server).
     pub components: Vec<ComponentHealth>,
     /// Host metrics of the latest tick; absent until the first successful collection.
@@ -35,6 +39,36 @@ pub struct Snapshot {
     pub alerts: Vec<Alert>,
     /// Recent history for charts, oldest first.
     pub history: Vec<HistoryPoint>,
+}
+
+/// The configuration in force, as a snapshot reader needs it to interpret the rest; tokens are
+/// listed by name and role only.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ConfigSummary {
+    pub listen: String,
+    pub interval_ms: u64,
+    pub window_ms: u64,
+    pub history_len: u64,
+    /// Every alert threshold by its config key.
+    pub thresholds: BTreeMap<String, f64>,
+    pub clear_for_ms: u64,
+    pub flap_window_ms: u64,
+    pub rules: Vec<RuleSummary>,
+    /// `name (role)` of each token.
+    pub tokens: Vec<String>,
+    /// Where alerts are forwarded, if anywhere.
+    pub alertmanager_url: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RuleSummary {
+    pub name: String,
+    pub metric: String,
+    pub op: String,
+    pub threshold: f64,
+    pub for_ms: u64,
+    pub severity: crate::alert::Severity,
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Who this node is. Collected once at start-up.
@@ -145,9 +179,7 @@ pub struct HistoryPoint {
 }
 
 /// A phase of ML work a thread can be in.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     DataLoading,
@@ -158,13 +190,8 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub const ALL: [Phase; 5] = [
-        Phase::DataLoading,
-        Phase::GpuCompute,
-        Phase::NcclCollective,
-        Phase::OptimizerStep,
-        Phase::Unknown,
-    ];
+    pub const ALL: [Phase; 5] =
+        [Phase::DataLoading, Phase::GpuCompute, Phase::NcclCollective, Phase::OptimizerStep, Phase::Unknown];
 
     pub fn as_str(self) -> &'static str {
         match self {

@@ -44,12 +44,7 @@ fn host() -> HostMetrics {
             memory_full_avg10: 0.0,
             io_some_avg10: 0.0,
         }),
-        numa: vec![NumaNodeMetrics {
-            node: 0,
-            cpus: vec![0, 1],
-            mem_total_bytes: 24 << 30,
-            mem_free_bytes: 20 << 30,
-        }],
+        numa: vec![NumaNodeMetrics { node: 0, cpus: vec![0, 1], mem_total_bytes: 24 << 30, mem_free_bytes: 20 << 30 }],
         uptime_s: 1234.5,
         procs_running: 1,
         procs_blocked: 0,
@@ -61,8 +56,10 @@ fn alert() -> Alert {
     Alert {
         id: 7,
         alert_type: AlertType::HighDropRate,
+        rule: None,
         severity: Severity::Error,
         source: "kernel:echo0".into(),
+        labels: [("team".to_string(), "ml".to_string())].into(),
         message: "drop rate 6.0% over 10 s".into(),
         value: 0.06,
         threshold: 0.05,
@@ -71,9 +68,30 @@ fn alert() -> Alert {
         resolved_at_ms: None,
         acknowledgement: Some(Acknowledgement {
             by: "ana".into(),
+            token: "ops".into(),
             at_ms: 3,
             note: Some("looking".into()),
         }),
+        occurrence: 1,
+        flapping: false,
+        transitions: vec![
+            AlertTransition {
+                at_ms: 1,
+                kind: TransitionKind::Raised,
+                severity: Severity::Error,
+                value: 0.06,
+                by: None,
+                note: None,
+            },
+            AlertTransition {
+                at_ms: 3,
+                kind: TransitionKind::Acknowledged,
+                severity: Severity::Error,
+                value: 0.06,
+                by: Some("ana".into()),
+                note: Some("looking".into()),
+            },
+        ],
     }
 }
 
@@ -105,11 +123,27 @@ pub(crate) fn snapshot() -> Snapshot {
         taken_at_ms: 1_700_000_003_000,
         interval_ms: 1000,
         node: node(),
-        components: vec![ComponentHealth {
-            name: "host".into(),
-            status: ComponentStatus::Up,
-            detail: None,
-        }],
+        config: ConfigSummary {
+            listen: "127.0.0.1:9650".into(),
+            interval_ms: 1000,
+            window_ms: 10_000,
+            history_len: 600,
+            thresholds: [("drop_rate_warning".to_string(), 0.01)].into(),
+            clear_for_ms: 3000,
+            flap_window_ms: 300_000,
+            rules: vec![RuleSummary {
+                name: "hot".into(),
+                metric: "host.cpu_utilization_pct".into(),
+                op: ">".into(),
+                threshold: 90.0,
+                for_ms: 30_000,
+                severity: Severity::Warning,
+                labels: Default::default(),
+            }],
+            tokens: vec!["ops (operator)".into()],
+            alertmanager_url: None,
+        },
+        components: vec![ComponentHealth { name: "host".into(), status: ComponentStatus::Up, detail: None }],
         host: Some(host()),
         scheduler: Some(SchedulerTelemetry {
             total_tracked_tasks: 10,
@@ -151,23 +185,14 @@ pub(crate) fn snapshot() -> Snapshot {
             scheduler: None,
         },
         alerts: vec![alert()],
-        history: vec![HistoryPoint {
-            t_ms: 1,
-            cpu_pct: 1.0,
-            iowait_pct: 0.0,
-            mem_used_pct: 16.0,
-            load1: 0.3,
-        }],
+        history: vec![HistoryPoint { t_ms: 1, cpu_pct: 1.0, iowait_pct: 0.0, mem_used_pct: 16.0, load1: 0.3 }],
     }
 }
 
 fn round_trip(message: ServerMessage) {
     let text = serde_json::to_string(&message).expect("serialise");
     let value: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
-    assert!(
-        value["type"].is_string(),
-        "every frame carries a type: {text}"
-    );
+    assert!(value["type"].is_string(), "every frame carries a type: {text}");
     let back: ServerMessage = serde_json::from_str(&text).expect("deserialise");
     assert_eq!(back, message);
 }
@@ -176,6 +201,8 @@ fn round_trip(message: ServerMessage) {
 fn every_server_message_round_trips() {
     round_trip(ServerMessage::Hello(Hello {
         protocol_version: PROTOCOL_VERSION,
+        identity: "ops".into(),
+        role: Role::Operator,
         node: node(),
         server_time_ms: 5,
         interval_ms: 1000,
@@ -193,12 +220,7 @@ fn every_server_message_round_trips() {
     })));
     round_trip(ServerMessage::AlertRaised { alert: alert() });
     round_trip(ServerMessage::AlertUpdated { alert: alert() });
-    round_trip(ServerMessage::AlertResolved {
-        alert: Alert {
-            resolved_at_ms: Some(10),
-            ..alert()
-        },
-    });
+    round_trip(ServerMessage::AlertResolved { alert: Alert { resolved_at_ms: Some(10), ..alert() } });
     round_trip(ServerMessage::KernelStateChanged(KernelStateChange {
         kernel_id: "echo0".into(),
         from: KernelState::Active,
@@ -206,14 +228,8 @@ fn every_server_message_round_trips() {
         at_ms: 11,
         reason: Some("device stopped answering".into()),
     }));
-    round_trip(ServerMessage::Pong {
-        nonce: Some(1),
-        server_time_ms: 12,
-    });
-    round_trip(ServerMessage::Error {
-        code: ErrorCode::UnknownCommand,
-        message: "x".into(),
-    });
+    round_trip(ServerMessage::Pong { nonce: Some(1), server_time_ms: 12 });
+    round_trip(ServerMessage::Error { code: ErrorCode::UnknownCommand, message: "x".into() });
 }
 
 #[test]
@@ -221,20 +237,12 @@ fn wire_names_are_the_documented_ones() {
     let value = serde_json::to_value(ServerMessage::Snapshot(Box::new(snapshot()))).unwrap();
     assert_eq!(value["type"], "snapshot");
     let scheduler = &value["scheduler"];
-    for field in [
-        "total_tracked_tasks",
-        "ml_tasks",
-        "decisions_made",
-        "phase_transitions",
-        "numa_nodes",
-        "total_cpus",
-    ] {
+    for field in ["total_tracked_tasks", "ml_tasks", "decisions_made", "phase_transitions", "numa_nodes", "total_cpus"]
+    {
         assert!(scheduler.get(field).is_some(), "scheduler field {field}");
     }
     for phase in Phase::ALL {
-        assert!(scheduler["phase_distribution"]
-            .get(phase.as_str())
-            .is_some());
+        assert!(scheduler["phase_distribution"].get(phase.as_str()).is_some());
         assert!(scheduler["phase_time_pct"].get(phase.as_str()).is_some());
     }
     let kernel = &value["kernels"][0];
@@ -259,23 +267,29 @@ fn wire_names_are_the_documented_ones() {
 }
 
 #[test]
+fn enum_names_parse_back() {
+    for s in Severity::ALL {
+        assert_eq!(Severity::parse(s.as_str()), Some(s));
+    }
+    for t in AlertType::ALL {
+        assert_eq!(AlertType::parse(t.as_str()), Some(t));
+        assert_eq!(serde_json::to_value(t).unwrap(), t.as_str());
+    }
+    for k in TransitionKind::ALL {
+        assert_eq!(TransitionKind::parse(k.as_str()), Some(k));
+        assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+    }
+    assert_eq!(Severity::parse("loud"), None);
+}
+
+#[test]
 fn commands_parse() {
     assert_eq!(
         ClientCommand::parse(r#"{"type":"ack_alert","id":3,"note":"on it"}"#).unwrap(),
-        ClientCommand::AckAlert {
-            id: 3,
-            note: Some("on it".into()),
-            by: None
-        }
+        ClientCommand::AckAlert { id: 3, note: Some("on it".into()), by: None }
     );
-    assert_eq!(
-        ClientCommand::parse(r#"{"type":"ping"}"#).unwrap(),
-        ClientCommand::Ping { nonce: None }
-    );
-    assert_eq!(
-        ClientCommand::parse(r#"{"type":"ping","nonce":9}"#).unwrap(),
-        ClientCommand::Ping { nonce: Some(9) }
-    );
+    assert_eq!(ClientCommand::parse(r#"{"type":"ping"}"#).unwrap(), ClientCommand::Ping { nonce: None });
+    assert_eq!(ClientCommand::parse(r#"{"type":"ping","nonce":9}"#).unwrap(), ClientCommand::Ping { nonce: Some(9) });
 }
 
 #[test]
@@ -287,51 +301,23 @@ fn bad_commands_say_what_is_wrong() {
     assert_eq!(code(r#"{"type":5}"#), ErrorCode::MissingType);
     assert_eq!(code(r#"{"type":"reboot"}"#), ErrorCode::UnknownCommand);
     assert_eq!(code(r#"{"type":"ack_alert"}"#), ErrorCode::InvalidCommand);
-    assert_eq!(
-        code(r#"{"type":"ack_alert","id":"x"}"#),
-        ErrorCode::InvalidCommand
-    );
-    assert_eq!(
-        code(r#"{"type":"ack_alert","id":1,"colour":"red"}"#),
-        ErrorCode::InvalidCommand
-    );
-    let long_note =
-        json!({"type": "ack_alert", "id": 1, "note": "n".repeat(protocol::MAX_NOTE_CHARS + 1)});
+    assert_eq!(code(r#"{"type":"ack_alert","id":"x"}"#), ErrorCode::InvalidCommand);
+    assert_eq!(code(r#"{"type":"ack_alert","id":1,"colour":"red"}"#), ErrorCode::InvalidCommand);
+    let long_note = json!({"type": "ack_alert", "id": 1, "note": "n".repeat(protocol::MAX_NOTE_CHARS + 1)});
     assert_eq!(code(&long_note.to_string()), ErrorCode::InvalidCommand);
-    let huge = format!(
-        r#"{{"type":"ping","pad":"{}"}}"#,
-        "x".repeat(protocol::MAX_COMMAND_BYTES)
-    );
+    let huge = format!(r#"{{"type":"ping","pad":"{}"}}"#, "x".repeat(protocol::MAX_COMMAND_BYTES));
     assert_eq!(code(&huge), ErrorCode::MessageTooLarge);
     let unknown = ClientCommand::parse(r#"{"type":"reboot"}"#).unwrap_err();
-    assert!(
-        unknown.message.contains("reboot") && unknown.message.contains("ack_alert"),
-        "{}",
-        unknown.message
-    );
+    assert!(unknown.message.contains("reboot") && unknown.message.contains("ack_alert"), "{}", unknown.message);
 }
 
 #[test]
 fn schema_describes_the_snapshot() {
     let schema = snapshot_schema();
     let properties = schema["properties"].as_object().expect("object schema");
-    for field in [
-        "node",
-        "host",
-        "scheduler",
-        "kernels",
-        "alerts",
-        "history",
-        "window",
-        "components",
-    ] {
+    for field in ["node", "host", "scheduler", "kernels", "alerts", "history", "window", "components"] {
         assert!(properties.contains_key(field), "schema lacks {field}");
     }
-    let required: Vec<&str> = schema["required"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|v| v.as_str())
-        .collect();
+    let required: Vec<&str> = schema["required"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
     assert!(required.contains(&"node") && required.contains(&"alerts"));
 }

@@ -16,10 +16,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ has a parent")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
 }
 
 /// The daemon binary: `RINGSIDED_BIN`, else the workspace's debug build (`cargo xtask test`
@@ -28,15 +25,10 @@ pub fn daemon_binary() -> PathBuf {
     if let Some(path) = std::env::var_os("RINGSIDED_BIN") {
         return PathBuf::from(path);
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"));
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"));
     let path = target.join("debug/ringsided");
-    assert!(
-        path.exists(),
-        "{} is missing: run the tests with `cargo xtask test`",
-        path.display()
-    );
+    assert!(path.exists(), "{} is missing: run the tests with `cargo xtask test`", path.display());
     path
 }
 
@@ -93,9 +85,7 @@ pub const LOW_MEMORY_THRESHOLDS: &str =
 pub fn random_token() -> String {
     use std::io::Read;
     let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .expect("read /dev/urandom");
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).expect("read /dev/urandom");
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -117,12 +107,7 @@ impl Daemon {
         std::fs::write(&config, &options.config)?;
         let mut command = Command::new(daemon_binary());
         command
-            .args([
-                "--listen",
-                &options.listen,
-                "--interval-ms",
-                &options.interval_ms.to_string(),
-            ])
+            .args(["--listen", &options.listen, "--interval-ms", &options.interval_ms.to_string()])
             .arg("--config")
             .arg(&config)
             .arg("--data-dir")
@@ -134,9 +119,7 @@ impl Daemon {
         if let Some(token) = &options.token {
             command.env("RINGSIDE_TOKEN", token);
         }
-        let mut child = command
-            .spawn()
-            .with_context(|| format!("cannot start {}", daemon_binary().display()))?;
+        let mut child = command.spawn().with_context(|| format!("cannot start {}", daemon_binary().display()))?;
         let stdout = child.stdout.take().context("no stdout")?;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -155,10 +138,7 @@ impl Daemon {
                 Ok(line) => line,
                 Err(_) => {
                     let _ = child.kill();
-                    bail!(
-                        "ringsided did not print its address within 20 s (exit: {:?})",
-                        child.try_wait()
-                    );
+                    bail!("ringsided did not print its address within 20 s (exit: {:?})", child.try_wait());
                 }
             };
             if let Some(url) = line.strip_prefix("ringsided listening on ") {
@@ -172,20 +152,10 @@ impl Daemon {
         let console_url = console_url.unwrap_or_default();
         let token = match options.token {
             Some(token) => token,
-            None => console_url
-                .split_once("?token=")
-                .map(|(_, t)| t.to_string())
-                .context("no token in console URL")?,
+            None => console_url.split_once("?token=").map(|(_, t)| t.to_string()).context("no token in console URL")?,
         };
         let addr = base.trim_start_matches("http://").to_string();
-        Ok(Daemon {
-            child,
-            base,
-            addr,
-            token,
-            console_url,
-            _scratch: scratch,
-        })
+        Ok(Daemon { child, base, addr, token, console_url, _scratch: scratch })
     }
 
     pub fn pid(&self) -> u32 {
@@ -194,9 +164,7 @@ impl Daemon {
 
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(&mut self) -> Result<std::process::ExitStatus> {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()?;
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status()?;
         if !status.success() {
             bail!("kill -TERM failed");
         }
@@ -222,12 +190,7 @@ impl Daemon {
 
     /// GET with the bearer token.
     pub async fn get(&self, path: &str) -> Result<reqwest::Response> {
-        Ok(self
-            .http()
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
-            .send()
-            .await?)
+        Ok(self.http().get(format!("{}{path}", self.base)).bearer_auth(&self.token).send().await?)
     }
 
     pub async fn get_json(&self, path: &str) -> Result<serde_json::Value> {
@@ -248,15 +211,10 @@ impl Daemon {
     pub async fn ws_with(&self, token: Option<&str>, origin: Option<&str>) -> Result<Client> {
         let mut request = format!("ws://{}/ws", self.addr).into_client_request()?;
         if let Some(token) = token {
-            request.headers_mut().insert(
-                "authorization",
-                HeaderValue::from_str(&format!("Bearer {token}"))?,
-            );
+            request.headers_mut().insert("authorization", HeaderValue::from_str(&format!("Bearer {token}"))?);
         }
         if let Some(origin) = origin {
-            request
-                .headers_mut()
-                .insert("origin", HeaderValue::from_str(origin)?);
+            request.headers_mut().insert("origin", HeaderValue::from_str(origin)?);
         }
         let (socket, _) = tokio_tungstenite::connect_async(request).await?;
         Ok(Client { socket })
@@ -266,9 +224,7 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &self.child.id().to_string()])
-                .status();
+            let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
             let deadline = Instant::now() + Duration::from_secs(5);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = self.child.try_wait() {
@@ -306,8 +262,7 @@ impl Client {
                 .context("connection closed")??;
             match frame {
                 Message::Text(text) => {
-                    return serde_json::from_str(text.as_str())
-                        .with_context(|| format!("not a server message: {text}"))
+                    return serde_json::from_str(text.as_str()).with_context(|| format!("not a server message: {text}"))
                 }
                 Message::Close(frame) => bail!("server closed the connection: {frame:?}"),
                 _ => continue,

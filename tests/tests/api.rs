@@ -12,10 +12,7 @@ async fn wait_for_ticks(daemon: &Daemon, ticks: u64) -> anyhow::Result<serde_jso
         if snapshot["seq"].as_u64().unwrap_or(0) >= ticks {
             return Ok(snapshot);
         }
-        anyhow::ensure!(
-            std::time::Instant::now() < deadline,
-            "daemon made no {ticks} ticks in 15 s"
-        );
+        anyhow::ensure!(std::time::Instant::now() < deadline, "daemon made no {ticks} ticks in 15 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -23,13 +20,7 @@ async fn wait_for_ticks(daemon: &Daemon, ticks: u64) -> anyhow::Result<serde_jso
 #[tokio::test]
 async fn healthz_needs_no_token_and_says_what_is_up() -> anyhow::Result<()> {
     let daemon = Daemon::start(DaemonOptions::default())?;
-    let health: serde_json::Value = daemon
-        .http()
-        .get(format!("{}/healthz", daemon.base))
-        .send()
-        .await?
-        .json()
-        .await?;
+    let health: serde_json::Value = daemon.http().get(format!("{}/healthz", daemon.base)).send().await?.json().await?;
     assert!(["ok", "degraded"].contains(&health["status"].as_str().unwrap()));
     let components = health["components"].as_array().unwrap();
     assert!(components.iter().any(|c| c["name"] == "console"));
@@ -40,26 +31,13 @@ async fn healthz_needs_no_token_and_says_what_is_up() -> anyhow::Result<()> {
 async fn every_api_route_needs_the_token() -> anyhow::Result<()> {
     let daemon = Daemon::start(DaemonOptions::default())?;
     let http = daemon.http();
-    for path in [
-        "/api/snapshot",
-        "/api/schema/snapshot",
-        "/api/alerts",
-        "/metrics",
-        "/pkg/ringside_frontend.js",
-    ] {
+    for path in ["/api/snapshot", "/api/schema/snapshot", "/api/alerts", "/metrics", "/pkg/ringside_frontend.js"] {
         let anonymous = http.get(format!("{}{path}", daemon.base)).send().await?;
         assert_eq!(anonymous.status(), 401, "{path} without token");
-        let wrong = http
-            .get(format!("{}{path}", daemon.base))
-            .bearer_auth("wrong-token-0123456789")
-            .send()
-            .await?;
+        let wrong = http.get(format!("{}{path}", daemon.base)).bearer_auth("wrong-token-0123456789").send().await?;
         assert_eq!(wrong.status(), 401, "{path} with a wrong token");
     }
-    let post = http
-        .post(format!("{}/api/alerts/1/ack", daemon.base))
-        .send()
-        .await?;
+    let post = http.post(format!("{}/api/alerts/1/ack", daemon.base)).send().await?;
     assert_eq!(post.status(), 401);
     assert_eq!(daemon.get("/api/snapshot").await?.status(), 200);
     Ok(())
@@ -67,51 +45,28 @@ async fn every_api_route_needs_the_token() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn first_visit_with_token_sets_a_strict_http_only_cookie() -> anyhow::Result<()> {
-    let daemon = Daemon::start(DaemonOptions {
-        token: None,
-        ..DaemonOptions::default()
-    })?;
+    let daemon = Daemon::start(DaemonOptions { token: None, ..DaemonOptions::default() })?;
     // The generated token is printed in the console URL.
     assert!(daemon.console_url.starts_with(&daemon.base) && daemon.token.len() >= 32);
     let http = daemon.http();
     let landing = http.get(&daemon.console_url).send().await?;
-    assert_eq!(
-        landing.status(),
-        303,
-        "redirects to drop the token from the address bar"
-    );
+    assert_eq!(landing.status(), 303, "redirects to drop the token from the address bar");
     assert_eq!(landing.headers()["location"], "/");
     let cookie = landing.headers()["set-cookie"].to_str()?.to_string();
-    assert!(
-        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
-        "{cookie}"
-    );
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
     let pair = cookie.split(';').next().unwrap().to_string();
 
-    let console = http
-        .get(format!("{}/", daemon.base))
-        .header("cookie", &pair)
-        .send()
-        .await?;
+    let console = http.get(format!("{}/", daemon.base)).header("cookie", &pair).send().await?;
     assert_eq!(console.status(), 200);
-    assert!(console.headers()["content-type"]
-        .to_str()?
-        .starts_with("text/html"));
+    assert!(console.headers()["content-type"].to_str()?.starts_with("text/html"));
     assert!(console.headers().contains_key("content-security-policy"));
     assert!(console.text().await?.contains("/boot.js"));
-    let api = http
-        .get(format!("{}/api/alerts", daemon.base))
-        .header("cookie", &pair)
-        .send()
-        .await?;
+    let api = http.get(format!("{}/api/alerts", daemon.base)).header("cookie", &pair).send().await?;
     assert_eq!(api.status(), 200, "the cookie authorises API calls");
 
     let no_cookie = http.get(format!("{}/", daemon.base)).send().await?;
     assert_eq!(no_cookie.status(), 401);
-    let wrong = http
-        .get(format!("{}/?token=nope-nope-nope-nope", daemon.base))
-        .send()
-        .await?;
+    let wrong = http.get(format!("{}/?token=nope-nope-nope-nope", daemon.base)).send().await?;
     assert_eq!(wrong.status(), 401);
     assert!(wrong.headers().get("set-cookie").is_none());
     Ok(())
@@ -136,15 +91,9 @@ async fn console_files_are_served_typed_compressed_and_cached() -> anyhow::Resul
     flate2_decode(&gz, &mut raw)?;
     assert_eq!(&raw[..4], b"\0asm", "gzip body decodes to a wasm module");
 
-    let plain = http
-        .get(format!("{}/pkg/ringside_frontend_bg.wasm", daemon.base))
-        .bearer_auth(&daemon.token)
-        .send()
-        .await?;
-    assert!(
-        plain.headers().get("content-encoding").is_none(),
-        "no gzip unless asked"
-    );
+    let plain =
+        http.get(format!("{}/pkg/ringside_frontend_bg.wasm", daemon.base)).bearer_auth(&daemon.token).send().await?;
+    assert!(plain.headers().get("content-encoding").is_none(), "no gzip unless asked");
     assert_eq!(plain.bytes().await?.len(), raw.len());
 
     let again = http
@@ -161,12 +110,7 @@ async fn console_files_are_served_typed_compressed_and_cached() -> anyhow::Resul
     ] {
         let response = daemon.get(path).await?;
         assert_eq!(response.status(), 200, "{path}");
-        assert!(
-            response.headers()["content-type"]
-                .to_str()?
-                .starts_with(content_type),
-            "{path}"
-        );
+        assert!(response.headers()["content-type"].to_str()?.starts_with(content_type), "{path}");
     }
     assert_eq!(daemon.get("/no/such/file").await?.status(), 404);
     Ok(())
@@ -191,52 +135,32 @@ fn flate2_decode(gz: &[u8], out: &mut Vec<u8>) -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn snapshot_download_is_an_attachment_valid_against_the_schema() -> anyhow::Result<()> {
-    let daemon = Daemon::start(DaemonOptions {
-        config: LOW_MEMORY_THRESHOLDS.into(),
-        ..DaemonOptions::default()
-    })?;
+    let daemon = Daemon::start(DaemonOptions { config: LOW_MEMORY_THRESHOLDS.into(), ..DaemonOptions::default() })?;
     wait_for_ticks(&daemon, 3).await?;
     let response = daemon.get("/api/snapshot?download=1").await?;
     assert_eq!(response.status(), 200);
-    let disposition = response.headers()["content-disposition"]
-        .to_str()?
-        .to_string();
+    let disposition = response.headers()["content-disposition"].to_str()?.to_string();
     let snapshot: serde_json::Value = response.json().await?;
     let host = snapshot["node"]["hostname"].as_str().unwrap();
     let prefix = format!("attachment; filename=\"ringside-snapshot-{host}-");
     assert!(disposition.starts_with(&prefix), "{disposition}");
-    let stamp = disposition
-        .trim_start_matches(&prefix)
-        .trim_end_matches(".json\"");
+    let stamp = disposition.trim_start_matches(&prefix).trim_end_matches(".json\"");
     assert_eq!(stamp.len(), 16, "UTC time as YYYYMMDDTHHMMSSZ: {stamp}");
     assert!(stamp.ends_with('Z') && stamp.as_bytes()[8] == b'T');
 
     let schema = daemon.get_json("/api/schema/snapshot").await?;
     let validator = jsonschema::validator_for(&schema)?;
-    let errors: Vec<String> = validator
-        .iter_errors(&snapshot)
-        .map(|e| format!("{e} at {}", e.instance_path()))
-        .collect();
-    assert!(
-        errors.is_empty(),
-        "snapshot does not match its schema: {errors:#?}"
-    );
+    let errors: Vec<String> =
+        validator.iter_errors(&snapshot).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "snapshot does not match its schema: {errors:#?}");
     assert!(snapshot["history"].as_array().unwrap().len() >= 3);
-    assert!(
-        !snapshot["alerts"].as_array().unwrap().is_empty(),
-        "the low threshold raised an alert"
-    );
+    assert!(!snapshot["alerts"].as_array().unwrap().is_empty(), "the low threshold raised an alert");
     // The schema has teeth: a snapshot with a wrong type fails it.
     let mut broken = snapshot.clone();
     broken["seq"] = serde_json::json!("three");
     assert!(!validator.is_valid(&broken));
     // Without ?download it is plain JSON.
-    assert!(daemon
-        .get("/api/snapshot")
-        .await?
-        .headers()
-        .get("content-disposition")
-        .is_none());
+    assert!(daemon.get("/api/snapshot").await?.headers().get("content-disposition").is_none());
     Ok(())
 }
 
@@ -270,15 +194,10 @@ async fn rest_acknowledgement_errors_are_clear() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn metrics_are_valid_prometheus_text() -> anyhow::Result<()> {
-    let daemon = Daemon::start(DaemonOptions {
-        config: LOW_MEMORY_THRESHOLDS.into(),
-        ..DaemonOptions::default()
-    })?;
+    let daemon = Daemon::start(DaemonOptions { config: LOW_MEMORY_THRESHOLDS.into(), ..DaemonOptions::default() })?;
     wait_for_ticks(&daemon, 2).await?;
     let response = daemon.get("/metrics").await?;
-    assert!(response.headers()["content-type"]
-        .to_str()?
-        .starts_with("text/plain; version=0.0.4"));
+    assert!(response.headers()["content-type"].to_str()?.starts_with("text/plain; version=0.0.4"));
     let text = response.text().await?;
 
     // Every sample belongs to a declared family and has a numeric value.
@@ -292,10 +211,7 @@ async fn metrics_are_valid_prometheus_text() -> anyhow::Result<()> {
             let name = line.split(['{', ' ']).next().unwrap();
             assert!(declared.contains(name), "undeclared sample: {line}");
             let value = line.rsplit(' ').next().unwrap();
-            assert!(
-                value.parse::<f64>().is_ok() || value == "NaN",
-                "bad value: {line}"
-            );
+            assert!(value.parse::<f64>().is_ok() || value == "NaN", "bad value: {line}");
         }
     }
     for name in [
@@ -306,18 +222,13 @@ async fn metrics_are_valid_prometheus_text() -> anyhow::Result<()> {
     ] {
         assert!(declared.contains(name), "missing {name}");
     }
-    assert!(
-        text.contains("ringside_alerts_active{severity=\"error\"} 1"),
-        "the memory alert is counted:\n{text}"
-    );
+    assert!(text.contains("ringside_alerts_active{severity=\"error\"} 1"), "the memory alert is counted:\n{text}");
 
     // And Prometheus' own linter accepts it.
-    let promtool = ["/usr/bin/promtool", "/usr/local/bin/promtool"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists());
-    let promtool = promtool.expect(
-        "promtool is missing: `cargo xtask setup --test` installs it (Debian package prometheus)",
-    );
+    let promtool =
+        ["/usr/bin/promtool", "/usr/local/bin/promtool"].into_iter().find(|p| std::path::Path::new(p).exists());
+    let promtool =
+        promtool.expect("promtool is missing: `cargo xtask setup --test` installs it (Debian package prometheus)");
     let mut child = std::process::Command::new(promtool)
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())

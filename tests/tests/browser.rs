@@ -24,9 +24,7 @@ impl Driver {
                 "{path} is missing: `cargo xtask setup --test` installs chromium and chromium-driver"
             );
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let child = Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
@@ -70,9 +68,7 @@ async fn browser(driver: &Driver, profile: &Path, downloads: &Path) -> Result<Cl
             },
         },
     });
-    let serde_json::Value::Object(capabilities) = capabilities else {
-        unreachable!()
-    };
+    let serde_json::Value::Object(capabilities) = capabilities else { unreachable!() };
     let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
         .capabilities(capabilities)
         .connect(&format!("http://127.0.0.1:{}", driver.1))
@@ -121,135 +117,73 @@ async fn console_flow(client: &Client, daemon: &Daemon, downloads: &Path) -> Res
 
     // Live data: connected, the node named, and charts with lines of several points.
     eventually("connection badge shows Live", WAIT, || async {
-        Ok(text_of(client, "#connection")
-            .await?
-            .filter(|t| t.contains("Live")))
+        Ok(text_of(client, "#connection").await?.filter(|t| t.contains("Live")))
     })
     .await?;
     let snapshot = daemon.get_json("/api/snapshot").await?;
-    let hostname = snapshot["node"]["hostname"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let hostname = snapshot["node"]["hostname"].as_str().unwrap_or_default().to_string();
     let shown = text_of(client, "#hostname").await?.unwrap_or_default();
     assert_eq!(shown, hostname, "header names the node");
     eventually("CPU chart draws a line", WAIT, || async {
-        let paths = client
-            .find_all(Locator::Css("#host-panel svg.chart path.line"))
-            .await?;
+        let paths = client.find_all(Locator::Css("#host-panel svg.chart path.line")).await?;
         for path in paths {
-            if path
-                .attr("d")
-                .await?
-                .is_some_and(|d| d.matches('L').count() >= 2)
-            {
+            if path.attr("d").await?.is_some_and(|d| d.matches('L').count() >= 2) {
                 return Ok(Some(()));
             }
         }
         Ok(None)
     })
     .await?;
-    let first = text_of(client, "#components-panel .muted")
-        .await?
-        .unwrap_or_default();
+    let first = text_of(client, "#components-panel .muted").await?.unwrap_or_default();
     eventually("update counter moves", WAIT, || async {
-        Ok(text_of(client, "#components-panel .muted")
-            .await?
-            .filter(|t| *t != first))
+        Ok(text_of(client, "#components-panel .muted").await?.filter(|t| *t != first))
     })
     .await?;
 
     // Acknowledge the memory-pressure alert raised from the host's real memory use.
-    let button = eventually("an Acknowledge button", WAIT, || async {
-        Ok(client.find(Locator::Css("button.ack")).await.ok())
-    })
-    .await?;
-    let id: u64 = button
-        .attr("data-alert-id")
-        .await?
-        .context("button names its alert")?
-        .parse()?;
+    let button =
+        eventually("an Acknowledge button", WAIT, || async { Ok(client.find(Locator::Css("button.ack")).await.ok()) })
+            .await?;
+    let id: u64 = button.attr("data-alert-id").await?.context("button names its alert")?.parse()?;
     // The operator's name goes with the acknowledgement (and is remembered by the browser).
-    client
-        .find(Locator::Css("#operator"))
-        .await?
-        .send_keys("ana-in-the-browser")
-        .await?;
-    client
-        .find(Locator::Css("#alerts-panel h2"))
-        .await?
-        .click()
-        .await?;
+    client.find(Locator::Css("#operator")).await?.send_keys("ana-in-the-browser").await?;
+    client.find(Locator::Css("#alerts-panel h2")).await?.click().await?;
     button.click().await?;
     let acked = eventually("alert shown as acknowledged", WAIT, || async {
-        text_of(
-            client,
-            &format!("li[data-alert-id='{id}'] [data-acked='true']"),
-        )
-        .await
+        text_of(client, &format!("li[data-alert-id='{id}'] [data-acked='true']")).await
     })
     .await?;
-    assert!(
-        acked.contains("Acknowledged by ana-in-the-browser"),
-        "{acked}"
-    );
+    assert!(acked.contains("Acknowledged by ana-in-the-browser"), "{acked}");
     let alerts = daemon.get_json("/api/alerts").await?;
-    let stored = alerts
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["id"] == id)
-        .context("alert in the server's list")?;
-    assert_eq!(
-        stored["acknowledgement"]["by"], "ana-in-the-browser",
-        "the server recorded who acknowledged: {stored}"
-    );
+    let stored = alerts.as_array().unwrap().iter().find(|a| a["id"] == id).context("alert in the server's list")?;
+    assert_eq!(stored["acknowledgement"]["by"], "ana-in-the-browser", "the server recorded who acknowledged: {stored}");
 
     std::fs::write(artifacts().join("console.png"), client.screenshot().await?)?;
 
     // Download snapshot saves the server's JSON under its attachment name.
-    client
-        .find(Locator::Css("#download-snapshot"))
-        .await?
-        .click()
-        .await?;
+    client.find(Locator::Css("#download-snapshot")).await?.click().await?;
     let file = eventually("the snapshot file is downloaded", WAIT, || async {
-        let found = std::fs::read_dir(downloads)?
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| {
-                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                name.starts_with("ringside-snapshot-") && name.ends_with(".json")
-            });
+        let found = std::fs::read_dir(downloads)?.flatten().map(|e| e.path()).find(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            name.starts_with("ringside-snapshot-") && name.ends_with(".json")
+        });
         Ok(found)
     })
     .await?;
     let downloaded: serde_json::Value = serde_json::from_slice(&std::fs::read(&file)?)?;
     assert_eq!(downloaded["node"]["hostname"], hostname.as_str());
-    assert!(downloaded["alerts"].as_array().is_some_and(|a| a
-        .iter()
-        .any(|a| a["id"] == id && !a["acknowledgement"].is_null())));
+    assert!(downloaded["alerts"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|a| a["id"] == id && !a["acknowledgement"].is_null())));
 
     // Dark theme, for the record.
-    client
-        .find(Locator::Css("#theme-toggle"))
-        .await?
-        .click()
-        .await?;
+    client.find(Locator::Css("#theme-toggle")).await?.click().await?;
     eventually("dark theme applied", WAIT, || async {
-        let theme = client
-            .execute(
-                "return document.documentElement.getAttribute('data-theme')",
-                vec![],
-            )
-            .await?;
+        let theme = client.execute("return document.documentElement.getAttribute('data-theme')", vec![]).await?;
         Ok((theme == "dark").then_some(()))
     })
     .await?;
-    std::fs::write(
-        artifacts().join("console-dark.png"),
-        client.screenshot().await?,
-    )?;
+    std::fs::write(artifacts().join("console-dark.png"), client.screenshot().await?)?;
     Ok(())
 }
 
@@ -279,42 +213,27 @@ async fn console_shows_live_data_acknowledges_and_downloads() -> Result<()> {
 async fn console_reconnects_after_the_daemon_restarts() -> Result<()> {
     // The page keeps running while its daemon goes away; it must say so and come back alone.
     let token = ringside_tests::random_token();
-    let mut daemon = Daemon::start(DaemonOptions {
-        token: Some(token.clone()),
-        ..DaemonOptions::default()
-    })?;
+    let mut daemon = Daemon::start(DaemonOptions { token: Some(token.clone()), ..DaemonOptions::default() })?;
     let driver = Driver::start()?;
     let profile = Scratch::new("chromium-profile");
     let downloads = Scratch::new("downloads");
     let client = browser(&driver, &profile.0, &downloads.0).await?;
     let outcome = async {
         const WAIT: Duration = Duration::from_secs(30);
-        client
-            .goto(&format!("{}/?token={token}", daemon.base))
-            .await?;
+        client.goto(&format!("{}/?token={token}", daemon.base)).await?;
         eventually("Live", WAIT, || async {
-            Ok(text_of(&client, "#connection")
-                .await?
-                .filter(|t| t.contains("Live")))
+            Ok(text_of(&client, "#connection").await?.filter(|t| t.contains("Live")))
         })
         .await?;
         let addr = daemon.addr.clone();
         daemon.terminate()?;
-        let offline = eventually("offline banner", WAIT, || async {
-            text_of(&client, ".banner-warn").await
-        })
-        .await?;
+        let offline = eventually("offline banner", WAIT, || async { text_of(&client, ".banner-warn").await }).await?;
         assert!(offline.contains("Retrying in"), "{offline}");
         // Same address and token again: the console reconnects without a reload.
-        let _again = Daemon::start(DaemonOptions {
-            token: Some(token.clone()),
-            listen: addr,
-            ..DaemonOptions::default()
-        })?;
+        let _again =
+            Daemon::start(DaemonOptions { token: Some(token.clone()), listen: addr, ..DaemonOptions::default() })?;
         eventually("Live again", Duration::from_secs(60), || async {
-            Ok(text_of(&client, "#connection")
-                .await?
-                .filter(|t| t.contains("Live")))
+            Ok(text_of(&client, "#connection").await?.filter(|t| t.contains("Live")))
         })
         .await?;
         anyhow::Ok(())

@@ -24,16 +24,9 @@ impl Drop for Daemon {
 /// nanoseconds, where `stat`'s utime/stime count in 10 ms ticks, too coarse for an idle daemon.
 fn usage(pid: u32) -> Result<(u64, u64)> {
     let mut cpu_ns = 0;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .context("daemon exited")?
-        .flatten()
-    {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).context("daemon exited")?.flatten() {
         if let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) {
-            cpu_ns += text
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0);
+            cpu_ns += text.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         }
     }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).context("daemon exited")?;
@@ -46,21 +39,14 @@ fn usage(pid: u32) -> Result<(u64, u64)> {
 }
 
 fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 fn measure(root: &Path, interval_ms: u64, seconds: u64) -> Result<(f64, u64)> {
     let port = free_port()?;
     let data = std::env::temp_dir().join(format!("ringside-bench-{port}"));
     let child = Command::new(root.join("target/release/ringsided"))
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--interval-ms",
-            &interval_ms.to_string(),
-        ])
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--interval-ms", &interval_ms.to_string()])
         .arg("--data-dir")
         .arg(&data)
         .env("RINGSIDE_TOKEN", "bench-token-0123456789")
@@ -87,10 +73,7 @@ fn measure(root: &Path, interval_ms: u64, seconds: u64) -> Result<(f64, u64)> {
 }
 
 pub fn run(root: &Path) -> Result<()> {
-    let seconds: u64 = std::env::var("RINGSIDE_BENCH_SECONDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(60);
+    let seconds: u64 = std::env::var("RINGSIDE_BENCH_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
     if seconds == 0 {
         bail!("RINGSIDE_BENCH_SECONDS must be at least 1");
     }
@@ -99,10 +82,7 @@ pub fn run(root: &Path) -> Result<()> {
     let (cpu_fast, rss_fast) = measure(root, 100, seconds)?;
     println!("| interval | CPU (% of one core) | peak RSS |");
     println!("|---|---|---|");
-    println!(
-        "| 1000 ms (default) | {cpu_default:.3} | {} KiB |",
-        rss_default
-    );
+    println!("| 1000 ms (default) | {cpu_default:.3} | {} KiB |", rss_default);
     println!("| 100 ms | {cpu_fast:.3} | {} KiB |", rss_fast);
     if cpu_default > 0.0 {
         println!("CPU ratio 100 ms / 1000 ms: {:.1}x", cpu_fast / cpu_default);

@@ -39,11 +39,7 @@ fn run() -> Result<()> {
             setup(false)?;
             console(&root)?;
             cargo(&["build", "--release", "-p", "ringside-daemon"])?;
-            let daemon_args: Vec<&str> = args[1..]
-                .iter()
-                .skip_while(|a| *a == "--")
-                .map(String::as_str)
-                .collect();
+            let daemon_args: Vec<&str> = args[1..].iter().skip_while(|a| *a == "--").map(String::as_str).collect();
             step("starting ringsided (Ctrl-C stops it)");
             let status = Command::new(root.join("target/release/ringsided"))
                 .args(daemon_args)
@@ -60,19 +56,14 @@ fn run() -> Result<()> {
             bench::run(&root)
         }
         _ => {
-            eprintln!(
-                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | bench>"
-            );
+            eprintln!("usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | bench>");
             std::process::exit(2);
         }
     }
 }
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
 }
 
 fn step(what: &str) {
@@ -82,10 +73,7 @@ fn step(what: &str) {
 fn cargo(args: &[&str]) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     step(&format!("cargo {}", args.join(" ")));
-    let status = Command::new(&cargo)
-        .args(args)
-        .status()
-        .with_context(|| format!("cannot run {cargo}"))?;
+    let status = Command::new(&cargo).args(args).status().with_context(|| format!("cannot run {cargo}"))?;
     if !status.success() {
         bail!("`cargo {}` failed ({status})", args.join(" "));
     }
@@ -93,27 +81,18 @@ fn cargo(args: &[&str]) -> Result<()> {
 }
 
 fn succeeds(program: &str, args: &[&str]) -> bool {
-    Command::new(program)
-        .args(args)
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+    Command::new(program).args(args).output().map(|o| o.status.success()).unwrap_or(false)
 }
 
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
+        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
         .unwrap_or(false)
 }
 
 /// Installs what is missing; does nothing when everything is there.
 fn setup(for_tests: bool) -> Result<()> {
-    let installed = Command::new("rustup")
-        .args(["target", "list", "--installed"])
-        .output();
+    let installed = Command::new("rustup").args(["target", "list", "--installed"]).output();
     match installed {
         Ok(out) if String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == "wasm32-unknown-unknown") => {}
         Ok(_) => {
@@ -141,21 +120,12 @@ fn setup(for_tests: bool) -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
-    let command = format!(
-        "apt-get install -y --no-install-recommends {}",
-        missing.join(" ")
-    );
+    let command = format!("apt-get install -y --no-install-recommends {}", missing.join(" "));
     if !is_root() || !Path::new("/usr/bin/apt-get").exists() {
-        bail!(
-            "missing packages: {}. Install them with:\n  sudo apt-get update && sudo {command}",
-            missing.join(" ")
-        );
+        bail!("missing packages: {}. Install them with:\n  sudo apt-get update && sudo {command}", missing.join(" "));
     }
     step(&format!("apt-get update && {command}"));
-    let update = Command::new("apt-get")
-        .args(["update", "-q"])
-        .status()
-        .context("cannot run apt-get")?;
+    let update = Command::new("apt-get").args(["update", "-q"]).status().context("cannot run apt-get")?;
     if !update.success() {
         bail!("`apt-get update` failed");
     }
@@ -174,21 +144,12 @@ fn setup(for_tests: bool) -> Result<()> {
 /// Builds the console into `frontend/dist/` and returns the wasm file's path.
 fn console(root: &Path) -> Result<PathBuf> {
     let started = Instant::now();
-    cargo(&[
-        "build",
-        "-p",
-        "ringside-frontend",
-        "--target",
-        "wasm32-unknown-unknown",
-        "--profile",
-        "wasm-release",
-    ])?;
+    cargo(&["build", "-p", "ringside-frontend", "--target", "wasm32-unknown-unknown", "--profile", "wasm-release"])?;
     let wasm = root.join("target/wasm32-unknown-unknown/wasm-release/ringside-frontend.wasm");
     let dist = root.join("frontend/dist");
     let staging = root.join("target/console-dist");
     if staging.exists() {
-        std::fs::remove_dir_all(&staging)
-            .with_context(|| format!("cannot clear {}", staging.display()))?;
+        std::fs::remove_dir_all(&staging).with_context(|| format!("cannot clear {}", staging.display()))?;
     }
     step("wasm-bindgen (library, version pinned in Cargo.lock)");
     wasm_bindgen_cli_support::Bindgen::new()
@@ -200,12 +161,9 @@ fn console(root: &Path) -> Result<PathBuf> {
         .map_err(|e| anyhow::anyhow!("wasm-bindgen failed on {}: {e}", wasm.display()))?;
     // Names and producer records help debugging only; browsers never read them.
     let bindgen_wasm = staging.join("pkg/ringside_frontend_bg.wasm");
-    let module = std::fs::read(&bindgen_wasm)
-        .with_context(|| format!("cannot read {}", bindgen_wasm.display()))?;
+    let module = std::fs::read(&bindgen_wasm).with_context(|| format!("cannot read {}", bindgen_wasm.display()))?;
     std::fs::write(&bindgen_wasm, strip_custom_sections(&module)?)?;
-    for entry in
-        std::fs::read_dir(root.join("frontend/static")).context("frontend/static is missing")?
-    {
+    for entry in std::fs::read_dir(root.join("frontend/static")).context("frontend/static is missing")? {
         let entry = entry?;
         std::fs::copy(entry.path(), staging.join(entry.file_name()))
             .with_context(|| format!("cannot copy {}", entry.path().display()))?;
@@ -213,15 +171,12 @@ fn console(root: &Path) -> Result<PathBuf> {
     // Replace dist only when something changed, so the daemon's build does not rerun for nothing.
     if !same_tree(&staging, &dist) {
         if dist.exists() {
-            std::fs::remove_dir_all(&dist)
-                .with_context(|| format!("cannot clear {}", dist.display()))?;
+            std::fs::remove_dir_all(&dist).with_context(|| format!("cannot clear {}", dist.display()))?;
         }
-        std::fs::rename(&staging, &dist)
-            .with_context(|| format!("cannot move the console to {}", dist.display()))?;
+        std::fs::rename(&staging, &dist).with_context(|| format!("cannot move the console to {}", dist.display()))?;
     }
     let bundle = dist.join("pkg/ringside_frontend_bg.wasm");
-    let raw =
-        std::fs::read(&bundle).with_context(|| format!("cannot read {}", bundle.display()))?;
+    let raw = std::fs::read(&bundle).with_context(|| format!("cannot read {}", bundle.display()))?;
     eprintln!(
         "console built in {:.0} s: wasm {} KiB raw, {} KiB gzip",
         started.elapsed().as_secs_f64(),
@@ -256,10 +211,7 @@ fn strip_custom_sections(module: &[u8]) -> Result<Vec<u8>> {
         let id = module[at];
         at += 1;
         let size = read_leb128(module, &mut at)?;
-        let end = at
-            .checked_add(size)
-            .filter(|e| *e <= module.len())
-            .context("wasm section runs past the end")?;
+        let end = at.checked_add(size).filter(|e| *e <= module.len()).context("wasm section runs past the end")?;
         if id != 0 {
             out.extend_from_slice(&module[start..end]);
         }

@@ -1,16 +1,19 @@
 //! The REST routes of the v1 contract.
 
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use axum::Json;
 use ringside_shared::protocol::{MAX_BY_CHARS, MAX_NOTE_CHARS};
 use serde::Deserialize;
 
+use super::auth::Identity;
 use super::{ApiError, SharedApp};
-use crate::alerts::AckError;
+use crate::alerts::store::AckError;
 use crate::state::NodeState;
+use ringside_shared::Role;
 
 pub async fn healthz(State(app): State<SharedApp>) -> Response {
     let components = app.state.components();
@@ -30,20 +33,14 @@ pub struct SnapshotQuery {
     download: Option<String>,
 }
 
-pub async fn snapshot(
-    State(app): State<SharedApp>,
-    Query(query): Query<SnapshotQuery>,
-) -> Response {
+pub async fn snapshot(State(app): State<SharedApp>, Query(query): Query<SnapshotQuery>) -> Response {
     let snapshot = app.state.snapshot();
     let download = matches!(query.download.as_deref(), Some("1" | "true" | "yes"));
     let body = match serde_json::to_vec_pretty(&snapshot) {
         Ok(body) => body,
         Err(e) => {
-            return ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("cannot encode the snapshot: {e}"),
-            )
-            .into_response()
+            return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the snapshot: {e}"))
+                .into_response()
         }
     };
     let mut response = ([(header::CONTENT_TYPE, "application/json")], body).into_response();
@@ -54,9 +51,7 @@ pub async fn snapshot(
             crate::utc_compact(snapshot.taken_at_ms)
         );
         if let Ok(value) = HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
-            response
-                .headers_mut()
-                .insert(header::CONTENT_DISPOSITION, value);
+            response.headers_mut().insert(header::CONTENT_DISPOSITION, value);
         }
     }
     response
@@ -64,15 +59,7 @@ pub async fn snapshot(
 
 /// Keeps letters, digits, `-`, `_` and `.`; anything else in a hostname becomes `_`.
 fn file_name_safe(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
 }
 
 pub async fn schema() -> Json<serde_json::Value> {
@@ -94,62 +81,35 @@ struct AckBody {
 pub async fn acknowledge(
     State(app): State<SharedApp>,
     Path(id): Path<String>,
-    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    Extension(identity): Extension<Identity>,
     body: Bytes,
 ) -> Result<Json<ringside_shared::Alert>, ApiError> {
-    let id: u64 = id.parse().map_err(|_| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("alert id must be a number, got {id:?}"),
-        )
-    })?;
+    let id: u64 = id
+        .parse()
+        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, format!("alert id must be a number, got {id:?}")))?;
     let body: AckBody = if body.iter().all(u8::is_ascii_whitespace) {
         AckBody::default()
     } else {
         serde_json::from_slice(&body).map_err(|e| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                format!("body must be JSON like {{\"note\": \"...\"}}: {e}"),
-            )
+            ApiError::new(StatusCode::BAD_REQUEST, format!("body must be JSON like {{\"note\": \"...\"}}: {e}"))
         })?
     };
-    if body
-        .note
-        .as_ref()
-        .is_some_and(|n| n.chars().count() > MAX_NOTE_CHARS)
-    {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("note is longer than {MAX_NOTE_CHARS} characters"),
-        ));
+    if body.note.as_ref().is_some_and(|n| n.chars().count() > MAX_NOTE_CHARS) {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, format!("note is longer than {MAX_NOTE_CHARS} characters")));
     }
-    if body
-        .by
-        .as_ref()
-        .is_some_and(|b| b.chars().count() > MAX_BY_CHARS)
-    {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("by is longer than {MAX_BY_CHARS} characters"),
-        ));
+    if body.by.as_ref().is_some_and(|b| b.chars().count() > MAX_BY_CHARS) {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, format!("by is longer than {MAX_BY_CHARS} characters")));
     }
-    let by = body
-        .by
-        .filter(|b| !b.trim().is_empty())
-        .unwrap_or_else(|| format!("api {}", peer.ip()));
-    app.state
-        .acknowledge(id, by, body.note)
-        .map(Json)
-        .map_err(|e @ AckError::NotFound(_)| ApiError::new(StatusCode::NOT_FOUND, e.to_string()))
+    if identity.role != Role::Operator {
+        return Err(ApiError::new(StatusCode::FORBIDDEN, super::ws::forbidden_message(&identity)));
+    }
+    app.state.acknowledge(id, &identity, body.by, body.note).map(Json).map_err(|e| match e {
+        AckError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, e.to_string()),
+        AckError::Store(_) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    })
 }
 
 pub async fn metrics(State(app): State<SharedApp>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        crate::prometheus::render(&app.state),
-    )
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], crate::prometheus::render(&app.state))
         .into_response()
 }

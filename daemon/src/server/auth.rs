@@ -2,14 +2,26 @@
 //!
 //! A request is authorised by `Authorization: Bearer <token>` or by the `ringside_token` cookie,
 //! which the console's landing page sets (HttpOnly, SameSite=Strict) from `?token=` on the first
-//! visit. Comparison takes the same time whatever the input, so timing does not leak the token.
+//! visit. The token found names an [`Identity`] (its name and role), which the middleware puts
+//! in the request's extensions for the routes. Comparison takes the same time whatever the
+//! input, so timing does not leak a token.
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use ringside_shared::Role;
+
 use super::{ApiError, SharedApp};
+use crate::config::Credential;
+
+/// Who a request is from: the name and role of the token it carried.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Identity {
+    pub name: String,
+    pub role: Role,
+}
 
 pub const COOKIE_NAME: &str = "ringside_token";
 /// How long the browser keeps the cookie: 30 days.
@@ -39,41 +51,46 @@ fn cookie(headers: &HeaderMap) -> Option<&str> {
         .find_map(|pair| pair.trim().strip_prefix(COOKIE_NAME)?.strip_prefix('='))
 }
 
-pub fn is_authorised(headers: &HeaderMap, token: &str) -> bool {
+/// The credential whose secret `given` is; every credential is compared, so the time taken does
+/// not tell which one matched.
+pub fn credential_for<'a>(given: &str, credentials: &'a [Credential]) -> Option<&'a Credential> {
+    let mut found = None;
+    for credential in credentials {
+        if same_secret(given.as_bytes(), credential.secret.as_bytes()) {
+            found = Some(credential);
+        }
+    }
+    found
+}
+
+pub fn authenticate(headers: &HeaderMap, credentials: &[Credential]) -> Option<Identity> {
     [bearer(headers), cookie(headers)]
         .into_iter()
         .flatten()
-        .any(|given| same_secret(given.as_bytes(), token.as_bytes()))
+        .find_map(|given| credential_for(given, credentials))
+        .map(|c| Identity { name: c.name.clone(), role: c.role })
 }
 
 pub fn session_cookie(token: &str) -> HeaderValue {
-    let cookie = format!(
-        "{COOKIE_NAME}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={COOKIE_MAX_AGE_S}"
-    );
+    let cookie = format!("{COOKIE_NAME}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={COOKIE_MAX_AGE_S}");
     // The token is checked to be printable ASCII without separators at start-up.
-    HeaderValue::from_str(&cookie)
-        .unwrap_or_else(|_| HeaderValue::from_static("ringside_token=invalid; Path=/"))
+    HeaderValue::from_str(&cookie).unwrap_or_else(|_| HeaderValue::from_static("ringside_token=invalid; Path=/"))
 }
 
-pub async fn require_token(State(app): State<SharedApp>, request: Request, next: Next) -> Response {
-    if is_authorised(request.headers(), &app.token) {
+pub async fn require_token(State(app): State<SharedApp>, mut request: Request, next: Next) -> Response {
+    if let Some(identity) = authenticate(request.headers(), &app.credentials) {
+        request.extensions_mut().insert(identity);
         return next.run(request).await;
     }
     if request.uri().path() == "/ws" {
-        app.state
-            .stats
-            .ws_refused_total
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        app.state.stats.ws_refused_total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     let mut response = ApiError::new(
         StatusCode::UNAUTHORIZED,
         "missing or wrong token: send `Authorization: Bearer <token>`, or open the console URL that ringsided printed",
     )
     .into_response();
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"ringside\""),
-    );
+    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"ringside\""));
     response
 }
 
@@ -93,9 +110,7 @@ pub fn origin_allowed(headers: &HeaderMap, allowed: &[String]) -> bool {
     let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
         return false;
     };
-    let origin_host = origin
-        .strip_prefix("http://")
-        .or_else(|| origin.strip_prefix("https://"));
+    let origin_host = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
     origin_host.is_some_and(|h| h.eq_ignore_ascii_case(host))
 }
 
@@ -121,52 +136,34 @@ mod tests {
     }
 
     #[test]
-    fn token_from_bearer_or_cookie() {
-        let token = "0123456789abcdef";
-        assert!(is_authorised(
-            &headers(&[(header::AUTHORIZATION, "Bearer 0123456789abcdef")]),
-            token
-        ));
-        assert!(is_authorised(
-            &headers(&[(header::AUTHORIZATION, "bearer 0123456789abcdef")]),
-            token
-        ));
-        assert!(is_authorised(
-            &headers(&[(header::COOKIE, "a=b; ringside_token=0123456789abcdef")]),
-            token
-        ));
-        assert!(!is_authorised(
-            &headers(&[(header::COOKIE, "ringside_tokenx=0123456789abcdef")]),
-            token
-        ));
-        assert!(!is_authorised(
-            &headers(&[(header::AUTHORIZATION, "Basic 0123456789abcdef")]),
-            token
-        ));
-        assert!(!is_authorised(
-            &headers(&[(header::AUTHORIZATION, "Bearer wrong")]),
-            token
-        ));
-        assert!(!is_authorised(&HeaderMap::new(), token));
+    fn token_from_bearer_or_cookie_names_the_identity() {
+        let credentials = vec![
+            Credential { name: "ana".into(), secret: "0123456789abcdef".into(), role: Role::Operator },
+            Credential { name: "wall".into(), secret: "fedcba9876543210".into(), role: Role::Viewer },
+        ];
+        let who = |pairs: &[(header::HeaderName, &str)]| authenticate(&headers(pairs), &credentials).map(|i| i.name);
+        assert_eq!(who(&[(header::AUTHORIZATION, "Bearer 0123456789abcdef")]).as_deref(), Some("ana"));
+        assert_eq!(who(&[(header::AUTHORIZATION, "bearer 0123456789abcdef")]).as_deref(), Some("ana"));
+        assert_eq!(who(&[(header::COOKIE, "a=b; ringside_token=fedcba9876543210")]).as_deref(), Some("wall"));
+        let viewer = authenticate(&headers(&[(header::COOKIE, "ringside_token=fedcba9876543210")]), &credentials);
+        assert_eq!(viewer.map(|i| i.role), Some(Role::Viewer));
+        assert_eq!(who(&[(header::COOKIE, "ringside_tokenx=0123456789abcdef")]), None);
+        assert_eq!(who(&[(header::AUTHORIZATION, "Basic 0123456789abcdef")]), None);
+        assert_eq!(who(&[(header::AUTHORIZATION, "Bearer wrong")]), None);
+        assert_eq!(who(&[]), None);
     }
 
     #[test]
     fn origins() {
         let allowed = vec!["https://console.example".to_string()];
         let check = |origin: &str| {
-            origin_allowed(
-                &headers(&[(header::HOST, "127.0.0.1:9650"), (header::ORIGIN, origin)]),
-                &allowed,
-            )
+            origin_allowed(&headers(&[(header::HOST, "127.0.0.1:9650"), (header::ORIGIN, origin)]), &allowed)
         };
         assert!(check("http://127.0.0.1:9650"));
         assert!(check("https://console.example"));
         assert!(!check("http://evil.example"));
         assert!(!check("http://127.0.0.1:9651"));
         assert!(!check("null"));
-        assert!(origin_allowed(
-            &headers(&[(header::HOST, "127.0.0.1:9650")]),
-            &allowed
-        ));
+        assert!(origin_allowed(&headers(&[(header::HOST, "127.0.0.1:9650")]), &allowed));
     }
 }

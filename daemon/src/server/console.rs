@@ -29,18 +29,12 @@ fn find(path: &str) -> Option<&'static Asset> {
 
 fn serve(asset: &Asset, request_headers: &HeaderMap) -> Response {
     let mut headers = HeaderMap::new();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(asset.content_type),
-    );
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(asset.content_type));
     headers.insert(header::ETAG, HeaderValue::from_static(asset.etag));
     // Names are not content-hashed: revalidate every time, which the ETag makes cheap.
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     if asset.path.ends_with(".html") {
         headers.insert(
             header::CONTENT_SECURITY_POLICY,
@@ -60,10 +54,7 @@ fn serve(asset: &Asset, request_headers: &HeaderMap) -> Response {
     let accepts_gzip = request_headers
         .get(header::ACCEPT_ENCODING)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.split(',')
-                .any(|e| e.trim().split(';').next() == Some("gzip"))
-        });
+        .is_some_and(|v| v.split(',').any(|e| e.trim().split(';').next() == Some("gzip")));
     match asset.gzip {
         Some(gz) if accepts_gzip => {
             headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
@@ -91,27 +82,21 @@ pub struct IndexQuery {
 
 /// `GET /`: with a valid `?token=` sets the session cookie and redirects to `/` (so the token
 /// leaves the address bar and history); with the cookie serves the console.
-pub async fn index(
-    State(app): State<SharedApp>,
-    Query(query): Query<IndexQuery>,
-    headers: HeaderMap,
-) -> Response {
+pub async fn index(State(app): State<SharedApp>, Query(query): Query<IndexQuery>, headers: HeaderMap) -> Response {
     if let Some(given) = query.token {
-        if !auth::same_secret(given.as_bytes(), app.token.as_bytes()) {
+        let Some(credential) = auth::credential_for(&given, &app.credentials) else {
             return page(
                 StatusCode::UNAUTHORIZED,
                 "Wrong token",
                 "<p>The token in this link is not the one this daemon uses. Open the URL that <code>ringsided</code> printed at start-up, \
                  or the one built from <code>RINGSIDE_TOKEN</code> / <code>--token-file</code>.</p>",
             );
-        }
+        };
         let mut response = Redirect::to("/").into_response();
-        response
-            .headers_mut()
-            .insert(header::SET_COOKIE, auth::session_cookie(&app.token));
+        response.headers_mut().insert(header::SET_COOKIE, auth::session_cookie(&credential.secret));
         return response;
     }
-    if !auth::is_authorised(&headers, &app.token) {
+    if auth::authenticate(&headers, &app.credentials).is_none() {
         return page(
             StatusCode::UNAUTHORIZED,
             "Sign-in needed",
@@ -135,10 +120,6 @@ pub async fn index(
 pub async fn asset(uri: Uri, headers: HeaderMap) -> Response {
     match find(uri.path()) {
         Some(asset) if asset.path != "/index.html" => serve(asset, &headers),
-        _ => super::ApiError::new(
-            StatusCode::NOT_FOUND,
-            format!("no such path: {}", uri.path()),
-        )
-        .into_response(),
+        _ => super::ApiError::new(StatusCode::NOT_FOUND, format!("no such path: {}", uri.path())).into_response(),
     }
 }

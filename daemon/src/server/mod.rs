@@ -24,7 +24,7 @@ pub const MAX_BODY_BYTES: usize = 16 * 1024;
 
 pub struct App {
     pub state: Arc<NodeState>,
-    pub token: String,
+    pub credentials: Vec<crate::config::Credential>,
     /// Origins besides the daemon's own that may open the WebSocket.
     pub allowed_origins: Vec<String>,
     /// Turns true when the daemon stops; WebSocket sessions close with 1001 then.
@@ -46,10 +46,7 @@ pub fn router(app: SharedApp) -> Router {
         .merge(json_routes)
         .route("/ws", get(ws::upgrade))
         .fallback(console::asset)
-        .layer(middleware::from_fn_with_state(
-            app.clone(),
-            auth::require_token,
-        ));
+        .layer(middleware::from_fn_with_state(app.clone(), auth::require_token));
     Router::new()
         .route("/healthz", get(api::healthz))
         .route("/", get(console::index))
@@ -67,19 +64,12 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            message: message.into(),
-        }
+        ApiError { status, message: message.into() }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
-            self.status,
-            Json(serde_json::json!({ "error": self.message })),
-        )
-            .into_response()
+        (self.status, Json(serde_json::json!({ "error": self.message }))).into_response()
     }
 }

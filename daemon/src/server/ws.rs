@@ -17,10 +17,13 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use ringside_shared::{ClientCommand, ErrorCode, Hello, ServerMessage, PROTOCOL_VERSION};
+use axum::Extension;
+use ringside_shared::{ClientCommand, ErrorCode, Hello, Role, ServerMessage, PROTOCOL_VERSION};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::{auth, ApiError, SharedApp};
+use super::auth::{self, Identity};
+use super::{ApiError, SharedApp};
+use crate::alerts::store::AckError;
 use crate::state::{encode, Frame};
 
 /// Frames above this size close the connection (1009); commands above
@@ -35,17 +38,12 @@ pub async fn upgrade(
     ws: WebSocketUpgrade,
     State(app): State<SharedApp>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Extension(identity): Extension<Identity>,
     headers: HeaderMap,
 ) -> Response {
     if !auth::origin_allowed(&headers, &app.allowed_origins) {
-        app.state
-            .stats
-            .ws_refused_total
-            .fetch_add(1, Ordering::Relaxed);
-        let origin = headers
-            .get(axum::http::header::ORIGIN)
-            .and_then(|o| o.to_str().ok())
-            .unwrap_or("?");
+        app.state.stats.ws_refused_total.fetch_add(1, Ordering::Relaxed);
+        let origin = headers.get(axum::http::header::ORIGIN).and_then(|o| o.to_str().ok()).unwrap_or("?");
         tracing::warn!(%peer, origin, "WebSocket refused: foreign origin");
         return ApiError::new(
             StatusCode::FORBIDDEN,
@@ -55,7 +53,7 @@ pub async fn upgrade(
     }
     ws.max_message_size(MAX_WS_MESSAGE_BYTES)
         .max_frame_size(MAX_WS_MESSAGE_BYTES)
-        .on_upgrade(move |socket| session(socket, app, peer))
+        .on_upgrade(move |socket| session(socket, app, peer, identity))
 }
 
 /// Refills at `COMMANDS_PER_S`, holds at most `COMMAND_BURST`.
@@ -67,8 +65,7 @@ struct CommandBudget {
 impl CommandBudget {
     fn take(&mut self) -> bool {
         let now = Instant::now();
-        self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * COMMANDS_PER_S)
-            .min(COMMAND_BURST);
+        self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * COMMANDS_PER_S).min(COMMAND_BURST);
         self.at = now;
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
@@ -82,23 +79,18 @@ impl CommandBudget {
 struct Gone;
 
 async fn send(socket: &mut WebSocket, frame: Frame) -> Result<(), Gone> {
-    match tokio::time::timeout(
-        SEND_TIMEOUT,
-        socket.send(Message::Text(frame.as_ref().into())),
-    )
-    .await
-    {
+    match tokio::time::timeout(SEND_TIMEOUT, socket.send(Message::Text(frame.as_ref().into()))).await {
         Ok(Ok(())) => Ok(()),
         _ => Err(Gone),
     }
 }
 
-async fn session(mut socket: WebSocket, app: SharedApp, peer: SocketAddr) {
+async fn session(mut socket: WebSocket, app: SharedApp, peer: SocketAddr, identity: Identity) {
     let stats = &app.state.stats;
     stats.ws_clients.fetch_add(1, Ordering::Relaxed);
     stats.ws_connections_total.fetch_add(1, Ordering::Relaxed);
     tracing::debug!(%peer, "WebSocket client connected");
-    let _ = run_session(&mut socket, &app, peer).await;
+    let _ = run_session(&mut socket, &app, peer, &identity).await;
     stats.ws_clients.fetch_sub(1, Ordering::Relaxed);
     tracing::debug!(%peer, "WebSocket client left");
 }
@@ -107,26 +99,22 @@ async fn run_session(
     socket: &mut WebSocket,
     app: &SharedApp,
     peer: SocketAddr,
+    identity: &Identity,
 ) -> Result<(), Gone> {
     let state = &app.state;
     let mut events = state.subscribe();
     let mut shutdown = app.shutdown.clone();
     let hello = ServerMessage::Hello(Hello {
         protocol_version: PROTOCOL_VERSION,
+        identity: identity.name.clone(),
+        role: identity.role,
         node: state.node().clone(),
         server_time_ms: crate::now_ms(),
         interval_ms: state.interval_ms(),
     });
     send(socket, encode(&hello)).await?;
-    send(
-        socket,
-        encode(&ServerMessage::Snapshot(Box::new(state.snapshot()))),
-    )
-    .await?;
-    let mut budget = CommandBudget {
-        tokens: COMMAND_BURST,
-        at: Instant::now(),
-    };
+    send(socket, encode(&ServerMessage::Snapshot(Box::new(state.snapshot())))).await?;
+    let mut budget = CommandBudget { tokens: COMMAND_BURST, at: Instant::now() };
 
     loop {
         tokio::select! {
@@ -149,7 +137,7 @@ async fn run_session(
                         "more than {COMMANDS_PER_S} commands per second; this one was dropped"
                     ))),
                     Some(Ok(Message::Binary(_))) => Some(error(ErrorCode::BinaryNotSupported, "send commands as JSON text frames".into())),
-                    Some(Ok(Message::Text(text))) => handle_command(app, peer, text.as_str()),
+                    Some(Ok(Message::Text(text))) => handle_command(app, identity, text.as_str()),
                 };
                 if let Some(reply) = reply {
                     if matches!(reply, ServerMessage::Error { .. }) {
@@ -173,24 +161,26 @@ fn error(code: ErrorCode, message: String) -> ServerMessage {
 
 /// The reply to one command, if it has one (an acknowledgement is answered by the broadcast
 /// `alert_updated` every client receives).
-fn handle_command(app: &SharedApp, peer: SocketAddr, text: &str) -> Option<ServerMessage> {
+fn handle_command(app: &SharedApp, identity: &Identity, text: &str) -> Option<ServerMessage> {
     let command = match ClientCommand::parse(text) {
         Ok(command) => command,
         Err(e) => return Some(e.into_message()),
     };
     match command {
-        ClientCommand::Ping { nonce } => Some(ServerMessage::Pong {
-            nonce,
-            server_time_ms: crate::now_ms(),
-        }),
+        ClientCommand::Ping { nonce } => Some(ServerMessage::Pong { nonce, server_time_ms: crate::now_ms() }),
         ClientCommand::AckAlert { id, note, by } => {
-            let by = by
-                .filter(|b| !b.trim().is_empty())
-                .unwrap_or_else(|| format!("websocket {}", peer.ip()));
-            match app.state.acknowledge(id, by, note) {
+            if identity.role != Role::Operator {
+                return Some(error(ErrorCode::Forbidden, forbidden_message(identity)));
+            }
+            match app.state.acknowledge(id, identity, by, note) {
                 Ok(_) => None,
-                Err(e) => Some(error(ErrorCode::AlertNotFound, e.to_string())),
+                Err(e @ AckError::NotFound(_)) => Some(error(ErrorCode::AlertNotFound, e.to_string())),
+                Err(e @ AckError::Store(_)) => Some(error(ErrorCode::Internal, e.to_string())),
             }
         }
     }
+}
+
+pub fn forbidden_message(identity: &Identity) -> String {
+    format!("token `{}` is a {}: acknowledging alerts needs an operator token", identity.name, identity.role.as_str())
 }

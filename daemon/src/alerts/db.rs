@@ -1,0 +1,392 @@
+//! The alert database: SQLite in WAL mode under `--data-dir`, schema versioned with
+//! `PRAGMA user_version` and migrated forward at open.
+//!
+//! Writes use `synchronous = FULL`: an acknowledgement is confirmed to a client only after its
+//! transaction is on disk, so neither a restart nor `kill -9` (nor a power cut) loses it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use ringside_shared::{Acknowledgement, Alert, AlertTransition, AlertType, Severity, TransitionKind};
+use rusqlite::{params, Connection, OptionalExtension};
+
+/// One entry per schema version; entry N migrates version N to N+1. Never edit a released one.
+const MIGRATIONS: &[&str] = &[
+    // 0 -> 1: alerts, their transitions and acknowledgements.
+    "CREATE TABLE alerts (
+        id INTEGER PRIMARY KEY,
+        alert_type TEXT NOT NULL,
+        rule TEXT,
+        source TEXT NOT NULL,
+        labels TEXT NOT NULL DEFAULT '{}',
+        severity TEXT NOT NULL,
+        message TEXT NOT NULL,
+        value REAL NOT NULL,
+        threshold REAL NOT NULL,
+        raised_at_ms INTEGER NOT NULL,
+        updated_at_ms INTEGER NOT NULL,
+        resolved_at_ms INTEGER,
+        occurrence INTEGER NOT NULL DEFAULT 1,
+        flapping INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX alerts_resolved ON alerts (resolved_at_ms);
+    CREATE TABLE transitions (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        alert_id INTEGER NOT NULL REFERENCES alerts (id) ON DELETE CASCADE,
+        at_ms INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        severity TEXT NOT NULL,
+        value REAL NOT NULL,
+        by TEXT,
+        note TEXT,
+        UNIQUE (alert_id, at_ms, kind)
+    );
+    CREATE TABLE acknowledgements (
+        alert_id INTEGER PRIMARY KEY REFERENCES alerts (id) ON DELETE CASCADE,
+        by TEXT NOT NULL,
+        token TEXT NOT NULL,
+        at_ms INTEGER NOT NULL,
+        note TEXT
+    );",
+];
+
+/// Resolved alerts kept in the database; older ones are deleted at open.
+const RESOLVED_RETAINED: i64 = 5000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("alert database {path}: {source}")]
+    Open { path: String, source: rusqlite::Error },
+    #[error("alert database was written by a newer ringsided (schema {found}, this one knows {known}); upgrade ringsided or use another --data-dir")]
+    TooNew { found: i64, known: i64 },
+    #[error("alert database: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("alert database holds an unreadable row: {0}")]
+    Corrupt(String),
+}
+
+pub struct AlertDb {
+    conn: Connection,
+}
+
+pub struct Loaded {
+    pub alerts: Vec<Alert>,
+    pub next_id: u64,
+}
+
+impl AlertDb {
+    pub fn open(path: &Path) -> Result<AlertDb, DbError> {
+        let open_error = |source| DbError::Open { path: path.display().to_string(), source };
+        let conn = Connection::open(path).map_err(open_error)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(open_error)?;
+        conn.pragma_update(None, "synchronous", "FULL").map_err(open_error)?;
+        conn.pragma_update(None, "foreign_keys", "ON").map_err(open_error)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(open_error)?;
+        let mut db = AlertDb { conn };
+        db.migrate()?;
+        db.conn.execute(
+            "DELETE FROM alerts WHERE resolved_at_ms IS NOT NULL AND id NOT IN
+               (SELECT id FROM alerts WHERE resolved_at_ms IS NOT NULL ORDER BY resolved_at_ms DESC LIMIT ?1)",
+            params![RESOLVED_RETAINED],
+        )?;
+        Ok(db)
+    }
+
+    pub fn schema_version(&self) -> Result<i64, DbError> {
+        Ok(self.conn.pragma_query_value(None, "user_version", |row| row.get(0))?)
+    }
+
+    fn migrate(&mut self) -> Result<(), DbError> {
+        let known = MIGRATIONS.len() as i64;
+        let found = self.schema_version()?;
+        if found > known {
+            return Err(DbError::TooNew { found, known });
+        }
+        for (version, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+            let tx = self.conn.transaction()?;
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", version as i64 + 1)?;
+            tx.commit()?;
+            tracing::info!("alert database migrated to schema {}", version + 1);
+        }
+        Ok(())
+    }
+
+    /// Writes each alert's row, its acknowledgement (or its absence) and its transitions, in one
+    /// transaction.
+    pub fn save(&mut self, alerts: &[&Alert]) -> Result<(), DbError> {
+        let tx = self.conn.transaction()?;
+        for alert in alerts {
+            let labels = serde_json::to_string(&alert.labels).map_err(|e| DbError::Corrupt(e.to_string()))?;
+            tx.execute(
+                "INSERT INTO alerts (id, alert_type, rule, source, labels, severity, message, value, threshold,
+                                     raised_at_ms, updated_at_ms, resolved_at_ms, occurrence, flapping)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+                 ON CONFLICT (id) DO UPDATE SET severity = excluded.severity, message = excluded.message,
+                     value = excluded.value, threshold = excluded.threshold, labels = excluded.labels,
+                     updated_at_ms = excluded.updated_at_ms, resolved_at_ms = excluded.resolved_at_ms,
+                     occurrence = excluded.occurrence, flapping = excluded.flapping",
+                params![
+                    alert.id as i64,
+                    alert.alert_type.as_str(),
+                    alert.rule,
+                    alert.source,
+                    labels,
+                    alert.severity.as_str(),
+                    alert.message,
+                    alert.value,
+                    alert.threshold,
+                    alert.raised_at_ms as i64,
+                    alert.updated_at_ms as i64,
+                    alert.resolved_at_ms.map(|v| v as i64),
+                    alert.occurrence,
+                    alert.flapping,
+                ],
+            )?;
+            match &alert.acknowledgement {
+                Some(ack) => tx.execute(
+                    "INSERT INTO acknowledgements (alert_id, by, token, at_ms, note) VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (alert_id) DO UPDATE SET by = excluded.by, token = excluded.token,
+                         at_ms = excluded.at_ms, note = excluded.note",
+                    params![alert.id as i64, ack.by, ack.token, ack.at_ms as i64, ack.note],
+                )?,
+                None => tx.execute("DELETE FROM acknowledgements WHERE alert_id = ?1", params![alert.id as i64])?,
+            };
+            for t in &alert.transitions {
+                tx.execute(
+                    "INSERT OR IGNORE INTO transitions (alert_id, at_ms, kind, severity, value, by, note)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    params![
+                        alert.id as i64,
+                        t.at_ms as i64,
+                        t.kind.as_str(),
+                        t.severity.as_str(),
+                        t.value,
+                        t.by,
+                        t.note
+                    ],
+                )?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Every active alert and the newest `resolved` resolved ones, each with its last
+    /// `transitions` transitions.
+    pub fn load(&self, resolved: usize, transitions: usize) -> Result<Loaded, DbError> {
+        let next_id: u64 = self
+            .conn
+            .query_row("SELECT MAX(id) FROM alerts", [], |row| row.get::<_, Option<i64>>(0))
+            .optional()?
+            .flatten()
+            .map(|max| max as u64 + 1)
+            .unwrap_or(1);
+        let mut statement = self.conn.prepare(
+            "SELECT a.id, a.alert_type, a.rule, a.source, a.labels, a.severity, a.message, a.value, a.threshold,
+                    a.raised_at_ms, a.updated_at_ms, a.resolved_at_ms, a.occurrence, a.flapping,
+                    k.by, k.token, k.at_ms, k.note
+             FROM alerts a LEFT JOIN acknowledgements k ON k.alert_id = a.id
+             WHERE a.resolved_at_ms IS NULL
+                OR a.id IN (SELECT id FROM alerts WHERE resolved_at_ms IS NOT NULL ORDER BY resolved_at_ms DESC, id DESC LIMIT ?1)
+             ORDER BY a.resolved_at_ms IS NOT NULL, a.resolved_at_ms DESC, a.id DESC",
+        )?;
+        let rows = statement.query_map(params![resolved as i64], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, Option<String>>(2)?,
+                row.get::<_, String>(3)?,
+                row.get::<_, String>(4)?,
+                row.get::<_, String>(5)?,
+                row.get::<_, String>(6)?,
+                row.get::<_, f64>(7)?,
+                row.get::<_, f64>(8)?,
+                (row.get::<_, i64>(9)?, row.get::<_, i64>(10)?, row.get::<_, Option<i64>>(11)?),
+                (row.get::<_, u32>(12)?, row.get::<_, bool>(13)?),
+                (
+                    row.get::<_, Option<String>>(14)?,
+                    row.get::<_, Option<String>>(15)?,
+                    row.get::<_, Option<i64>>(16)?,
+                    row.get::<_, Option<String>>(17)?,
+                ),
+            ))
+        })?;
+        let mut alerts = Vec::new();
+        for row in rows {
+            let (
+                id,
+                kind,
+                rule,
+                source,
+                labels,
+                severity,
+                message,
+                value,
+                threshold,
+                times,
+                (occurrence, flapping),
+                ack,
+            ) = row?;
+            let alert_type =
+                AlertType::parse(&kind).ok_or_else(|| DbError::Corrupt(format!("alert {id}: type {kind:?}")))?;
+            let severity = Severity::parse(&severity)
+                .ok_or_else(|| DbError::Corrupt(format!("alert {id}: severity {severity:?}")))?;
+            let labels: BTreeMap<String, String> =
+                serde_json::from_str(&labels).map_err(|e| DbError::Corrupt(format!("alert {id}: labels: {e}")))?;
+            let acknowledgement = match ack {
+                (Some(by), Some(token), Some(at_ms), note) => {
+                    Some(Acknowledgement { by, token, at_ms: at_ms as u64, note })
+                }
+                _ => None,
+            };
+            alerts.push(Alert {
+                id: id as u64,
+                alert_type,
+                rule,
+                severity,
+                source,
+                labels,
+                message,
+                value,
+                threshold,
+                raised_at_ms: times.0 as u64,
+                updated_at_ms: times.1 as u64,
+                resolved_at_ms: times.2.map(|v| v as u64),
+                acknowledgement,
+                occurrence,
+                flapping,
+                transitions: Vec::new(),
+            });
+        }
+        let mut history = self.transitions(transitions)?;
+        for alert in &mut alerts {
+            alert.transitions = history.remove(&alert.id).unwrap_or_default();
+        }
+        Ok(Loaded { alerts, next_id })
+    }
+
+    fn transitions(&self, per_alert: usize) -> Result<HashMap<u64, Vec<AlertTransition>>, DbError> {
+        let mut statement = self.conn.prepare(
+            "SELECT alert_id, at_ms, kind, severity, value, by, note FROM (
+                SELECT *, ROW_NUMBER() OVER (PARTITION BY alert_id ORDER BY seq DESC) AS newest FROM transitions)
+             WHERE newest <= ?1 ORDER BY alert_id, seq",
+        )?;
+        let mut out: HashMap<u64, Vec<AlertTransition>> = HashMap::new();
+        let rows = statement.query_map(params![per_alert as i64], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, i64>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, String>(3)?,
+                row.get::<_, f64>(4)?,
+                row.get::<_, Option<String>>(5)?,
+                row.get::<_, Option<String>>(6)?,
+            ))
+        })?;
+        for row in rows {
+            let (alert_id, at_ms, kind, severity, value, by, note) = row?;
+            let kind =
+                TransitionKind::parse(&kind).ok_or_else(|| DbError::Corrupt(format!("transition kind {kind:?}")))?;
+            let severity = Severity::parse(&severity)
+                .ok_or_else(|| DbError::Corrupt(format!("transition severity {severity:?}")))?;
+            out.entry(alert_id as u64).or_default().push(AlertTransition {
+                at_ms: at_ms as u64,
+                kind,
+                severity,
+                value,
+                by,
+                note,
+            });
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alerts::store::{AlertStore, Lifecycle};
+    use crate::alerts::Condition;
+
+    fn scratch() -> std::path::PathBuf {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "ringside-db-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn cond(source: &str) -> Condition {
+        Condition {
+            alert_type: AlertType::Rule,
+            rule: Some("hot".into()),
+            labels: [("team".to_string(), "ml".to_string())].into(),
+            source: source.into(),
+            severity: Severity::Warning,
+            value: 95.0,
+            threshold: 90.0,
+            message: "hot".into(),
+        }
+    }
+
+    #[test]
+    fn migrates_and_refuses_a_newer_schema() {
+        let dir = scratch();
+        let path = dir.join("alerts.db");
+        let db = AlertDb::open(&path).unwrap();
+        assert_eq!(db.schema_version().unwrap(), MIGRATIONS.len() as i64);
+        drop(db);
+        // Opening again is a no-op migration.
+        assert_eq!(AlertDb::open(&path).unwrap().schema_version().unwrap(), MIGRATIONS.len() as i64);
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "user_version", 99).unwrap();
+        drop(conn);
+        let error = AlertDb::open(&path).err().expect("newer schema refused").to_string();
+        assert!(error.contains("newer ringsided"), "{error}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn alerts_acknowledgements_and_history_survive_reopening() {
+        let dir = scratch();
+        let path = dir.join("alerts.db");
+        let lifecycle = Lifecycle { clear_for_ms: 1000, ..Lifecycle::default() };
+        {
+            let mut store = AlertStore::open(lifecycle.clone(), Some(AlertDb::open(&path).unwrap())).unwrap();
+            store.apply(vec![cond("host"), cond("kernel:a")], 1000);
+            store.acknowledge(1, "ana".into(), "ops".into(), Some("on it".into()), 2000).unwrap();
+            // kernel:a clears and resolves; host stays.
+            store.apply(vec![cond("host")], 3000);
+            store.apply(vec![cond("host")], 4500);
+        }
+        let mut store = AlertStore::open(lifecycle, Some(AlertDb::open(&path).unwrap())).unwrap();
+        let alerts = store.list();
+        assert_eq!(alerts.len(), 2);
+        let host = alerts.iter().find(|a| a.source == "host").unwrap();
+        assert!(host.is_active());
+        let ack = host.acknowledgement.as_ref().expect("acknowledgement kept");
+        assert_eq!(
+            (ack.by.as_str(), ack.token.as_str(), ack.note.as_deref(), ack.at_ms),
+            ("ana", "ops", Some("on it"), 2000)
+        );
+        assert_eq!(host.labels.get("team").map(String::as_str), Some("ml"));
+        let kinds: Vec<_> = host.transitions.iter().map(|t| t.kind).collect();
+        assert_eq!(kinds, vec![TransitionKind::Raised, TransitionKind::Acknowledged]);
+        let kernel = alerts.iter().find(|a| a.source == "kernel:a").unwrap();
+        assert_eq!(kernel.resolved_at_ms, Some(4500));
+        // The standing alert continues after the restart: no new alert for the same condition,
+        // and new ids do not collide with stored ones.
+        assert!(store.apply(vec![cond("host")], 5000).is_empty());
+        let mut other = cond("kernel:b");
+        other.rule = Some("other".into());
+        let raised = store.apply(vec![cond("host"), other], 6000);
+        assert_eq!(raised[0].alert().id, 3);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

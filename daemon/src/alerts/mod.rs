@@ -1,0 +1,321 @@
+//! Alerts: the built-in checks ([`conditions`]) and the config's rules ([`rules`]) turn a tick
+//! into conditions; the [`store`] turns conditions into alerts with a lifecycle, persisted in
+//! the [`db`]; [`alertmanager`] forwards them to a fleet's Alertmanager.
+
+pub mod alertmanager;
+pub mod db;
+pub mod rules;
+pub mod store;
+
+use std::collections::BTreeMap;
+
+use ringside_shared::{AlertType, KernelState, Severity, WindowAggregates};
+
+use crate::config::Thresholds;
+use crate::pipeline::Sample;
+
+/// A condition that holds in this tick.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Condition {
+    pub alert_type: AlertType,
+    /// The config rule, for `AlertType::Rule`.
+    pub rule: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub source: String,
+    pub severity: Severity,
+    pub value: f64,
+    pub threshold: f64,
+    pub message: String,
+}
+
+/// The highest of `levels` (ascending thresholds) that `value` exceeds.
+fn level(value: f64, levels: [(f64, Severity); 3]) -> Option<(Severity, f64)> {
+    levels.iter().rev().find(|(threshold, _)| value > *threshold).map(|(t, s)| (*s, *t))
+}
+
+/// Every alert condition that holds for this tick.
+pub fn conditions(
+    t: &Thresholds,
+    sample: &Sample,
+    window: &WindowAggregates,
+    failures: &[(String, String)],
+) -> Vec<Condition> {
+    let mut found = Vec::new();
+    let window_s = window.covered_ms as f64 / 1000.0;
+
+    for kernel in &sample.kernels {
+        let source = format!("kernel:{}", kernel.id);
+        let stats = window.kernels.iter().find(|k| k.id == kernel.id);
+        if let Some(rate) = stats.and_then(|k| k.drop_rate) {
+            let levels = [
+                (t.drop_rate_warning, Severity::Warning),
+                (t.drop_rate_error, Severity::Error),
+                (t.drop_rate_critical, Severity::Critical),
+            ];
+            if let Some((severity, threshold)) = level(rate, levels) {
+                found.push(Condition {
+                    alert_type: AlertType::HighDropRate,
+                    rule: None,
+                    labels: BTreeMap::new(),
+                    source: source.clone(),
+                    severity,
+                    value: rate,
+                    threshold,
+                    message: format!(
+                        "{} drops {:.1}% of its messages (over {window_s:.0} s; threshold {:.1}%)",
+                        kernel.id,
+                        rate * 100.0,
+                        threshold * 100.0
+                    ),
+                });
+            }
+        }
+        if let Some(latency_ns) = stats.and_then(|k| k.avg_latency_ns) {
+            let ms = latency_ns / 1e6;
+            let warn = t.latency_warning_ms;
+            let levels = [
+                (warn, Severity::Warning),
+                (warn * t.latency_error_factor, Severity::Error),
+                (warn * t.latency_critical_factor, Severity::Critical),
+            ];
+            if let Some((severity, threshold)) = level(ms, levels) {
+                found.push(Condition {
+                    alert_type: AlertType::HighLatency,
+                    rule: None,
+                    labels: BTreeMap::new(),
+                    source: source.clone(),
+                    severity,
+                    value: ms,
+                    threshold,
+                    message: format!(
+                        "{} mean latency {ms:.2} ms over {window_s:.0} s (threshold {threshold} ms)",
+                        kernel.id
+                    ),
+                });
+            }
+        }
+        let queues = [
+            ("input", kernel.input_queue_depth, kernel.input_queue_capacity),
+            ("output", kernel.output_queue_depth, kernel.output_queue_capacity),
+        ];
+        if let Some((name, depth, capacity)) = queues
+            .into_iter()
+            .filter(|(_, depth, capacity)| {
+                *capacity > 0 && f64::from(*depth) >= t.queue_full_ratio * f64::from(*capacity)
+            })
+            .max_by(|a, b| (a.1 as f64 / a.2 as f64).total_cmp(&(b.1 as f64 / b.2 as f64)))
+        {
+            found.push(Condition {
+                alert_type: AlertType::QueueNearFull,
+                rule: None,
+                labels: BTreeMap::new(),
+                source: source.clone(),
+                severity: if depth >= capacity { Severity::Error } else { Severity::Warning },
+                value: f64::from(depth) / f64::from(capacity),
+                threshold: t.queue_full_ratio,
+                message: format!("{} {name} queue holds {depth} of {capacity} messages", kernel.id),
+            });
+        }
+        if kernel.state == KernelState::Failed || kernel.last_error.is_some() {
+            let failed = kernel.state == KernelState::Failed;
+            found.push(Condition {
+                alert_type: AlertType::KernelError,
+                rule: None,
+                labels: BTreeMap::new(),
+                source,
+                severity: if failed { Severity::Critical } else { Severity::Error },
+                value: 1.0,
+                threshold: 0.0,
+                message: format!(
+                    "{} {}: {}",
+                    kernel.id,
+                    if failed { "failed" } else { "reported an error" },
+                    kernel.last_error.as_deref().unwrap_or("no detail given")
+                ),
+            });
+        }
+    }
+
+    if let Some(host) = &sample.host {
+        let used = host.memory.used_pct;
+        let levels = [
+            (t.memory_used_pct_warning, Severity::Warning),
+            (t.memory_used_pct_error, Severity::Error),
+            (t.memory_used_pct_critical, Severity::Critical),
+        ];
+        let by_use = level(used, levels);
+        let stall = host.pressure.as_ref().map(|p| p.memory_some_avg10).unwrap_or(0.0);
+        let by_stall = (stall > t.memory_stall_pct_warning).then_some((Severity::Warning, t.memory_stall_pct_warning));
+        let worst = match (by_use, by_stall) {
+            (Some(a), Some(b)) => Some(if b.0 > a.0 { (b, true) } else { (a, false) }),
+            (Some(a), None) => Some((a, false)),
+            (None, Some(b)) => Some((b, true)),
+            (None, None) => None,
+        };
+        if let Some(((severity, threshold), stalled)) = worst {
+            let (value, message) = if stalled {
+                (stall, format!("tasks stalled on memory {stall:.1}% of the last 10 s (threshold {threshold}%); {used:.1}% of memory in use"))
+            } else {
+                (used, format!("{used:.1}% of memory in use (threshold {threshold}%)"))
+            };
+            found.push(Condition {
+                alert_type: AlertType::MemoryPressure,
+                rule: None,
+                labels: BTreeMap::new(),
+                source: "host".into(),
+                severity,
+                value,
+                threshold,
+                message,
+            });
+        }
+    }
+
+    for (name, why) in failures {
+        found.push(Condition {
+            alert_type: AlertType::SourceFailure,
+            rule: None,
+            labels: BTreeMap::new(),
+            source: format!("source:{name}"),
+            severity: Severity::Error,
+            value: 1.0,
+            threshold: 0.0,
+            message: format!("metrics source {name} failed: {why}"),
+        });
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringside_shared::{KernelBackend, KernelWindow, MemoryMetrics, RingKernelMetrics};
+
+    fn kernel(id: &str, depth: u32, state: KernelState, error: Option<&str>) -> RingKernelMetrics {
+        RingKernelMetrics {
+            id: id.into(),
+            kernel: "echo".into(),
+            backend: KernelBackend::Cpu,
+            state,
+            messages_processed: 0,
+            messages_dropped: 0,
+            total_latency_ns: 0,
+            min_latency_ns: None,
+            max_latency_ns: 0,
+            input_queue_depth: depth,
+            input_queue_capacity: 100,
+            output_queue_depth: 0,
+            output_queue_capacity: 100,
+            last_error: error.map(str::to_string),
+            gpu_memory_used: 0,
+            drop_rate: 0.0,
+        }
+    }
+
+    fn window(id: &str, drop_rate: Option<f64>, latency_ms: Option<f64>) -> WindowAggregates {
+        WindowAggregates {
+            window_ms: 10_000,
+            covered_ms: 10_000,
+            kernels: vec![KernelWindow {
+                id: id.into(),
+                processed: 100,
+                dropped: 0,
+                drop_rate,
+                throughput_per_s: 10.0,
+                avg_latency_ns: latency_ms.map(|ms| ms * 1e6),
+            }],
+            ..WindowAggregates::default()
+        }
+    }
+
+    fn kernel_sample(k: RingKernelMetrics) -> Sample {
+        Sample { kernels: vec![k], ..Sample::new(0) }
+    }
+
+    fn severities(cs: &[Condition], ty: AlertType) -> Vec<Severity> {
+        cs.iter().filter(|c| c.alert_type == ty).map(|c| c.severity).collect()
+    }
+
+    #[test]
+    fn drop_rate_thresholds_are_the_defaults() {
+        let t = Thresholds::default();
+        let sample = kernel_sample(kernel("k", 0, KernelState::Active, None));
+        for (rate, expected) in [
+            (0.005, vec![]),
+            (0.01, vec![]),
+            (0.02, vec![Severity::Warning]),
+            (0.06, vec![Severity::Error]),
+            (0.11, vec![Severity::Critical]),
+        ] {
+            let cs = conditions(&t, &sample, &window("k", Some(rate), None), &[]);
+            assert_eq!(severities(&cs, AlertType::HighDropRate), expected, "rate {rate}");
+        }
+    }
+
+    #[test]
+    fn latency_thresholds_scale_from_the_warning() {
+        let t = Thresholds::default();
+        let sample = kernel_sample(kernel("k", 0, KernelState::Active, None));
+        for (ms, expected) in [
+            (5.0, vec![]),
+            (11.0, vec![Severity::Warning]),
+            (51.0, vec![Severity::Error]),
+            (101.0, vec![Severity::Critical]),
+        ] {
+            let cs = conditions(&t, &sample, &window("k", None, Some(ms)), &[]);
+            assert_eq!(severities(&cs, AlertType::HighLatency), expected, "{ms} ms");
+        }
+    }
+
+    #[test]
+    fn queue_error_and_memory_conditions() {
+        let t = Thresholds::default();
+        let cs = conditions(
+            &t,
+            &kernel_sample(kernel("k", 90, KernelState::Active, None)),
+            &WindowAggregates::default(),
+            &[],
+        );
+        assert_eq!(severities(&cs, AlertType::QueueNearFull), vec![Severity::Warning]);
+        let cs = conditions(
+            &t,
+            &kernel_sample(kernel("k", 89, KernelState::Failed, Some("device lost"))),
+            &WindowAggregates::default(),
+            &[],
+        );
+        assert!(severities(&cs, AlertType::QueueNearFull).is_empty());
+        assert_eq!(severities(&cs, AlertType::KernelError), vec![Severity::Critical]);
+        assert!(cs.iter().any(|c| c.message.contains("device lost")));
+
+        let mut sample = Sample::new(0);
+        let memory = |used_pct: f64| MemoryMetrics {
+            total_bytes: 100,
+            available_bytes: 0,
+            used_bytes: 0,
+            used_pct,
+            cached_bytes: 0,
+            swap_total_bytes: 0,
+            swap_used_bytes: 0,
+        };
+        let mut host = crate::host::HostSource::new(Default::default());
+        crate::pipeline::MetricsSource::collect(&mut host, &mut sample).unwrap();
+        let mut h = sample.host.take().unwrap();
+        h.pressure = None;
+        for (used, expected) in [
+            (50.0, vec![]),
+            (91.0, vec![Severity::Warning]),
+            (96.0, vec![Severity::Error]),
+            (99.0, vec![Severity::Critical]),
+        ] {
+            h.memory = memory(used);
+            let s = Sample { host: Some(h.clone()), ..Sample::new(0) };
+            assert_eq!(
+                severities(&conditions(&t, &s, &WindowAggregates::default(), &[]), AlertType::MemoryPressure),
+                expected
+            );
+        }
+        let failures = vec![("bpf".to_string(), "permission denied".to_string())];
+        let cs = conditions(&t, &Sample::new(0), &WindowAggregates::default(), &failures);
+        assert_eq!(cs[0].source, "source:bpf");
+    }
+}

@@ -1,0 +1,399 @@
+//! Alert rules written in the config's `[[rules]]` tables:
+//!
+//! ```toml
+//! [[rules]]
+//! name = "cpu_saturated"
+//! metric = "host.cpu_utilization_pct"
+//! op = ">"
+//! threshold = 95
+//! for = "30s"          # how long it must hold before the alert fires (default: at once)
+//! severity = "warning"
+//! labels = { team = "ml-infra" }
+//! ```
+//!
+//! A rule is checked every tick for each source its metric has (the host, each ring kernel);
+//! it fires once its comparison has held for `for`, and clears as soon as it stops holding (the
+//! store's `clear_for_ms` then decides when the alert resolves).
+
+use std::collections::{BTreeMap, HashMap};
+
+use ringside_shared::{AlertType, RuleSummary, Severity, WindowAggregates};
+use serde::Deserialize;
+
+use super::Condition;
+use crate::pipeline::Sample;
+
+/// A metric a rule can watch, with the sources it is measured for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    HostCpuUtilizationPct,
+    HostIowaitPct,
+    HostMemoryUsedPct,
+    HostLoad1,
+    HostLoad5,
+    HostLoad15,
+    HostSwapUsedBytes,
+    HostProcsBlocked,
+    HostPressureCpuSomeAvg10,
+    HostPressureMemorySomeAvg10,
+    HostPressureIoSomeAvg10,
+    KernelDropRate,
+    KernelAvgLatencyMs,
+    KernelThroughputPerS,
+    KernelInputQueueRatio,
+    SchedulerMlTasks,
+    SchedulerDecisionsPerS,
+}
+
+impl Metric {
+    pub const ALL: [(Metric, &'static str); 17] = [
+        (Metric::HostCpuUtilizationPct, "host.cpu_utilization_pct"),
+        (Metric::HostIowaitPct, "host.iowait_pct"),
+        (Metric::HostMemoryUsedPct, "host.memory_used_pct"),
+        (Metric::HostLoad1, "host.load1"),
+        (Metric::HostLoad5, "host.load5"),
+        (Metric::HostLoad15, "host.load15"),
+        (Metric::HostSwapUsedBytes, "host.swap_used_bytes"),
+        (Metric::HostProcsBlocked, "host.procs_blocked"),
+        (Metric::HostPressureCpuSomeAvg10, "host.pressure.cpu_some_avg10"),
+        (Metric::HostPressureMemorySomeAvg10, "host.pressure.memory_some_avg10"),
+        (Metric::HostPressureIoSomeAvg10, "host.pressure.io_some_avg10"),
+        (Metric::KernelDropRate, "kernel.drop_rate"),
+        (Metric::KernelAvgLatencyMs, "kernel.avg_latency_ms"),
+        (Metric::KernelThroughputPerS, "kernel.throughput_per_s"),
+        (Metric::KernelInputQueueRatio, "kernel.input_queue_ratio"),
+        (Metric::SchedulerMlTasks, "scheduler.ml_tasks"),
+        (Metric::SchedulerDecisionsPerS, "scheduler.decisions_per_s"),
+    ];
+
+    pub fn parse(name: &str) -> Option<Metric> {
+        Self::ALL.iter().find(|(_, n)| *n == name).map(|(m, _)| *m)
+    }
+
+    pub fn name(self) -> &'static str {
+        Self::ALL.iter().find(|(m, _)| *m == self).map(|(_, n)| *n).unwrap_or("?")
+    }
+
+    /// (source, value) for every source this metric is measured for in this tick.
+    pub fn values(self, sample: &Sample, window: &WindowAggregates) -> Vec<(String, f64)> {
+        use Metric::*;
+        let host = |f: fn(&ringside_shared::HostMetrics) -> Option<f64>| -> Vec<(String, f64)> {
+            sample.host.as_ref().and_then(f).map(|v| vec![("host".to_string(), v)]).unwrap_or_default()
+        };
+        let kernels = |f: &dyn Fn(&str) -> Option<f64>| -> Vec<(String, f64)> {
+            sample.kernels.iter().filter_map(|k| f(&k.id).map(|v| (format!("kernel:{}", k.id), v))).collect()
+        };
+        let in_window = |id: &str| window.kernels.iter().find(|k| k.id == id);
+        match self {
+            HostCpuUtilizationPct => host(|h| Some(h.cpu_utilization_pct)),
+            HostIowaitPct => host(|h| Some(h.iowait_pct)),
+            HostMemoryUsedPct => host(|h| Some(h.memory.used_pct)),
+            HostLoad1 => host(|h| Some(h.load1)),
+            HostLoad5 => host(|h| Some(h.load5)),
+            HostLoad15 => host(|h| Some(h.load15)),
+            HostSwapUsedBytes => host(|h| Some(h.memory.swap_used_bytes as f64)),
+            HostProcsBlocked => host(|h| Some(f64::from(h.procs_blocked))),
+            HostPressureCpuSomeAvg10 => host(|h| h.pressure.as_ref().map(|p| p.cpu_some_avg10)),
+            HostPressureMemorySomeAvg10 => host(|h| h.pressure.as_ref().map(|p| p.memory_some_avg10)),
+            HostPressureIoSomeAvg10 => host(|h| h.pressure.as_ref().map(|p| p.io_some_avg10)),
+            KernelDropRate => kernels(&|id| in_window(id).and_then(|k| k.drop_rate)),
+            KernelAvgLatencyMs => kernels(&|id| in_window(id).and_then(|k| k.avg_latency_ns).map(|ns| ns / 1e6)),
+            KernelThroughputPerS => kernels(&|id| in_window(id).map(|k| k.throughput_per_s)),
+            KernelInputQueueRatio => kernels(&|id| {
+                sample
+                    .kernels
+                    .iter()
+                    .find(|k| k.id == id && k.input_queue_capacity > 0)
+                    .map(|k| f64::from(k.input_queue_depth) / f64::from(k.input_queue_capacity))
+            }),
+            SchedulerMlTasks => sample.scheduler.iter().map(|s| ("scheduler".to_string(), s.ml_tasks as f64)).collect(),
+            SchedulerDecisionsPerS => {
+                window.scheduler.iter().map(|s| ("scheduler".to_string(), s.decisions_per_s)).collect()
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Gt,
+    Ge,
+    Lt,
+    Le,
+    Eq,
+    Ne,
+}
+
+impl Op {
+    const ALL: [(Op, &'static str); 6] =
+        [(Op::Gt, ">"), (Op::Ge, ">="), (Op::Lt, "<"), (Op::Le, "<="), (Op::Eq, "=="), (Op::Ne, "!=")];
+
+    fn parse(text: &str) -> Option<Op> {
+        Self::ALL.iter().find(|(_, s)| *s == text).map(|(o, _)| *o)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        Self::ALL.iter().find(|(o, _)| *o == self).map(|(_, s)| *s).unwrap_or("?")
+    }
+
+    fn holds(self, value: f64, threshold: f64) -> bool {
+        match self {
+            Op::Gt => value > threshold,
+            Op::Ge => value >= threshold,
+            Op::Lt => value < threshold,
+            Op::Le => value <= threshold,
+            Op::Eq => value == threshold,
+            Op::Ne => value != threshold,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    pub name: String,
+    pub metric: Metric,
+    pub op: Op,
+    pub threshold: f64,
+    pub for_ms: u64,
+    pub severity: Severity,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Rule {
+    pub fn summary(&self) -> RuleSummary {
+        RuleSummary {
+            name: self.name.clone(),
+            metric: self.metric.name().into(),
+            op: self.op.as_str().into(),
+            threshold: self.threshold,
+            for_ms: self.for_ms,
+            severity: self.severity,
+            labels: self.labels.clone(),
+        }
+    }
+}
+
+/// A `[[rules]]` table as written; spans locate errors in the file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    name: toml::Spanned<String>,
+    metric: toml::Spanned<String>,
+    op: toml::Spanned<String>,
+    threshold: toml::Spanned<f64>,
+    #[serde(default, rename = "for")]
+    for_: Option<toml::Spanned<String>>,
+    severity: toml::Spanned<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+}
+
+/// Parses `30s`, `500ms`, `2m`, `1h` (or a bare number of seconds) to milliseconds.
+pub fn parse_duration_ms(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok().filter(|n: &f64| n.is_finite() && *n >= 0.0)?;
+    let factor = match unit.trim() {
+        "ms" => 1.0,
+        "" | "s" => 1000.0,
+        "m" => 60_000.0,
+        "h" => 3_600_000.0,
+        _ => return None,
+    };
+    Some((number * factor).round() as u64)
+}
+
+/// Line number (1-based) of a byte offset in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// Checks every rule, naming the config line of the first problem.
+pub fn compile(configs: Vec<RuleConfig>, file_text: &str) -> Result<Vec<Rule>, String> {
+    let mut rules: Vec<Rule> = Vec::new();
+    for c in configs {
+        let at = |span: std::ops::Range<usize>| format!("line {}", line_of(file_text, span.start));
+        let name = c.name.get_ref().trim().to_string();
+        let valid_name =
+            !name.is_empty() && name.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-');
+        if !valid_name {
+            return Err(format!(
+                "{}: rule name {:?} must be letters, digits, '_' or '-'",
+                at(c.name.span()),
+                c.name.get_ref()
+            ));
+        }
+        if rules.iter().any(|r| r.name == name) {
+            return Err(format!("{}: a rule named {name:?} is already defined", at(c.name.span())));
+        }
+        let metric = Metric::parse(c.metric.get_ref()).ok_or_else(|| {
+            let known: Vec<&str> = Metric::ALL.iter().map(|(_, n)| *n).collect();
+            format!(
+                "{}: rule {name}: unknown metric {:?}; known metrics: {}",
+                at(c.metric.span()),
+                c.metric.get_ref(),
+                known.join(", ")
+            )
+        })?;
+        let op = Op::parse(c.op.get_ref().trim()).ok_or_else(|| {
+            format!("{}: rule {name}: op {:?} must be one of > >= < <= == !=", at(c.op.span()), c.op.get_ref())
+        })?;
+        let threshold = *c.threshold.get_ref();
+        if !threshold.is_finite() {
+            return Err(format!("{}: rule {name}: threshold must be a finite number", at(c.threshold.span())));
+        }
+        let for_ms = match &c.for_ {
+            None => 0,
+            Some(text) => parse_duration_ms(text.get_ref()).filter(|ms| *ms <= 86_400_000).ok_or_else(|| {
+                format!(
+                    "{}: rule {name}: `for` {:?} must be a duration such as \"30s\", \"500ms\" or \"5m\" (at most 24h)",
+                    at(text.span()),
+                    text.get_ref()
+                )
+            })?,
+        };
+        let severity = Severity::parse(c.severity.get_ref()).ok_or_else(|| {
+            format!(
+                "{}: rule {name}: severity {:?} must be info, warning, error or critical",
+                at(c.severity.span()),
+                c.severity.get_ref()
+            )
+        })?;
+        rules.push(Rule { name, metric, op, threshold, for_ms, severity, labels: c.labels });
+    }
+    Ok(rules)
+}
+
+/// Evaluates the rules tick by tick, remembering since when each (rule, source) has held.
+#[derive(Debug, Default)]
+pub struct RuleEngine {
+    rules: Vec<Rule>,
+    holding_since: HashMap<(usize, String), u64>,
+}
+
+impl RuleEngine {
+    pub fn new(rules: Vec<Rule>) -> Self {
+        RuleEngine { rules, holding_since: HashMap::new() }
+    }
+
+    pub fn conditions(&mut self, sample: &Sample, window: &WindowAggregates) -> Vec<Condition> {
+        let now = sample.taken_at_ms;
+        let mut found = Vec::new();
+        let mut holding = HashMap::new();
+        for (index, rule) in self.rules.iter().enumerate() {
+            for (source, value) in rule.metric.values(sample, window) {
+                if !rule.op.holds(value, rule.threshold) {
+                    continue;
+                }
+                let since = self.holding_since.get(&(index, source.clone())).copied().unwrap_or(now);
+                holding.insert((index, source.clone()), since);
+                if now.saturating_sub(since) < rule.for_ms {
+                    continue;
+                }
+                let held = if rule.for_ms > 0 {
+                    format!(" for {} s", now.saturating_sub(since) / 1000)
+                } else {
+                    String::new()
+                };
+                found.push(Condition {
+                    alert_type: AlertType::Rule,
+                    rule: Some(rule.name.clone()),
+                    labels: rule.labels.clone(),
+                    source: source.clone(),
+                    severity: rule.severity,
+                    value,
+                    threshold: rule.threshold,
+                    message: format!(
+                        "{}: {} on {source} is {} ({} {}){held}",
+                        rule.name,
+                        rule.metric.name(),
+                        crate::prometheus::number(value),
+                        rule.op.as_str(),
+                        crate::prometheus::number(rule.threshold)
+                    ),
+                });
+            }
+        }
+        // A (rule, source) that stopped holding starts its `for` afresh next time.
+        self.holding_since = holding;
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct File {
+        #[serde(default)]
+        rules: Vec<RuleConfig>,
+    }
+
+    fn compile_text(text: &str) -> Result<Vec<Rule>, String> {
+        let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
+        compile(file.rules, text)
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ms("30s"), Some(30_000));
+        assert_eq!(parse_duration_ms("500ms"), Some(500));
+        assert_eq!(parse_duration_ms("2m"), Some(120_000));
+        assert_eq!(parse_duration_ms("1.5h"), Some(5_400_000));
+        assert_eq!(parse_duration_ms("10"), Some(10_000));
+        assert_eq!(parse_duration_ms("soon"), None);
+        assert_eq!(parse_duration_ms("5 parsecs"), None);
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let text = "interval_ms = 1000\n\n[[rules]]\nname = \"a\"\nmetric = \"host.cpu_utilization_pct\"\nop = \">\"\nthreshold = 90\nseverity = \"warning\"\n\n[[rules]]\nname = \"b\"\nmetric = \"host.cpu_temperature\"\nop = \">\"\nthreshold = 90\nseverity = \"warning\"\n";
+        let error = compile_text(text).unwrap_err();
+        assert!(error.starts_with("line 12: rule b: unknown metric \"host.cpu_temperature\""), "{error}");
+        assert!(error.contains("host.memory_used_pct"), "lists the known metrics: {error}");
+        let bad_op =
+            text.replace("metric = \"host.cpu_temperature\"\nop = \">\"", "metric = \"host.load1\"\nop = \"=>\"");
+        assert!(compile_text(&bad_op).unwrap_err().starts_with("line 13: rule b: op \"=>\""));
+        let bad_severity = text
+            .replace("host.cpu_temperature", "host.load1")
+            .replace("severity = \"warning\"\n\n[[rules]]", "severity = \"loud\"\n\n[[rules]]");
+        assert!(compile_text(&bad_severity).unwrap_err().starts_with("line 8: rule a: severity \"loud\""));
+        let duplicate = text.replace("host.cpu_temperature", "host.load1").replace("name = \"b\"", "name = \"a\"");
+        assert!(compile_text(&duplicate).unwrap_err().starts_with("line 11: a rule named \"a\""));
+        let bad_for = "[[rules]]\nname = \"a\"\nmetric = \"host.load1\"\nop = \">\"\nthreshold = 1\nfor = \"a while\"\nseverity = \"info\"\n";
+        assert!(compile_text(bad_for).unwrap_err().starts_with("line 6: rule a: `for`"));
+        let unknown_key = "[[rules]]\nname = \"a\"\nmetirc = \"host.load1\"\n";
+        assert!(compile_text(unknown_key).unwrap_err().contains("metirc"));
+    }
+
+    fn host_sample(t_ms: u64, cpu: f64) -> Sample {
+        let mut source = crate::host::HostSource::new(Default::default());
+        let mut sample = Sample::new(t_ms);
+        crate::pipeline::MetricsSource::collect(&mut source, &mut sample).unwrap();
+        if let Some(h) = sample.host.as_mut() {
+            h.cpu_utilization_pct = cpu;
+        }
+        sample
+    }
+
+    #[test]
+    fn a_rule_fires_after_holding_for_its_duration() {
+        let text = "[[rules]]\nname = \"hot\"\nmetric = \"host.cpu_utilization_pct\"\nop = \">=\"\nthreshold = 90\nfor = \"2s\"\nseverity = \"error\"\nlabels = { team = \"ml\" }\n";
+        let mut engine = RuleEngine::new(compile_text(text).unwrap());
+        let window = WindowAggregates::default();
+        assert!(engine.conditions(&host_sample(0, 95.0), &window).is_empty(), "held 0 s");
+        assert!(engine.conditions(&host_sample(1000, 95.0), &window).is_empty(), "held 1 s");
+        let fired = engine.conditions(&host_sample(2000, 95.0), &window);
+        assert_eq!(fired.len(), 1);
+        let c = &fired[0];
+        assert_eq!((c.rule.as_deref(), c.source.as_str(), c.severity), (Some("hot"), "host", Severity::Error));
+        assert_eq!(c.labels.get("team").map(String::as_str), Some("ml"));
+        assert!(c.message.contains("host.cpu_utilization_pct") && c.message.contains("95"), "{}", c.message);
+        // Dropping below resets the clock.
+        assert!(engine.conditions(&host_sample(3000, 50.0), &window).is_empty());
+        assert!(engine.conditions(&host_sample(4000, 95.0), &window).is_empty());
+        assert_eq!(engine.conditions(&host_sample(6000, 90.0), &window).len(), 1);
+    }
+}

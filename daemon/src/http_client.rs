@@ -1,0 +1,193 @@
+//! A minimal HTTP/1.1 client over tokio: one request per connection (`Connection: close`),
+//! plain `http://` only. Enough for `ringsided snapshot` and Alertmanager forwarding, without
+//! pulling a second HTTP stack into the daemon.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Largest response body read.
+const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Url {
+    pub host: String,
+    pub port: u16,
+    /// Path prefix without a trailing slash ("" for the root).
+    pub base_path: String,
+}
+
+impl Url {
+    pub fn parse(text: &str) -> Result<Url, String> {
+        let rest = text.strip_prefix("http://").ok_or_else(|| format!("{text:?}: only http:// URLs are supported"))?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((host, port)) if !host.ends_with(']') || authority.starts_with('[') => {
+                (host, port.parse::<u16>().map_err(|_| format!("{text:?}: bad port {port:?}"))?)
+            }
+            _ => (authority, 80),
+        };
+        if host.is_empty() {
+            return Err(format!("{text:?}: no host"));
+        }
+        Ok(Url {
+            host: host.trim_start_matches('[').trim_end_matches(']').to_string(),
+            port,
+            base_path: path.trim_end_matches('/').to_string(),
+        })
+    }
+
+    fn host_header(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+pub struct Request<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub bearer: Option<&'a str>,
+    /// (content type, body)
+    pub body: Option<(&'a str, &'a [u8])>,
+}
+
+/// Sends one request and reads the whole response, within `timeout`.
+pub async fn send(url: &Url, request: Request<'_>, timeout: Duration) -> Result<Response, String> {
+    tokio::time::timeout(timeout, exchange(url, request))
+        .await
+        .map_err(|_| format!("no answer from {}:{} within {timeout:?}", url.host, url.port))?
+}
+
+async fn exchange(url: &Url, request: Request<'_>) -> Result<Response, String> {
+    let mut stream = tokio::net::TcpStream::connect((url.host.as_str(), url.port))
+        .await
+        .map_err(|e| format!("cannot connect to {}:{}: {e}", url.host, url.port))?;
+    let mut head = format!(
+        "{} {}{} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nUser-Agent: ringsided/{}\r\nAccept: application/json\r\n",
+        request.method,
+        url.base_path,
+        request.path,
+        url.host_header(),
+        env!("CARGO_PKG_VERSION")
+    );
+    if let Some(token) = request.bearer {
+        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    let body = match request.body {
+        Some((content_type, body)) => {
+            head.push_str(&format!("Content-Type: {content_type}\r\nContent-Length: {}\r\n", body.len()));
+            body
+        }
+        None => {
+            head.push_str("Content-Length: 0\r\n");
+            &[]
+        }
+    };
+    head.push_str("\r\n");
+    let io = |e: std::io::Error| format!("{}:{}: {e}", url.host, url.port);
+    stream.write_all(head.as_bytes()).await.map_err(io)?;
+    stream.write_all(body).await.map_err(io)?;
+    let mut raw = Vec::new();
+    (&mut stream).take(MAX_RESPONSE_BYTES as u64 + 64 * 1024).read_to_end(&mut raw).await.map_err(io)?;
+    parse_response(&raw)
+}
+
+fn parse_response(raw: &[u8]) -> Result<Response, String> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or("response has no header end")?;
+    let head = std::str::from_utf8(&raw[..end]).map_err(|_| "response head is not UTF-8")?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or("");
+    let status = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse::<u16>().ok())
+        .ok_or_else(|| format!("bad status line {status_line:?}"))?;
+    let mut chunked = false;
+    let mut length = None;
+    for line in lines {
+        if let Some((name, value)) = line.split_once(':') {
+            let value = value.trim();
+            if name.eq_ignore_ascii_case("transfer-encoding") && value.eq_ignore_ascii_case("chunked") {
+                chunked = true;
+            } else if name.eq_ignore_ascii_case("content-length") {
+                length = value.parse::<usize>().ok();
+            }
+        }
+    }
+    let rest = &raw[end + 4..];
+    let body = if chunked {
+        dechunk(rest)?
+    } else {
+        match length {
+            Some(n) if n <= rest.len() => rest[..n].to_vec(),
+            Some(n) => return Err(format!("response body cut short: {} of {n} bytes", rest.len())),
+            None => rest.to_vec(),
+        }
+    };
+    if body.len() > MAX_RESPONSE_BYTES {
+        return Err(format!("response larger than {MAX_RESPONSE_BYTES} bytes"));
+    }
+    Ok(Response { status, body })
+}
+
+fn dechunk(mut data: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = data.windows(2).position(|w| w == b"\r\n").ok_or("bad chunk header")?;
+        let size_text = std::str::from_utf8(&data[..line_end]).map_err(|_| "bad chunk size")?;
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
+            .map_err(|_| "bad chunk size")?;
+        data = &data[line_end + 2..];
+        if size == 0 {
+            return Ok(out);
+        }
+        if data.len() < size + 2 {
+            return Err("chunk cut short".into());
+        }
+        out.extend_from_slice(&data[..size]);
+        data = &data[size + 2..];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let url = Url::parse("http://127.0.0.1:9093").unwrap();
+        assert_eq!((url.host.as_str(), url.port, url.base_path.as_str()), ("127.0.0.1", 9093, ""));
+        let url = Url::parse("http://am.example/prefix/").unwrap();
+        assert_eq!((url.host.as_str(), url.port, url.base_path.as_str()), ("am.example", 80, "/prefix"));
+        let url = Url::parse("http://[::1]:9650").unwrap();
+        assert_eq!((url.host.as_str(), url.port), ("::1", 9650));
+        assert!(Url::parse("https://x").is_err());
+        assert!(Url::parse("http://x:notaport").is_err());
+        assert!(Url::parse("http://").is_err());
+    }
+
+    #[test]
+    fn responses() {
+        let plain = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello").unwrap();
+        assert_eq!((plain.status, plain.body.as_slice()), (200, &b"hello"[..]));
+        let chunked = parse_response(
+            b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!((chunked.status, chunked.body.as_slice()), (404, &b"abcde"[..]));
+        assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nshort").is_err());
+        assert!(parse_response(b"garbage").is_err());
+    }
+}
