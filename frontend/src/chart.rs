@@ -46,7 +46,7 @@ pub fn nice_step(max: f64, ticks: f64) -> f64 {
     nice * magnitude
 }
 
-fn clock(ms: u64) -> String {
+pub fn clock(ms: u64) -> String {
     let date = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms as f64));
     format!("{:02}:{:02}:{:02}", date.get_hours(), date.get_minutes(), date.get_seconds())
 }

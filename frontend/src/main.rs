@@ -1,6 +1,7 @@
 //! Ringside's console: a Leptos app (client-side rendered, compiled to WebAssembly) that shows
 //! one node live over the daemon's WebSocket.
 
+mod alerts;
 mod chart;
 mod connection;
 mod store;

@@ -3,7 +3,7 @@
 
 use leptos::prelude::*;
 use ringside_shared::{
-    Alert, ComponentHealth, HistoryPoint, HostMetrics, NodeIdentity, RingKernelMetrics, SchedulerTelemetry,
+    Alert, ComponentHealth, HistoryPoint, HostMetrics, NodeIdentity, RingKernelMetrics, Role, SchedulerTelemetry,
     ServerMessage, WindowAggregates,
 };
 // Named apart from leptos' `Update` trait, which the prelude brings in.
@@ -29,6 +29,8 @@ pub enum Connection {
 #[derive(Clone, Copy)]
 pub struct Store {
     pub connection: RwSignal<Connection>,
+    /// The token's name and role, from `hello`.
+    pub identity: RwSignal<Option<(String, Role)>>,
     pub node: RwSignal<Option<NodeIdentity>>,
     pub interval_ms: RwSignal<u64>,
     pub seq: RwSignal<u64>,
@@ -50,6 +52,7 @@ impl Store {
     pub fn new() -> Self {
         Store {
             connection: RwSignal::new(Connection::Connecting { attempt: 1 }),
+            identity: RwSignal::new(None),
             node: RwSignal::new(None),
             interval_ms: RwSignal::new(1000),
             seq: RwSignal::new(0),
@@ -66,9 +69,14 @@ impl Store {
         }
     }
 
+    pub fn can_acknowledge(&self) -> bool {
+        self.identity.with(|i| i.as_ref().is_some_and(|(_, role)| *role == Role::Operator))
+    }
+
     pub fn apply(&self, message: ServerMessage) {
         match message {
             ServerMessage::Hello(hello) => {
+                self.identity.set(Some((hello.identity, hello.role)));
                 self.node.set(Some(hello.node));
                 self.interval_ms.set(hello.interval_ms);
                 self.server_time_ms.set(hello.server_time_ms);

@@ -1,18 +1,15 @@
 //! The console's components, named after what the user sees.
 
 use leptos::prelude::*;
-use ringside_shared::{Alert, ComponentStatus, Severity};
+use ringside_shared::ComponentStatus;
 
 use crate::chart::{format_value, Series, TimeSeriesChart};
 use crate::connection::Link;
 use crate::store::{Connection, Store};
 
-/// Local-storage key of the name sent with acknowledgements.
-const OPERATOR_KEY: &str = "ringside-operator";
+pub type LinkHandle = StoredValue<Link, LocalStorage>;
 
-type LinkHandle = StoredValue<Link, LocalStorage>;
-
-fn storage() -> Option<web_sys::Storage> {
+pub fn storage() -> Option<web_sys::Storage> {
     window().local_storage().ok().flatten()
 }
 
@@ -50,7 +47,7 @@ pub fn App() -> impl IntoView {
         <ServerErrorBanner />
         <main>
             <HostPanel />
-            <AlertsPanel />
+            <crate::alerts::AlertsPanel />
             <ComponentsPanel />
         </main>
         <footer>"Ringside · "<a href="/metrics">"Prometheus metrics"</a>" · "<a href="/api/snapshot">"Snapshot JSON"</a></footer>
@@ -114,6 +111,7 @@ fn Header() -> impl IntoView {
             <div class="brand">"Ringside"</div>
             <div class="identity">{identity}</div>
             <div class="header-actions">
+                <crate::alerts::CriticalBadge />
                 <span id="connection" class=move || format!("conn conn-{}", status().0)>{move || status().1}</span>
                 <a id="download-snapshot" class="button" href="/api/snapshot?download=1" download="">"Download snapshot"</a>
                 <ThemeToggle />
@@ -244,124 +242,6 @@ fn HostPanel() -> impl IntoView {
                 <TimeSeriesChart title="Load average" unit="" series=load interval_ms=interval />
             </div>
             <div class="per-cpu">{per_cpu}</div>
-        </section>
-    }
-}
-
-fn severity_class(severity: Severity) -> &'static str {
-    match severity {
-        Severity::Info => "sev sev-info",
-        Severity::Warning => "sev sev-warning",
-        Severity::Error => "sev sev-error",
-        Severity::Critical => "sev sev-critical",
-    }
-}
-
-#[component]
-fn AlertRow(alert: Alert) -> impl IntoView {
-    let store = expect_context::<Store>();
-    let link = expect_context::<LinkHandle>();
-    let id = alert.id;
-    let pending = RwSignal::new(false);
-    let raised_at = alert.raised_at_ms;
-    let resolved_at = alert.resolved_at_ms;
-    let ago = move || {
-        let now = store.server_time_ms.get();
-        match resolved_at {
-            Some(r) => format!(
-                "raised {} ago · resolved {} ago",
-                age(now.saturating_sub(raised_at)),
-                age(now.saturating_sub(r))
-            ),
-            None => format!("raised {} ago", age(now.saturating_sub(raised_at))),
-        }
-    };
-    let ack = alert.acknowledgement.clone();
-    let acknowledge = move |_| {
-        let by = storage().and_then(|s| s.get_item(OPERATOR_KEY).ok().flatten()).filter(|n| !n.is_empty());
-        let mut command = serde_json::json!({ "type": "ack_alert", "id": id });
-        if let Some(by) = by {
-            command["by"] = by.into();
-        }
-        if link.with_value(|link| link.send(&command)) {
-            pending.set(true);
-        } else {
-            store.server_error.set(Some("not connected: the acknowledgement was not sent; try again once live".into()));
-        }
-    };
-    let action = match ack {
-        Some(ack) => {
-            let now = store.server_time_ms;
-            let note = ack.note.clone().map(|n| format!(" — “{n}”")).unwrap_or_default();
-            view! {
-                <div class="acked" data-acked="true">
-                    {move || format!("Acknowledged by {} {} ago{note}", ack.by, age(now.get().saturating_sub(ack.at_ms)))}
-                </div>
-            }
-            .into_any()
-        }
-        None => view! {
-            <button class="ack" data-alert-id=id.to_string() disabled=move || pending.get() on:click=acknowledge>
-                {move || if pending.get() { "Acknowledging…" } else { "Acknowledge" }}
-            </button>
-        }
-        .into_any(),
-    };
-    view! {
-        <li class=if alert.is_active() { "alert" } else { "alert resolved" } data-alert-id=id.to_string()>
-            <span class=severity_class(alert.severity)>{alert.severity.as_str()}</span>
-            <div class="alert-body">
-                <div class="alert-message">{alert.message.clone()}</div>
-                <div class="alert-meta">{format!("{} · {} · #{id} · ", alert.alert_type.as_str(), alert.source)}{ago}</div>
-                {action}
-            </div>
-        </li>
-    }
-}
-
-#[component]
-fn AlertsPanel() -> impl IntoView {
-    let store = expect_context::<Store>();
-    let active =
-        Memo::new(move |_| store.alerts.with(|a| a.iter().filter(|a| a.is_active()).cloned().collect::<Vec<_>>()));
-    let resolved = Memo::new(move |_| {
-        store.alerts.with(|a| a.iter().filter(|a| !a.is_active()).take(20).cloned().collect::<Vec<_>>())
-    });
-    // Keyed by id and last change, so a row is rebuilt exactly when its alert changed.
-    let key = |a: &Alert| (a.id, a.updated_at_ms, a.acknowledgement.is_some());
-    let operator = RwSignal::new(storage().and_then(|s| s.get_item(OPERATOR_KEY).ok().flatten()).unwrap_or_default());
-    let rename = move |event: web_sys::Event| {
-        let name = event_target_value(&event);
-        if let Some(s) = storage() {
-            let _ = s.set_item(OPERATOR_KEY, name.trim());
-        }
-        operator.set(name);
-    };
-    view! {
-        <section class="panel" id="alerts-panel">
-            <div class="panel-head">
-                <h2>"Alerts " <span class="count">{move || active.get().len()}</span></h2>
-                <label class="operator">"Acknowledge as "
-                    <input id="operator" type="text" placeholder="your name" maxlength=ringside_shared::protocol::MAX_BY_CHARS.to_string()
-                        prop:value=move || operator.get() on:change=rename />
-                </label>
-            </div>
-            <Show
-                when=move || !active.get().is_empty()
-                fallback=|| view! { <p class="empty" id="no-alerts">"No active alerts. Alerts appear here when a threshold is crossed: memory pressure, kernel drop rate, latency, full queues, errors."</p> }
-            >
-                <ul class="alerts" id="active-alerts">
-                    <For each=move || active.get() key=key children=|alert| view! { <AlertRow alert /> } />
-                </ul>
-            </Show>
-            <Show when=move || !resolved.get().is_empty()>
-                <details class="resolved-list">
-                    <summary>{move || format!("Recently resolved ({})", resolved.get().len())}</summary>
-                    <ul class="alerts">
-                        <For each=move || resolved.get() key=key children=|alert| view! { <AlertRow alert /> } />
-                    </ul>
-                </details>
-            </Show>
         </section>
     }
 }

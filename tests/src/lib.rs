@@ -64,6 +64,10 @@ pub struct DaemonOptions {
     pub config: String,
     /// `--listen`; port 0 picks a free port.
     pub listen: String,
+    /// `--data-dir`; a fresh scratch directory when `None`. Reuse one to test a restart.
+    pub data_dir: Option<PathBuf>,
+    /// Contents of a `--token-file` (used instead of `token` when set).
+    pub token_file: Option<String>,
 }
 
 impl Default for DaemonOptions {
@@ -73,6 +77,8 @@ impl Default for DaemonOptions {
             interval_ms: 200,
             config: String::new(),
             listen: "127.0.0.1:0".into(),
+            data_dir: None,
+            token_file: None,
         }
     }
 }
@@ -87,6 +93,18 @@ pub fn random_token() -> String {
     let mut bytes = [0u8; 16];
     std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).expect("read /dev/urandom");
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Rules that each raise an alert from the machine's real memory use (any running machine uses
+/// more than 0.001 % of its memory): `count` alerts named `r00`, `r01`, ...
+pub fn memory_rules(count: usize, labels: &str) -> String {
+    (0..count)
+        .map(|i| {
+            format!(
+                "[[rules]]\nname = \"r{i:02}\"\nmetric = \"host.memory_used_pct\"\nop = \">\"\nthreshold = 0.001\nseverity = \"warning\"\nlabels = {{ {labels} }}\n\n"
+            )
+        })
+        .collect()
 }
 
 /// A running `ringsided`; stopped (SIGTERM, then SIGKILL) on drop.
@@ -111,13 +129,21 @@ impl Daemon {
             .arg("--config")
             .arg(&config)
             .arg("--data-dir")
-            .arg(scratch.0.join("data"))
+            .arg(options.data_dir.clone().unwrap_or_else(|| scratch.0.join("data")))
             .env_remove("RINGSIDE_TOKEN")
             .env("RINGSIDE_LOG", "error")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        if let Some(token) = &options.token {
-            command.env("RINGSIDE_TOKEN", token);
+        match (&options.token_file, &options.token) {
+            (Some(contents), _) => {
+                let path = scratch.0.join("tokens");
+                std::fs::write(&path, contents)?;
+                command.arg("--token-file").arg(path);
+            }
+            (None, Some(token)) => {
+                command.env("RINGSIDE_TOKEN", token);
+            }
+            (None, None) => {}
         }
         let mut child = command.spawn().with_context(|| format!("cannot start {}", daemon_binary().display()))?;
         let stdout = child.stdout.take().context("no stdout")?;
@@ -150,9 +176,12 @@ impl Daemon {
         }
         let base = base.unwrap_or_default();
         let console_url = console_url.unwrap_or_default();
-        let token = match options.token {
-            Some(token) => token,
-            None => console_url.split_once("?token=").map(|(_, t)| t.to_string()).context("no token in console URL")?,
+        let token = match (options.token_file, options.token) {
+            (Some(_), token) => token.unwrap_or_default(),
+            (None, Some(token)) => token,
+            (None, None) => {
+                console_url.split_once("?token=").map(|(_, t)| t.to_string()).context("no token in console URL")?
+            }
         };
         let addr = base.trim_start_matches("http://").to_string();
         Ok(Daemon { child, base, addr, token, console_url, _scratch: scratch })
@@ -160,6 +189,13 @@ impl Daemon {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// SIGKILL: no chance to flush or clean up.
+    pub fn kill_hard(&mut self) -> Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
     }
 
     /// Sends SIGTERM and waits for the exit status.
@@ -191,6 +227,11 @@ impl Daemon {
     /// GET with the bearer token.
     pub async fn get(&self, path: &str) -> Result<reqwest::Response> {
         Ok(self.http().get(format!("{}{path}", self.base)).bearer_auth(&self.token).send().await?)
+    }
+
+    /// POST `/api/alerts/{id}/ack` with `token` and a JSON body.
+    pub async fn ack_as(&self, token: &str, id: u64, body: serde_json::Value) -> Result<reqwest::Response> {
+        Ok(self.http().post(format!("{}/api/alerts/{id}/ack", self.base)).bearer_auth(token).json(&body).send().await?)
     }
 
     pub async fn get_json(&self, path: &str) -> Result<serde_json::Value> {

@@ -210,10 +210,19 @@ async fn console_shows_live_data_acknowledges_and_downloads() -> Result<()> {
 }
 
 #[tokio::test]
-async fn console_reconnects_after_the_daemon_restarts() -> Result<()> {
-    // The page keeps running while its daemon goes away; it must say so and come back alone.
+async fn console_reconnects_after_a_restart_and_the_acknowledgement_is_still_there() -> Result<()> {
+    // The page keeps running while its daemon goes away; it must say so, come back by itself,
+    // and show what was acknowledged before the restart (kept in the alert store).
     let token = ringside_tests::random_token();
-    let mut daemon = Daemon::start(DaemonOptions { token: Some(token.clone()), ..DaemonOptions::default() })?;
+    let data = Scratch::new("browser-restart-data");
+    let options = |listen: &str| DaemonOptions {
+        token: Some(token.clone()),
+        listen: listen.to_string(),
+        config: LOW_MEMORY_THRESHOLDS.into(),
+        data_dir: Some(data.0.clone()),
+        ..DaemonOptions::default()
+    };
+    let mut daemon = Daemon::start(options("127.0.0.1:0"))?;
     let driver = Driver::start()?;
     let profile = Scratch::new("chromium-profile");
     let downloads = Scratch::new("downloads");
@@ -225,20 +234,103 @@ async fn console_reconnects_after_the_daemon_restarts() -> Result<()> {
             Ok(text_of(&client, "#connection").await?.filter(|t| t.contains("Live")))
         })
         .await?;
+        let button = eventually("an Acknowledge button", WAIT, || async {
+            Ok(client.find(Locator::Css("button.ack")).await.ok())
+        })
+        .await?;
+        let id = button.attr("data-alert-id").await?.context("alert id")?;
+        client
+            .find(Locator::Css(&format!("li[data-alert-id='{id}'] .ack-note")))
+            .await?
+            .send_keys("before restart")
+            .await?;
+        button.click().await?;
+        let acked = format!("li[data-alert-id='{id}'] [data-acked='true']");
+        eventually("acknowledged", WAIT, || async { text_of(&client, &acked).await }).await?;
+
         let addr = daemon.addr.clone();
         daemon.terminate()?;
         let offline = eventually("offline banner", WAIT, || async { text_of(&client, ".banner-warn").await }).await?;
         assert!(offline.contains("Retrying in"), "{offline}");
-        // Same address and token again: the console reconnects without a reload.
-        let _again =
-            Daemon::start(DaemonOptions { token: Some(token.clone()), listen: addr, ..DaemonOptions::default() })?;
+        // Same address, token and data again: the console reconnects without a reload.
+        let _again = Daemon::start(options(&addr))?;
         eventually("Live again", Duration::from_secs(60), || async {
             Ok(text_of(&client, "#connection").await?.filter(|t| t.contains("Live")))
         })
         .await?;
+        let banner_gone = client.find(Locator::Css(".banner-warn")).await.is_err();
+        assert!(banner_gone, "the offline banner goes once live");
+        let after =
+            eventually("still acknowledged after the restart", WAIT, || async { text_of(&client, &acked).await })
+                .await?;
+        assert!(after.contains("before restart"), "{after}");
         anyhow::Ok(())
     }
     .await;
     let _ = client.close().await;
+    outcome
+}
+
+#[tokio::test]
+async fn two_browsers_see_each_others_acknowledgements_live() -> Result<()> {
+    let daemon = Daemon::start(DaemonOptions {
+        token: None,
+        config: ringside_tests::memory_rules(2, "team = \"ml\""),
+        ..DaemonOptions::default()
+    })?;
+    let driver = Driver::start()?;
+    let (profile_a, profile_b, downloads) =
+        (Scratch::new("chromium-a"), Scratch::new("chromium-b"), Scratch::new("downloads"));
+    let a = browser(&driver, &profile_a.0, &downloads.0).await?;
+    let b = browser(&driver, &profile_b.0, &downloads.0).await?;
+    let outcome = async {
+        const WAIT: Duration = Duration::from_secs(30);
+        for client in [&a, &b] {
+            client.goto(&daemon.console_url).await?;
+            eventually("two alerts listed", WAIT, || async {
+                Ok((client.find_all(Locator::Css("button.ack")).await?.len() == 2).then_some(()))
+            })
+            .await?;
+        }
+        let ids: Vec<String> = {
+            let mut ids = Vec::new();
+            for button in a.find_all(Locator::Css("button.ack")).await? {
+                ids.push(button.attr("data-alert-id").await?.context("id")?);
+            }
+            ids
+        };
+        // A acknowledges the first, B sees it; B acknowledges the second, A sees it.
+        for (actor, watcher, id, name) in [(&a, &b, &ids[0], "alice"), (&b, &a, &ids[1], "bob")] {
+            actor.find(Locator::Css("#operator")).await?.send_keys(name).await?;
+            actor.find(Locator::Css("#alerts-panel h2")).await?.click().await?;
+            actor.find(Locator::Css(&format!("button.ack[data-alert-id='{id}']"))).await?.click().await?;
+            let selector = format!("li[data-alert-id='{id}'] [data-acked='true']");
+            let seen = eventually("the other browser sees the acknowledgement", WAIT, || async {
+                text_of(watcher, &selector).await
+            })
+            .await?;
+            assert!(seen.contains(&format!("Acknowledged by {name}")), "{seen}");
+        }
+        // The filters: nothing is left unacknowledged, both show under Acknowledged.
+        a.find(Locator::Css("#alert-state-filter")).await?.select_by_value("unacknowledged").await?;
+        eventually("empty Unacknowledged view", WAIT, || async { text_of(&a, "#no-alerts").await }).await?;
+        a.find(Locator::Css("#alert-state-filter")).await?.select_by_value("acknowledged").await?;
+        eventually("both under Acknowledged", WAIT, || async {
+            Ok((a.find_all(Locator::Css("#alert-list li.alert")).await?.len() == 2).then_some(()))
+        })
+        .await?;
+        // Each alert's history lists its acknowledgement.
+        a.find(Locator::Css(&format!("li[data-alert-id='{}'] details.history summary", ids[0]))).await?.click().await?;
+        let history = text_of(&a, &format!("li[data-alert-id='{}'] .transitions", ids[0])).await?.unwrap_or_default();
+        assert!(
+            history.contains("acknowledged") && history.contains("alice") && history.contains("raised"),
+            "{history}"
+        );
+        std::fs::write(artifacts().join("console-two-browsers.png"), a.screenshot().await?)?;
+        anyhow::Ok(())
+    }
+    .await;
+    let _ = a.close().await;
+    let _ = b.close().await;
     outcome
 }

@@ -19,7 +19,7 @@ use anyhow::{bail, Context, Result};
 /// Debian packages, by command: a build needs the first list (nothing beyond a Rust toolchain
 /// yet), the tests the second too.
 const BUILD_PACKAGES: &[&str] = &[];
-const TEST_PACKAGES: &[&str] = &["chromium", "chromium-driver", "prometheus"];
+const TEST_PACKAGES: &[&str] = &["chromium", "chromium-driver", "prometheus", "prometheus-alertmanager"];
 
 fn main() {
     if let Err(e) = run() {

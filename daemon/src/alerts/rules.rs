@@ -188,6 +188,20 @@ pub struct RuleConfig {
     labels: BTreeMap<String, String>,
 }
 
+/// A value for people: 4 significant digits at most, no trailing zeros.
+pub fn readable(value: f64) -> String {
+    if !value.is_finite() || value == 0.0 {
+        return format!("{value}");
+    }
+    let digits = (3 - value.abs().log10().floor() as i32).clamp(0, 6) as usize;
+    let text = format!("{value:.digits$}");
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
+    }
+}
+
 /// Parses `30s`, `500ms`, `2m`, `1h` (or a bare number of seconds) to milliseconds.
 pub fn parse_duration_ms(text: &str) -> Option<u64> {
     let text = text.trim();
@@ -308,9 +322,9 @@ impl RuleEngine {
                         "{}: {} on {source} is {} ({} {}){held}",
                         rule.name,
                         rule.metric.name(),
-                        crate::prometheus::number(value),
+                        readable(value),
                         rule.op.as_str(),
-                        crate::prometheus::number(rule.threshold)
+                        readable(rule.threshold)
                     ),
                 });
             }
@@ -334,6 +348,16 @@ mod tests {
     fn compile_text(text: &str) -> Result<Vec<Rule>, String> {
         let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
         compile(file.rules, text)
+    }
+
+    #[test]
+    fn readable_values() {
+        assert_eq!(readable(4.565333786211921), "4.565");
+        assert_eq!(readable(97.5), "97.5");
+        assert_eq!(readable(1234.567), "1235");
+        assert_eq!(readable(0.001), "0.001");
+        assert_eq!(readable(90.0), "90");
+        assert_eq!(readable(0.0), "0");
     }
 
     #[test]

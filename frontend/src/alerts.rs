@@ -1,0 +1,260 @@
+//! The alerts the operator sees: the panel with its filters, one row per alert with its
+//! history and the Acknowledge action, and the header badge for unacknowledged critical alerts.
+
+use leptos::prelude::*;
+use ringside_shared::protocol::{MAX_BY_CHARS, MAX_NOTE_CHARS};
+use ringside_shared::{Alert, Severity, TransitionKind};
+
+use crate::chart::clock;
+use crate::store::Store;
+use crate::views::{age, storage, LinkHandle};
+
+/// Local-storage key of the name sent with acknowledgements.
+const OPERATOR_KEY: &str = "ringside-operator";
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum StateFilter {
+    Active,
+    Unacknowledged,
+    Acknowledged,
+    Resolved,
+    All,
+}
+
+impl StateFilter {
+    const ALL: [(StateFilter, &'static str, &'static str); 5] = [
+        (StateFilter::Active, "active", "Active"),
+        (StateFilter::Unacknowledged, "unacknowledged", "Unacknowledged"),
+        (StateFilter::Acknowledged, "acknowledged", "Acknowledged"),
+        (StateFilter::Resolved, "resolved", "Resolved"),
+        (StateFilter::All, "all", "All"),
+    ];
+
+    fn from_value(value: &str) -> StateFilter {
+        Self::ALL.iter().find(|(_, v, _)| *v == value).map(|(f, _, _)| *f).unwrap_or(StateFilter::Active)
+    }
+
+    fn keeps(self, alert: &Alert) -> bool {
+        let acked = alert.acknowledgement.is_some();
+        match self {
+            StateFilter::Active => alert.is_active(),
+            StateFilter::Unacknowledged => alert.is_active() && !acked,
+            StateFilter::Acknowledged => acked,
+            StateFilter::Resolved => !alert.is_active(),
+            StateFilter::All => true,
+        }
+    }
+}
+
+fn severity_class(severity: Severity) -> &'static str {
+    match severity {
+        Severity::Info => "sev sev-info",
+        Severity::Warning => "sev sev-warning",
+        Severity::Error => "sev sev-error",
+        Severity::Critical => "sev sev-critical",
+    }
+}
+
+/// "3 critical unacknowledged" in the header, hidden when there are none.
+#[component]
+pub fn CriticalBadge() -> impl IntoView {
+    let store = expect_context::<Store>();
+    let count = Memo::new(move |_| {
+        store.alerts.with(|alerts| {
+            alerts
+                .iter()
+                .filter(|a| a.is_active() && a.severity == Severity::Critical && a.acknowledgement.is_none())
+                .count()
+        })
+    });
+    move || {
+        (count.get() > 0).then(|| {
+            view! {
+                <a id="critical-badge" class="badge-critical" href="#alerts-panel" title="Active critical alerts nobody has acknowledged">
+                    {format!("{} critical unacknowledged", count.get())}
+                </a>
+            }
+        })
+    }
+}
+
+#[component]
+fn AlertHistory(alert: Alert) -> impl IntoView {
+    let count = alert.transitions.len();
+    let rows = alert
+        .transitions
+        .into_iter()
+        .rev()
+        .map(|t| {
+            let who = match (t.kind, &t.by, &t.note) {
+                (TransitionKind::Acknowledged, Some(by), Some(note)) => format!(" by {by}: “{note}”"),
+                (TransitionKind::Acknowledged, Some(by), None) => format!(" by {by}"),
+                _ => String::new(),
+            };
+            view! {
+                <li>
+                    <time>{clock(t.at_ms)}</time>" "
+                    <b>{t.kind.as_str()}</b>
+                    {format!(" · {} · value {}{who}", t.severity.as_str(), crate::chart::format_value(t.value, ""))}
+                </li>
+            }
+        })
+        .collect_view();
+    view! {
+        <details class="history">
+            <summary>{format!("History ({count})")}</summary>
+            <ol class="transitions">{rows}</ol>
+        </details>
+    }
+}
+
+#[component]
+fn AlertRow(alert: Alert) -> impl IntoView {
+    let store = expect_context::<Store>();
+    let link = expect_context::<LinkHandle>();
+    let id = alert.id;
+    let pending = RwSignal::new(false);
+    let note = RwSignal::new(String::new());
+    let raised_at = alert.raised_at_ms;
+    let resolved_at = alert.resolved_at_ms;
+    let ago = move || {
+        let now = store.server_time_ms.get();
+        match resolved_at {
+            Some(r) => format!(
+                "raised {} ago · resolved {} ago",
+                age(now.saturating_sub(raised_at)),
+                age(now.saturating_sub(r))
+            ),
+            None => format!("raised {} ago", age(now.saturating_sub(raised_at))),
+        }
+    };
+    let acknowledge = move |_| {
+        let by = storage().and_then(|s| s.get_item(OPERATOR_KEY).ok().flatten()).filter(|n| !n.is_empty());
+        let mut command = serde_json::json!({ "type": "ack_alert", "id": id });
+        if let Some(by) = by {
+            command["by"] = by.into();
+        }
+        let text = note.get_untracked();
+        if !text.trim().is_empty() {
+            command["note"] = text.trim().into();
+        }
+        if link.with_value(|link| link.send(&command)) {
+            pending.set(true);
+        } else {
+            store.server_error.set(Some("not connected: the acknowledgement was not sent; try again once live".into()));
+        }
+    };
+    let action = match alert.acknowledgement.clone() {
+        Some(ack) => {
+            let now = store.server_time_ms;
+            let note = ack.note.clone().map(|n| format!(" — “{n}”")).unwrap_or_default();
+            let via = if ack.by == ack.token { String::new() } else { format!(" (token {})", ack.token) };
+            view! {
+                <div class="acked" data-acked="true">
+                    {move || format!("Acknowledged by {}{via} {} ago{note}", ack.by, age(now.get().saturating_sub(ack.at_ms)))}
+                </div>
+            }
+            .into_any()
+        }
+        None if store.can_acknowledge() => view! {
+            <div class="ack-form">
+                <input class="ack-note" type="text" placeholder="note (optional)" maxlength=MAX_NOTE_CHARS.to_string()
+                    prop:value=move || note.get() on:input=move |ev| note.set(event_target_value(&ev)) />
+                <button class="ack" data-alert-id=id.to_string() disabled=move || pending.get() on:click=acknowledge>
+                    {move || if pending.get() { "Acknowledging…" } else { "Acknowledge" }}
+                </button>
+            </div>
+        }
+        .into_any(),
+        None => view! { <div class="muted read-only">"Not acknowledged · this token is read-only"</div> }.into_any(),
+    };
+    let flags = match (alert.occurrence, alert.flapping) {
+        (n, true) => format!(" · flapping, fired {n} times"),
+        (n, false) if n > 1 => format!(" · occurrence {n}"),
+        _ => String::new(),
+    };
+    view! {
+        <li class=if alert.is_active() { "alert" } else { "alert resolved" } data-alert-id=id.to_string()>
+            <span class=severity_class(alert.severity)>{alert.severity.as_str()}</span>
+            <div class="alert-body">
+                <div class="alert-message">{alert.message.clone()}</div>
+                <div class="alert-meta">{format!("{} · {} · #{id}{flags} · ", alert.name(), alert.source)}{ago}</div>
+                {action}
+                <AlertHistory alert=alert.clone() />
+            </div>
+        </li>
+    }
+}
+
+#[component]
+pub fn AlertsPanel() -> impl IntoView {
+    let store = expect_context::<Store>();
+    let state_filter = RwSignal::new(StateFilter::Active);
+    let min_severity = RwSignal::new(Severity::Info);
+    let shown = Memo::new(move |_| {
+        let (keep, floor) = (state_filter.get(), min_severity.get());
+        store
+            .alerts
+            .with(|alerts| alerts.iter().filter(|a| keep.keeps(a) && a.severity >= floor).cloned().collect::<Vec<_>>())
+    });
+    let active_count = Memo::new(move |_| store.alerts.with(|a| a.iter().filter(|a| a.is_active()).count()));
+    // Keyed by what a row shows, so a row is rebuilt exactly when its alert changed.
+    let key = |a: &Alert| (a.id, a.updated_at_ms, a.acknowledgement.is_some(), a.transitions.len(), a.resolved_at_ms);
+
+    let operator = RwSignal::new(storage().and_then(|s| s.get_item(OPERATOR_KEY).ok().flatten()).unwrap_or_default());
+    let rename = move |event: web_sys::Event| {
+        let name = event_target_value(&event);
+        if let Some(s) = storage() {
+            let _ = s.set_item(OPERATOR_KEY, name.trim());
+        }
+        operator.set(name);
+    };
+    let empty_text = move || {
+        match (state_filter.get(), min_severity.get()) {
+        (StateFilter::Active, Severity::Info) => {
+            "No active alerts. Alerts appear here when a threshold or a rule is crossed: memory pressure, kernel drop rate, latency, full queues, errors.".to_string()
+        }
+        _ => "No alert matches these filters.".to_string(),
+    }
+    };
+    let state_options = StateFilter::ALL
+        .iter()
+        .map(|(filter, value, label)| view! { <option value=*value selected=*filter == StateFilter::Active>{*label}</option> })
+        .collect_view();
+    let severity_options = Severity::ALL
+        .iter()
+        .map(|s| {
+            let label =
+                if *s == Severity::Info { "Any severity".to_string() } else { format!("{} and above", s.as_str()) };
+            view! { <option value=s.as_str()>{label}</option> }
+        })
+        .collect_view();
+    view! {
+        <section class="panel" id="alerts-panel">
+            <div class="panel-head">
+                <h2>"Alerts " <span class="count">{move || active_count.get()}</span></h2>
+                <Show when=move || store.can_acknowledge()>
+                    <label class="operator">"Acknowledge as "
+                        <input id="operator" type="text" placeholder="your name" maxlength=MAX_BY_CHARS.to_string()
+                            prop:value=move || operator.get() on:change=rename />
+                    </label>
+                </Show>
+            </div>
+            <div class="filters">
+                <select id="alert-state-filter" aria-label="Alert state"
+                    on:change=move |ev| state_filter.set(StateFilter::from_value(&event_target_value(&ev)))>
+                    {state_options}
+                </select>
+                <select id="alert-severity-filter" aria-label="Minimum severity"
+                    on:change=move |ev| min_severity.set(Severity::parse(&event_target_value(&ev)).unwrap_or(Severity::Info))>
+                    {severity_options}
+                </select>
+            </div>
+            <Show when=move || !shown.get().is_empty() fallback=move || view! { <p class="empty" id="no-alerts">{empty_text}</p> }>
+                <ul class="alerts" id="alert-list">
+                    <For each=move || shown.get() key=key children=|alert| view! { <AlertRow alert /> } />
+                </ul>
+            </Show>
+        </section>
+    }
+}

@@ -1,0 +1,246 @@
+//! Alerts people can trust: persistence across restarts and `kill -9`, roles, config rules, and
+//! the snapshot CLI — against the real daemon and its real SQLite store.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use ringside_shared::{ErrorCode, Role, ServerMessage};
+use ringside_tests::{daemon_binary, memory_rules, Daemon, DaemonOptions, Scratch, LOW_MEMORY_THRESHOLDS};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(15);
+
+async fn wait_for_alerts(daemon: &Daemon, count: usize) -> Result<Vec<serde_json::Value>> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let alerts = daemon.get_json("/api/alerts").await?;
+        let active: Vec<serde_json::Value> = alerts
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|a| a["resolved_at_ms"].is_null())
+            .collect();
+        if active.len() >= count {
+            return Ok(active);
+        }
+        ensure!(Instant::now() < deadline, "only {} of {count} alerts raised within {WAIT:?}", active.len());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_acknowledgement_survives_a_restart() -> Result<()> {
+    let data = Scratch::new("restart-data");
+    let options = || DaemonOptions {
+        config: LOW_MEMORY_THRESHOLDS.into(),
+        data_dir: Some(data.0.clone()),
+        ..DaemonOptions::default()
+    };
+    let mut daemon = Daemon::start(options())?;
+    let id = wait_for_alerts(&daemon, 1).await?[0]["id"].as_u64().context("alert id")?;
+    let response = daemon.ack_as(&daemon.token, id, json!({"note": "disk swap planned", "by": "ana"})).await?;
+    assert_eq!(response.status(), 200);
+    assert!(daemon.terminate()?.success());
+
+    let daemon = Daemon::start(options())?;
+    let alerts = daemon.get_json("/api/alerts").await?;
+    let alerts = alerts.as_array().context("array")?;
+    assert_eq!(
+        alerts.len(),
+        1,
+        "the standing condition continues the stored alert, it is not raised again: {alerts:#?}"
+    );
+    let alert = &alerts[0];
+    assert_eq!(alert["id"], id);
+    assert_eq!(alert["acknowledgement"]["by"], "ana");
+    assert_eq!(alert["acknowledgement"]["note"], "disk swap planned");
+    let kinds: Vec<&str> = alert["transitions"].as_array().unwrap().iter().filter_map(|t| t["kind"].as_str()).collect();
+    assert_eq!(kinds, ["raised", "acknowledged"]);
+    // A few ticks later it is still the same, acknowledged alert.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let later = daemon.get_json("/api/alerts").await?;
+    assert_eq!(later[0]["id"], id);
+    assert_eq!(later[0]["acknowledgement"]["by"], "ana");
+    Ok(())
+}
+
+#[tokio::test]
+async fn kill_9_during_an_acknowledgement_burst_loses_nothing_confirmed() -> Result<()> {
+    let data = Scratch::new("kill9-data");
+    const ALERTS: usize = 40;
+    let options = || DaemonOptions {
+        config: memory_rules(ALERTS, ""),
+        data_dir: Some(data.0.clone()),
+        ..DaemonOptions::default()
+    };
+    let mut daemon = Daemon::start(options())?;
+    let ids: Vec<u64> = wait_for_alerts(&daemon, ALERTS).await?.iter().filter_map(|a| a["id"].as_u64()).collect();
+    let mut first = daemon.ws(None).await?;
+    let mut second = daemon.ws(None).await?;
+    for client in [&mut first, &mut second] {
+        client.next(WAIT).await?;
+        client.next(WAIT).await?;
+    }
+    // Both clients fire acknowledgements for all alerts, interleaved, without waiting.
+    for (i, id) in ids.iter().enumerate() {
+        let client = if i % 2 == 0 { &mut first } else { &mut second };
+        client.send_json(json!({"type": "ack_alert", "id": id, "by": format!("client-{}", i % 2)})).await?;
+    }
+    // Take confirmations (the broadcast that follows each commit) until a third are in, then
+    // kill the daemon while the rest are still in flight.
+    let mut confirmed = BTreeSet::new();
+    while confirmed.len() < ALERTS / 3 {
+        if let ServerMessage::AlertUpdated { alert } = first.next(WAIT).await? {
+            if alert.acknowledgement.is_some() {
+                confirmed.insert(alert.id);
+            }
+        }
+    }
+    daemon.kill_hard()?;
+    // Anything the other client had already been told counts as confirmed too.
+    while let Ok(message) = second.next(Duration::from_millis(200)).await {
+        if let ServerMessage::AlertUpdated { alert } = message {
+            if alert.acknowledgement.is_some() {
+                confirmed.insert(alert.id);
+            }
+        }
+    }
+
+    let daemon = Daemon::start(options())?;
+    let alerts = daemon.get_json("/api/alerts").await?;
+    let acknowledged: BTreeSet<u64> = alerts
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| !a["acknowledgement"].is_null())
+        .filter_map(|a| a["id"].as_u64())
+        .collect();
+    let lost: Vec<&u64> = confirmed.difference(&acknowledged).collect();
+    assert!(lost.is_empty(), "confirmed acknowledgements lost by kill -9: {lost:?}");
+    assert!(confirmed.len() >= ALERTS / 3);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_viewer_token_cannot_acknowledge() -> Result<()> {
+    let (ana, wall) = ("ana-secret-0123456789", "wall-secret-0123456789");
+    let daemon = Daemon::start(DaemonOptions {
+        config: LOW_MEMORY_THRESHOLDS.into(),
+        token: Some(ana.into()),
+        token_file: Some(format!("# on-call\nana:{ana}:operator\nwall:{wall}:viewer\n")),
+        ..DaemonOptions::default()
+    })?;
+    let id = wait_for_alerts(&daemon, 1).await?[0]["id"].as_u64().unwrap();
+
+    let refused = daemon.ack_as(wall, id, json!({})).await?;
+    assert_eq!(refused.status(), 403);
+    let text = refused.text().await?;
+    assert!(text.contains("wall") && text.contains("viewer"), "{text}");
+
+    let mut viewer = daemon.ws_with(Some(wall), None).await?;
+    let ServerMessage::Hello(hello) = viewer.next(WAIT).await? else { panic!("hello first") };
+    assert_eq!((hello.identity.as_str(), hello.role), ("wall", Role::Viewer));
+    viewer.send_json(json!({"type": "ack_alert", "id": id})).await?;
+    let code = viewer
+        .wait_for(WAIT, |m| match m {
+            ServerMessage::Error { code, .. } => Some(*code),
+            _ => None,
+        })
+        .await?;
+    assert_eq!(code, ErrorCode::Forbidden);
+    // The viewer still watches, and sees the operator's acknowledgement, attributed to ana.
+    let ok = daemon.ack_as(ana, id, json!({"note": "mine"})).await?;
+    assert_eq!(ok.status(), 200);
+    let ack = viewer
+        .wait_for(WAIT, |m| match m {
+            ServerMessage::AlertUpdated { alert } if alert.id == id => alert.acknowledgement.clone(),
+            _ => None,
+        })
+        .await?;
+    assert_eq!((ack.by.as_str(), ack.token.as_str()), ("ana", "ana"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn config_rules_raise_labelled_alerts_after_their_duration() -> Result<()> {
+    let config = "[[rules]]\nname = \"memory_in_use\"\nmetric = \"host.memory_used_pct\"\nop = \">\"\nthreshold = 0.001\nfor = \"1s\"\nseverity = \"critical\"\nlabels = { team = \"ml-infra\" }\n";
+    let started = Instant::now();
+    let daemon = Daemon::start(DaemonOptions { config: config.into(), ..DaemonOptions::default() })?;
+    let alert = wait_for_alerts(&daemon, 1).await?.remove(0);
+    assert!(started.elapsed() >= Duration::from_secs(1), "fired only after holding for 1 s");
+    assert_eq!(alert["alert_type"], "rule");
+    assert_eq!(alert["rule"], "memory_in_use");
+    assert_eq!(alert["severity"], "critical");
+    assert_eq!(alert["labels"]["team"], "ml-infra");
+    assert_eq!(alert["source"], "host");
+    let snapshot = daemon.get_json("/api/snapshot").await?;
+    assert_eq!(snapshot["config"]["rules"][0]["name"], "memory_in_use");
+    assert_eq!(snapshot["config"]["rules"][0]["for_ms"], 1000);
+    assert!(!snapshot.to_string().contains(&daemon.token), "the snapshot never holds a secret");
+    Ok(())
+}
+
+#[test]
+fn a_bad_rule_stops_the_daemon_naming_the_line() {
+    let scratch = Scratch::new("bad-rule");
+    let config = scratch.0.join("ringside.toml");
+    std::fs::write(&config, "interval_ms = 500\n\n[[rules]]\nname = \"x\"\nmetric = \"host.gpu_temperature\"\nop = \">\"\nthreshold = 80\nseverity = \"warning\"\n").unwrap();
+    let output = std::process::Command::new(daemon_binary())
+        .arg("--config")
+        .arg(&config)
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(scratch.0.join("data"))
+        .env("RINGSIDE_TOKEN", "a-token-for-the-bad-rule-test")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("line 5") && stderr.contains("host.gpu_temperature"), "{stderr}");
+}
+
+#[tokio::test]
+async fn snapshot_cli_prints_a_valid_snapshot_with_alert_history() -> Result<()> {
+    let daemon = Daemon::start(DaemonOptions { config: LOW_MEMORY_THRESHOLDS.into(), ..DaemonOptions::default() })?;
+    let id = wait_for_alerts(&daemon, 1).await?[0]["id"].as_u64().unwrap();
+    assert_eq!(daemon.ack_as(&daemon.token, id, json!({"note": "seen"})).await?.status(), 200);
+    let scratch = Scratch::new("cli");
+    let token_file = scratch.0.join("token");
+    std::fs::write(&token_file, format!("{}\n", daemon.token))?;
+    let binary = daemon_binary();
+    let base = daemon.base.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(binary)
+            .args(["snapshot", "--url", &base, "--token-file"])
+            .arg(&token_file)
+            .env_remove("RINGSIDE_TOKEN")
+            .output()
+    })
+    .await??;
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let snapshot: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    let schema = daemon.get_json("/api/schema/snapshot").await?;
+    let validator = jsonschema::validator_for(&schema)?;
+    let errors: Vec<String> = validator.iter_errors(&snapshot).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    let alert = snapshot["alerts"].as_array().unwrap().iter().find(|a| a["id"] == id).context("alert in snapshot")?;
+    let kinds: Vec<&str> = alert["transitions"].as_array().unwrap().iter().filter_map(|t| t["kind"].as_str()).collect();
+    assert_eq!(kinds, ["raised", "acknowledged"]);
+    assert_eq!(alert["transitions"][1]["note"], "seen");
+
+    // A wrong token is a clear failure, not a partial file.
+    let binary = daemon_binary();
+    let base = daemon.base.clone();
+    let refused = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(binary)
+            .args(["snapshot", "--url", &base])
+            .env("RINGSIDE_TOKEN", "not-the-right-token-123")
+            .output()
+    })
+    .await??;
+    assert!(!refused.status.success());
+    assert!(refused.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("401"));
+    Ok(())
+}
