@@ -11,6 +11,8 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use ringside_tests::{workspace_root, Daemon, DaemonOptions, Scratch, LOW_MEMORY_THRESHOLDS};
 
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+/// A rule that raises a critical alert from the host's real memory use.
+const CRITICAL_RULE: &str = "[[rules]]\nname = \"memory_critical\"\nmetric = \"host.memory_used_pct\"\nop = \">\"\nthreshold = 0.001\nseverity = \"critical\"\n";
 const CHROMIUM: &str = "/usr/bin/chromium";
 
 /// ChromeDriver on a free port; killed on drop, also when the test fails.
@@ -172,9 +174,12 @@ async fn console_flow(client: &Client, daemon: &Daemon, downloads: &Path) -> Res
     .await?;
     let downloaded: serde_json::Value = serde_json::from_slice(&std::fs::read(&file)?)?;
     assert_eq!(downloaded["node"]["hostname"], hostname.as_str());
-    assert!(downloaded["alerts"]
-        .as_array()
-        .is_some_and(|a| a.iter().any(|a| a["id"] == id && !a["acknowledgement"].is_null())));
+    let saved =
+        downloaded["alerts"].as_array().and_then(|a| a.iter().find(|a| a["id"] == id)).context("alert in the file")?;
+    assert!(!saved["acknowledgement"].is_null());
+    let kinds: Vec<&str> =
+        saved["transitions"].as_array().into_iter().flatten().filter_map(|t| t["kind"].as_str()).collect();
+    assert_eq!(kinds, ["raised", "acknowledged"], "the file holds the alert's history");
 
     // Dark theme, for the record.
     client.find(Locator::Css("#theme-toggle")).await?.click().await?;
@@ -218,7 +223,7 @@ async fn console_reconnects_after_a_restart_and_the_acknowledgement_is_still_the
     let options = |listen: &str| DaemonOptions {
         token: Some(token.clone()),
         listen: listen.to_string(),
-        config: LOW_MEMORY_THRESHOLDS.into(),
+        config: format!("{LOW_MEMORY_THRESHOLDS}\n{CRITICAL_RULE}"),
         data_dir: Some(data.0.clone()),
         ..DaemonOptions::default()
     };
@@ -234,11 +239,16 @@ async fn console_reconnects_after_a_restart_and_the_acknowledgement_is_still_the
             Ok(text_of(&client, "#connection").await?.filter(|t| t.contains("Live")))
         })
         .await?;
+        // The critical alert is listed first and counted in the header badge until acknowledged.
+        let badge = eventually("critical badge", WAIT, || async { text_of(&client, "#critical-badge").await }).await?;
+        assert_eq!(badge, "1 critical unacknowledged");
         let button = eventually("an Acknowledge button", WAIT, || async {
             Ok(client.find(Locator::Css("button.ack")).await.ok())
         })
         .await?;
         let id = button.attr("data-alert-id").await?.context("alert id")?;
+        let first_row = text_of(&client, &format!("li[data-alert-id='{id}'] .sev")).await?.unwrap_or_default();
+        assert_eq!(first_row.to_lowercase(), "critical");
         client
             .find(Locator::Css(&format!("li[data-alert-id='{id}'] .ack-note")))
             .await?
@@ -247,6 +257,10 @@ async fn console_reconnects_after_a_restart_and_the_acknowledgement_is_still_the
         button.click().await?;
         let acked = format!("li[data-alert-id='{id}'] [data-acked='true']");
         eventually("acknowledged", WAIT, || async { text_of(&client, &acked).await }).await?;
+        eventually("badge gone", WAIT, || async {
+            Ok(client.find(Locator::Css("#critical-badge")).await.is_err().then_some(()))
+        })
+        .await?;
 
         let addr = daemon.addr.clone();
         daemon.terminate()?;
