@@ -496,31 +496,12 @@ mod tests {
         Cli::try_parse_from(std::iter::once("ringsided").chain(args.iter().copied())).expect("flags parse")
     }
 
-    fn write(text: &str) -> tempfile_path::TempPath {
-        tempfile_path::TempPath::with(text)
-    }
+    /// A config file in its own scratch directory, held so it is removed with the file.
+    struct TempPath(std::path::PathBuf, #[allow(dead_code)] crate::test_support::ScratchDir);
 
-    /// A file under the target temp dir, removed on drop.
-    mod tempfile_path {
-        pub struct TempPath(pub std::path::PathBuf);
-        impl TempPath {
-            pub fn with(text: &str) -> Self {
-                use std::sync::atomic::{AtomicU32, Ordering};
-                static N: AtomicU32 = AtomicU32::new(0);
-                let path = std::env::temp_dir().join(format!(
-                    "ringside-config-test-{}-{}.toml",
-                    std::process::id(),
-                    N.fetch_add(1, Ordering::Relaxed)
-                ));
-                std::fs::write(&path, text).expect("write temp file");
-                TempPath(path)
-            }
-        }
-        impl Drop for TempPath {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_file(&self.0);
-            }
-        }
+    fn write(text: &str) -> TempPath {
+        let dir = crate::test_support::ScratchDir::new("config-test");
+        TempPath(dir.file("ringside.toml", text), dir)
     }
 
     #[test]

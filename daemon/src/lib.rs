@@ -206,6 +206,44 @@ fn announce(config: &Config, local: SocketAddr) {
     }
 }
 
+/// Scratch space for unit tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::path::{Path, PathBuf};
+
+    /// A fresh directory under the system temp dir, removed on drop.
+    pub struct ScratchDir(PathBuf);
+
+    impl ScratchDir {
+        pub fn new(label: &str) -> ScratchDir {
+            use std::sync::atomic::{AtomicU32, Ordering};
+            static N: AtomicU32 = AtomicU32::new(0);
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            let dir = std::env::temp_dir().join(format!("ringside-{label}-{}-{n}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("create scratch dir");
+            ScratchDir(dir)
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+
+        /// Writes `text` to a new file in the directory and returns its path.
+        pub fn file(&self, name: &str, text: &str) -> PathBuf {
+            let path = self.0.join(name);
+            std::fs::write(&path, text).expect("write scratch file");
+            path
+        }
+    }
+
+    impl Drop for ScratchDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -309,19 +309,6 @@ mod tests {
     use crate::alerts::store::{AlertStore, Lifecycle};
     use crate::alerts::Condition;
 
-    fn scratch() -> std::path::PathBuf {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "ringside-db-test-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-
     fn cond(source: &str) -> Condition {
         Condition {
             alert_type: AlertType::Rule,
@@ -337,8 +324,8 @@ mod tests {
 
     #[test]
     fn migrates_and_refuses_a_newer_schema() {
-        let dir = scratch();
-        let path = dir.join("alerts.db");
+        let dir = crate::test_support::ScratchDir::new("db-test");
+        let path = dir.path().join("alerts.db");
         let db = AlertDb::open(&path).unwrap();
         assert_eq!(db.schema_version().unwrap(), MIGRATIONS.len() as i64);
         drop(db);
@@ -349,13 +336,12 @@ mod tests {
         drop(conn);
         let error = AlertDb::open(&path).err().expect("newer schema refused").to_string();
         assert!(error.contains("newer ringsided"), "{error}");
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
     fn alerts_acknowledgements_and_history_survive_reopening() {
-        let dir = scratch();
-        let path = dir.join("alerts.db");
+        let dir = crate::test_support::ScratchDir::new("db-test");
+        let path = dir.path().join("alerts.db");
         let lifecycle = Lifecycle { clear_for_ms: 1000, ..Lifecycle::default() };
         {
             let mut store = AlertStore::open(lifecycle.clone(), Some(AlertDb::open(&path).unwrap())).unwrap();
@@ -387,6 +373,5 @@ mod tests {
         other.rule = Some("other".into());
         let raised = store.apply(vec![cond("host"), other], 6000);
         assert_eq!(raised[0].alert().id, 3);
-        let _ = std::fs::remove_dir_all(dir);
     }
 }
