@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ringside_shared::{
-    ComponentHealth, ComponentStatus, HistoryPoint, HostMetrics, KernelStateChange, KernelWindow, RingKernelMetrics,
-    SchedulerTelemetry, SchedulerWindow, WindowAggregates,
+    ComponentHealth, ComponentStatus, HistoryPoint, HostMetrics, KernelPoint, KernelStateChange, KernelWindow,
+    RingKernelMetrics, SchedulerTelemetry, SchedulerWindow, WindowAggregates,
 };
 use tokio::sync::watch;
 
@@ -182,13 +182,25 @@ fn counter_delta(earlier: u64, later: u64) -> u64 {
     }
 }
 
-pub fn history_point(sample: &Sample) -> Option<HistoryPoint> {
+/// The chart point of a tick (host figures, and each kernel's latency and throughput).
+pub fn history_point(sample: &Sample, window: &WindowAggregates) -> Option<HistoryPoint> {
+    let kernels = sample
+        .kernels
+        .iter()
+        .map(|k| KernelPoint {
+            id: k.id.clone(),
+            p50_ns: k.latency_p50_ns,
+            p99_ns: k.latency_p99_ns,
+            throughput_per_s: window.kernels.iter().find(|w| w.id == k.id).map(|w| w.throughput_per_s).unwrap_or(0.0),
+        })
+        .collect();
     sample.host.as_ref().map(|h| HistoryPoint {
         t_ms: sample.taken_at_ms,
         cpu_pct: h.cpu_utilization_pct,
         iowait_pct: h.iowait_pct,
         mem_used_pct: h.memory.used_pct,
         load1: h.load1,
+        kernels,
     })
 }
 

@@ -171,11 +171,11 @@ impl NodeState {
         failures: &[(String, String)],
         took: Duration,
     ) {
-        let point = pipeline::history_point(&sample);
         let update = {
             let mut latest = self.latest.write().unwrap_or_else(|e| e.into_inner());
             latest.counters.push(CounterRecord::from_sample(&sample));
             latest.window = pipeline::window_aggregates(&latest.counters, self.window_ms);
+            let point = pipeline::history_point(&sample, &latest.window);
             if let Some(point) = &point {
                 latest.history.push(point.clone());
             }

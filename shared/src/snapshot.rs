@@ -176,6 +176,18 @@ pub struct HistoryPoint {
     pub iowait_pct: f64,
     pub mem_used_pct: f64,
     pub load1: f64,
+    /// Each ring kernel's latency and throughput at this tick.
+    #[serde(default)]
+    pub kernels: Vec<KernelPoint>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct KernelPoint {
+    pub id: String,
+    pub p50_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+    /// Messages per second over the window.
+    pub throughput_per_s: f64,
 }
 
 /// A phase of ML work a thread can be in.
@@ -280,12 +292,24 @@ pub struct RingKernelMetrics {
     /// Absent until the first message completed.
     pub min_latency_ns: Option<u64>,
     pub max_latency_ns: u64,
+    /// Latency percentiles from the kernel's own histogram (within 1/32); absent before the
+    /// first message.
+    pub latency_p50_ns: Option<u64>,
+    pub latency_p90_ns: Option<u64>,
+    pub latency_p99_ns: Option<u64>,
+    pub latency_p999_ns: Option<u64>,
     pub input_queue_depth: u32,
     pub input_queue_capacity: u32,
     pub output_queue_depth: u32,
     pub output_queue_capacity: u32,
     pub last_error: Option<String>,
     pub gpu_memory_used: u64,
+    /// Host memory the kernel's rings hold.
+    pub host_memory_bytes: u64,
+    /// Payload bytes taken in and given out, cumulative.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub uptime_ms: u64,
     /// `dropped / (processed + dropped)` over the kernel's lifetime, 0-1.
     pub drop_rate: f64,
 }

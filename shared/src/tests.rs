@@ -106,12 +106,20 @@ fn kernel() -> RingKernelMetrics {
         total_latency_ns: 94_000,
         min_latency_ns: None,
         max_latency_ns: 3000,
+        latency_p50_ns: None,
+        latency_p90_ns: None,
+        latency_p99_ns: None,
+        latency_p999_ns: None,
         input_queue_depth: 3,
         input_queue_capacity: 1024,
         output_queue_depth: 0,
         output_queue_capacity: 1024,
         last_error: None,
         gpu_memory_used: 0,
+        host_memory_bytes: 0,
+        bytes_in: 0,
+        bytes_out: 0,
+        uptime_ms: 0,
         drop_rate: 0.06,
     }
 }
@@ -185,7 +193,14 @@ pub(crate) fn snapshot() -> Snapshot {
             scheduler: None,
         },
         alerts: vec![alert()],
-        history: vec![HistoryPoint { t_ms: 1, cpu_pct: 1.0, iowait_pct: 0.0, mem_used_pct: 16.0, load1: 0.3 }],
+        history: vec![HistoryPoint {
+            t_ms: 1,
+            cpu_pct: 1.0,
+            iowait_pct: 0.0,
+            mem_used_pct: 16.0,
+            load1: 0.3,
+            kernels: vec![],
+        }],
     }
 }
 

@@ -1,0 +1,332 @@
+//! `RingQueue`: a bounded single-producer/single-consumer ring of fixed-size byte slots.
+//!
+//! # Memory model
+//!
+//! `head` (next slot to write) is written only by the producer, `tail` (next slot to read)
+//! only by the consumer; each lives on its own cache line so the two sides do not false-share.
+//! The producer writes a slot's bytes, then publishes it with `head.store(Release)`; the
+//! consumer's `head.load(Acquire)` makes those bytes visible before it reads them. Symmetrically
+//! the consumer frees slots with `tail.store(Release)` after reading, and the producer's
+//! `tail.load(Acquire)` orders its next write of a slot after that read. Each side keeps a
+//! private copy of the other side's index and reloads it only when the ring looks full (or
+//! empty), so the shared cache lines move between cores once per batch, not once per message.
+//! Indices are free-running `u64`s (they do not wrap in practice); a slot is `index & mask`.
+//!
+//! Every slot holds a [`SLOT_HEADER`]-byte header (payload length and the enqueue time, for
+//! latency) followed by up to `message_size` payload bytes; no message allocates.
+
+use std::cell::{Cell, UnsafeCell};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Bytes before each slot's payload: length (u32, padded to 8) and enqueue time (u64 ns).
+pub const SLOT_HEADER: usize = 16;
+
+#[repr(align(128))]
+struct CacheLine(AtomicU64);
+
+struct Shared {
+    head: CacheLine,
+    tail: CacheLine,
+    slots: Box<[UnsafeCell<u8>]>,
+    mask: u64,
+    slot_size: usize,
+}
+
+// SAFETY: slot bytes are written only by the one producer while the slot is free and read only
+// by the one consumer after it is published; the Release/Acquire pairs above order the two.
+unsafe impl Sync for Shared {}
+unsafe impl Send for Shared {}
+
+impl Shared {
+    fn capacity(&self) -> u64 {
+        self.mask + 1
+    }
+
+    /// Pointer to slot `index`'s first byte.
+    fn slot(&self, index: u64) -> *mut u8 {
+        let offset = (index & self.mask) as usize * self.slot_size;
+        self.slots[offset].get()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RingError {
+    #[error("capacity {0} is not a power of two between 2 and 2^24")]
+    Capacity(usize),
+    #[error("message size {0} is not between 1 and 1 MiB")]
+    MessageSize(usize),
+}
+
+/// Creates a ring of `capacity` slots of `message_size` payload bytes.
+pub fn ring(capacity: usize, message_size: usize) -> Result<(Producer, Consumer), RingError> {
+    if !capacity.is_power_of_two() || !(2..=1 << 24).contains(&capacity) {
+        return Err(RingError::Capacity(capacity));
+    }
+    if !(1..=1 << 20).contains(&message_size) {
+        return Err(RingError::MessageSize(message_size));
+    }
+    // Slots are 8-byte aligned in size so headers are naturally aligned.
+    let slot_size = (SLOT_HEADER + message_size).div_ceil(8) * 8;
+    let slots = (0..capacity * slot_size).map(|_| UnsafeCell::new(0)).collect();
+    let shared = Arc::new(Shared {
+        head: CacheLine(AtomicU64::new(0)),
+        tail: CacheLine(AtomicU64::new(0)),
+        slots,
+        mask: capacity as u64 - 1,
+        slot_size,
+    });
+    Ok((
+        Producer { shared: shared.clone(), head: Cell::new(0), tail_cache: Cell::new(0), message_size },
+        Consumer { shared, tail: Cell::new(0), head_cache: Cell::new(0), message_size },
+    ))
+}
+
+/// The writing end. `Send`, not `Sync`: one thread produces.
+pub struct Producer {
+    shared: Arc<Shared>,
+    head: Cell<u64>,
+    tail_cache: Cell<u64>,
+    message_size: usize,
+}
+
+/// The reading end. `Send`, not `Sync`: one thread consumes.
+pub struct Consumer {
+    shared: Arc<Shared>,
+    tail: Cell<u64>,
+    head_cache: Cell<u64>,
+    message_size: usize,
+}
+
+/// A message as read from the ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received {
+    pub len: usize,
+    /// When the producer enqueued it, in the producer's clock (ns).
+    pub enqueued_ns: u64,
+}
+
+impl Producer {
+    pub fn capacity(&self) -> usize {
+        self.shared.capacity() as usize
+    }
+
+    pub fn message_size(&self) -> usize {
+        self.message_size
+    }
+
+    /// Free slots, reloading the consumer's index only when the cached one says full.
+    fn free(&self) -> u64 {
+        let capacity = self.shared.capacity();
+        let head = self.head.get();
+        let mut free = capacity - (head - self.tail_cache.get());
+        if free == 0 {
+            self.tail_cache.set(self.shared.tail.0.load(Ordering::Acquire));
+            free = capacity - (head - self.tail_cache.get());
+        }
+        free
+    }
+
+    /// Messages waiting (as the producer sees it).
+    pub fn len(&self) -> usize {
+        (self.head.get() - self.shared.tail.0.load(Ordering::Acquire)) as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn write(&self, index: u64, payload: &[u8], enqueued_ns: u64) {
+        let slot = self.shared.slot(index);
+        // SAFETY: the slot at `index` is free (index < tail + capacity, checked by the caller)
+        // so the consumer does not read it; it spans `slot_size` bytes inside `slots`.
+        unsafe {
+            std::ptr::copy_nonoverlapping((payload.len() as u64).to_le_bytes().as_ptr(), slot, 8);
+            std::ptr::copy_nonoverlapping(enqueued_ns.to_le_bytes().as_ptr(), slot.add(8), 8);
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), slot.add(SLOT_HEADER), payload.len());
+        }
+    }
+
+    /// Enqueues one message; `false` when the ring is full. Panics if `payload` is longer than
+    /// the ring's message size (a caller bug, not a runtime condition).
+    pub fn push(&self, payload: &[u8], enqueued_ns: u64) -> bool {
+        assert!(payload.len() <= self.message_size, "payload of {} bytes exceeds the slot", payload.len());
+        if self.free() == 0 {
+            return false;
+        }
+        let head = self.head.get();
+        self.write(head, payload, enqueued_ns);
+        self.head.set(head + 1);
+        self.shared.head.0.store(head + 1, Ordering::Release);
+        true
+    }
+
+    /// Enqueues as many of `payloads` as fit, publishing them with one store; returns how many.
+    pub fn push_batch<'a>(&self, payloads: impl IntoIterator<Item = &'a [u8]>, enqueued_ns: u64) -> usize {
+        let free = self.free();
+        let head = self.head.get();
+        let mut written = 0u64;
+        for payload in payloads.into_iter().take(free as usize) {
+            assert!(payload.len() <= self.message_size, "payload of {} bytes exceeds the slot", payload.len());
+            self.write(head + written, payload, enqueued_ns);
+            written += 1;
+        }
+        if written > 0 {
+            self.head.set(head + written);
+            self.shared.head.0.store(head + written, Ordering::Release);
+        }
+        written as usize
+    }
+}
+
+impl Consumer {
+    pub fn capacity(&self) -> usize {
+        self.shared.capacity() as usize
+    }
+
+    pub fn message_size(&self) -> usize {
+        self.message_size
+    }
+
+    fn available(&self) -> u64 {
+        let tail = self.tail.get();
+        let mut available = self.head_cache.get() - tail;
+        if available == 0 {
+            self.head_cache.set(self.shared.head.0.load(Ordering::Acquire));
+            available = self.head_cache.get() - tail;
+        }
+        available
+    }
+
+    pub fn len(&self) -> usize {
+        (self.shared.head.0.load(Ordering::Acquire) - self.tail.get()) as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn read(&self, index: u64, out: &mut [u8]) -> Received {
+        let slot = self.shared.slot(index);
+        let mut len = [0u8; 8];
+        let mut at = [0u8; 8];
+        // SAFETY: the slot was published (index < head, loaded with Acquire) and is not
+        // rewritten before `tail` passes it; the header was written by `Producer::write`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(slot, len.as_mut_ptr(), 8);
+            std::ptr::copy_nonoverlapping(slot.add(8), at.as_mut_ptr(), 8);
+        }
+        let len = (u64::from_le_bytes(len) as usize).min(self.message_size);
+        let copied = len.min(out.len());
+        // SAFETY: as above; `copied` <= message_size keeps the read inside the slot.
+        unsafe { std::ptr::copy_nonoverlapping(slot.add(SLOT_HEADER), out.as_mut_ptr(), copied) };
+        Received { len, enqueued_ns: u64::from_le_bytes(at) }
+    }
+
+    /// Dequeues one message into `out` (truncated to `out`'s length; `len` tells the full size).
+    pub fn pop(&self, out: &mut [u8]) -> Option<Received> {
+        if self.available() == 0 {
+            return None;
+        }
+        let tail = self.tail.get();
+        let received = self.read(tail, out);
+        self.tail.set(tail + 1);
+        self.shared.tail.0.store(tail + 1, Ordering::Release);
+        Some(received)
+    }
+
+    /// Hands up to `max` waiting messages to `each` (payload, metadata), freeing their slots
+    /// with one store; returns how many.
+    pub fn pop_batch(&self, max: usize, scratch: &mut [u8], mut each: impl FnMut(&[u8], Received)) -> usize {
+        let count = self.available().min(max as u64);
+        let tail = self.tail.get();
+        for i in 0..count {
+            let received = self.read(tail + i, scratch);
+            each(&scratch[..received.len.min(scratch.len())], received);
+        }
+        if count > 0 {
+            self.tail.set(tail + count);
+            self.shared.tail.0.store(tail + count, Ordering::Release);
+        }
+        count as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_checked() {
+        assert_eq!(ring(3, 8).err(), Some(RingError::Capacity(3)));
+        assert_eq!(ring(1, 8).err(), Some(RingError::Capacity(1)));
+        assert_eq!(ring(8, 0).err(), Some(RingError::MessageSize(0)));
+        assert!(ring(8, 8).is_ok());
+    }
+
+    #[test]
+    fn fifo_full_and_empty() {
+        let (tx, rx) = ring(4, 8).unwrap();
+        let mut out = [0u8; 8];
+        assert_eq!(rx.pop(&mut out), None);
+        for i in 0..4u8 {
+            assert!(tx.push(&[i; 3], u64::from(i)));
+        }
+        assert!(!tx.push(&[9], 9), "full");
+        assert_eq!((tx.len(), rx.len()), (4, 4));
+        for i in 0..4u8 {
+            let got = rx.pop(&mut out).unwrap();
+            assert_eq!((got.len, got.enqueued_ns, &out[..3]), (3, u64::from(i), &[i; 3][..]));
+        }
+        assert_eq!(rx.pop(&mut out), None);
+        assert!(tx.push(&[7], 7), "slots are reused after wrap-around");
+    }
+
+    #[test]
+    fn batches() {
+        let (tx, rx) = ring(8, 4).unwrap();
+        let messages: Vec<[u8; 4]> = (0..10u32).map(|i| i.to_le_bytes()).collect();
+        assert_eq!(tx.push_batch(messages.iter().map(|m| &m[..]), 5), 8, "only 8 fit");
+        let mut seen = Vec::new();
+        let mut scratch = [0u8; 4];
+        assert_eq!(
+            rx.pop_batch(5, &mut scratch, |p, r| seen.push((u32::from_le_bytes(p.try_into().unwrap()), r.enqueued_ns))),
+            5
+        );
+        assert_eq!(
+            rx.pop_batch(100, &mut scratch, |p, _| seen.push((u32::from_le_bytes(p.try_into().unwrap()), 5))),
+            3
+        );
+        assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), (0..8).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn two_threads_move_a_million_messages_in_order() {
+        let (tx, rx) = ring(1024, 8).unwrap();
+        const N: u64 = 1_000_000;
+        let producer = std::thread::spawn(move || {
+            let mut sum = 0u64;
+            for i in 0..N {
+                let value = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                while !tx.push(&value.to_le_bytes(), i) {
+                    std::hint::spin_loop();
+                }
+                sum = sum.wrapping_add(value);
+            }
+            sum
+        });
+        let mut out = [0u8; 8];
+        let mut sum = 0u64;
+        let mut expected = 0u64;
+        while expected < N {
+            if let Some(got) = rx.pop(&mut out) {
+                assert_eq!(got.enqueued_ns, expected, "in order, none lost or repeated");
+                sum = sum.wrapping_add(u64::from_le_bytes(out));
+                expected += 1;
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        assert_eq!(producer.join().unwrap(), sum, "checksum matches");
+    }
+}
