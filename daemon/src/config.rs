@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use crate::alerts::rules::{self, Rule, RuleConfig};
 use crate::alerts::store::Lifecycle;
+use crate::kernels::KernelConfig;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -192,6 +193,7 @@ struct FileConfig {
     alerts: AlertsConfig,
     rules: Vec<RuleConfig>,
     alertmanager: Option<AlertmanagerConfig>,
+    kernels: Option<Vec<KernelConfig>>,
 }
 
 /// A named token and what it may do.
@@ -223,6 +225,8 @@ pub struct Config {
     pub alerts: AlertsConfig,
     pub rules: Vec<Rule>,
     pub alertmanager: Option<AlertmanagerConfig>,
+    /// Ring kernels to run: the config's `[[kernels]]`, else one `echo` canary.
+    pub kernels: Vec<KernelConfig>,
     pub tokens: Vec<Credential>,
     pub token_origin: TokenOrigin,
 }
@@ -284,6 +288,12 @@ impl Config {
             }
             check_range("alertmanager.resend_interval_ms", am.resend_interval_ms, 1000, 3_600_000)?;
         }
+        let kernels = file.kernels.unwrap_or_else(|| vec![KernelConfig::canary()]);
+        crate::kernels::check_all(&kernels).map_err(|why| ConfigError::Invalid {
+            key: "kernels",
+            value: format!("{} entries", kernels.len()),
+            why,
+        })?;
         let rules = rules::compile(file.rules, &file_text)
             .map_err(|message| ConfigError::Parse { path: file_path.clone(), message })?;
         let data_dir = cli.data_dir.clone().or(file.data_dir).unwrap_or_else(default_data_dir);
@@ -312,6 +322,7 @@ impl Config {
             alerts: file.alerts,
             rules,
             alertmanager: file.alertmanager,
+            kernels,
             tokens,
             token_origin,
         })

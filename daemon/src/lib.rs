@@ -12,6 +12,7 @@ pub mod alerts;
 pub mod config;
 pub mod host;
 pub mod http_client;
+pub mod kernels;
 pub mod pipeline;
 pub mod prometheus;
 pub mod server;
@@ -109,7 +110,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let why = "this binary was built without the console: run `cargo xtask run`";
         state.set_health("console", ComponentStatus::Degraded, Some(why.into()));
     }
-    let sources: Vec<Box<dyn pipeline::MetricsSource>> = vec![Box::new(host::HostSource::new(paths))];
+    // The host source runs first: later sources (the stats kernel) read its figures.
+    let mut sources: Vec<Box<dyn pipeline::MetricsSource>> = vec![Box::new(host::HostSource::new(paths))];
+    for kernel in &config.kernels {
+        let source = kernels::KernelSource::launch(kernel.clone())
+            .map_err(|e| anyhow::anyhow!("cannot launch ring kernel {}: {e}", kernel.id))?;
+        sources.push(Box::new(source));
+    }
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let listener = tokio::net::TcpListener::bind(config.listen)

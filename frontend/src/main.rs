@@ -4,6 +4,7 @@
 mod alerts;
 mod chart;
 mod connection;
+mod kernels;
 mod store;
 mod views;
 

@@ -48,6 +48,7 @@ pub fn App() -> impl IntoView {
         <main>
             <HostPanel />
             <crate::alerts::AlertsPanel />
+            <crate::kernels::KernelsPanel />
             <ComponentsPanel />
         </main>
         <footer>"Ringside · "<a href="/metrics">"Prometheus metrics"</a>" · "<a href="/api/snapshot">"Snapshot JSON"</a></footer>

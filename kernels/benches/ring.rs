@@ -143,6 +143,9 @@ fn round_trip<Q: Queue>() -> (u64, u64) {
     (samples[count / 2], samples[count * 99 / 100])
 }
 
+/// Per contender: name, then throughput, p50 and p99 of each round.
+type Rounds = Vec<(&'static str, Vec<f64>, Vec<f64>, Vec<f64>)>;
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -153,7 +156,7 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
-    let mut results: Vec<(&str, Vec<f64>, Vec<f64>, Vec<f64>)> = vec![
+    let mut results: Rounds = vec![
         (Ringside::NAME, vec![], vec![], vec![]),
         (Rtrb::NAME, vec![], vec![], vec![]),
         (Crossbeam::NAME, vec![], vec![], vec![]),

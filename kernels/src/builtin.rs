@@ -47,7 +47,7 @@ impl KernelHandler for Echo {
 }
 
 fn f32s(bytes: &[u8]) -> Result<impl Iterator<Item = f32> + '_, String> {
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return Err(format!("{} bytes is not a whole number of f32 values", bytes.len()));
     }
     Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
@@ -147,7 +147,7 @@ impl KernelHandler for Saxpy {
     fn process(&mut self, input: &[u8], output: &mut Vec<u8>) -> Result<(), String> {
         let mut values = f32s(input)?;
         let a = values.next().ok_or("saxpy needs a, then x, y pairs")?;
-        if (input.len() / 4 - 1) % 2 != 0 {
+        if !(input.len() / 4 - 1).is_multiple_of(2) {
             return Err("saxpy needs x, y pairs after a".into());
         }
         while let (Some(x), Some(y)) = (values.next(), values.next()) {

@@ -25,7 +25,7 @@ fn every_message_is_processed_exactly_once_and_in_order() {
         // Keep the input ring busy, and read results as they come.
         while sent < N && kernel.send(&sent.to_le_bytes()).is_ok() {
             sent += 1;
-            if sent % 64 == 0 {
+            if sent.is_multiple_of(64) {
                 break;
             }
         }

@@ -223,6 +223,11 @@ async fn metrics_are_valid_prometheus_text() -> anyhow::Result<()> {
         assert!(declared.contains(name), "missing {name}");
     }
     assert!(text.contains("ringside_alerts_active{severity=\"error\"} 1"), "the memory alert is counted:\n{text}");
+    let canary = text
+        .lines()
+        .find(|l| l.starts_with("ringside_kernel_messages_processed_total{kernel=\"canary\",backend=\"cpu\"}"))
+        .unwrap_or_else(|| panic!("the default canary kernel is exported:\n{text}"));
+    assert!(canary.rsplit(' ').next().unwrap().parse::<f64>().unwrap() >= 1.0, "{canary}");
 
     // And Prometheus' own linter accepts it.
     let promtool =

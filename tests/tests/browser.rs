@@ -136,6 +136,22 @@ async fn console_flow(client: &Client, daemon: &Daemon, downloads: &Path) -> Res
         Ok(None)
     })
     .await?;
+    // The default echo canary: a card, active, with its latency drawn over time.
+    let state = eventually("canary card", WAIT, || async {
+        text_of(client, "#kernels-panel [data-kernel-id='canary'] .kstate").await
+    })
+    .await?;
+    assert_eq!(state.to_lowercase(), "active");
+    eventually("canary latency chart draws a line", WAIT, || async {
+        let paths = client.find_all(Locator::Css("[data-kernel-id='canary'] svg.chart path.line")).await?;
+        for path in paths {
+            if path.attr("d").await?.is_some_and(|d| d.matches('L').count() >= 2) {
+                return Ok(Some(()));
+            }
+        }
+        Ok(None)
+    })
+    .await?;
     let first = text_of(client, "#components-panel .muted").await?.unwrap_or_default();
     eventually("update counter moves", WAIT, || async {
         Ok(text_of(client, "#components-panel .muted").await?.filter(|t| *t != first))

@@ -1,0 +1,349 @@
+//! Ring kernels in the daemon: each `[[kernels]]` entry is launched at start and becomes a
+//! metrics source that also feeds it work every tick:
+//!
+//! - `echo` is the canary: one probe per tick; a probe unanswered for `answer_timeout_ms` marks
+//!   the kernel as not answering (a `kernel_error` alert) until it answers again, and its round
+//!   trip feeds the `high_latency` alert;
+//! - `stats` is fed the host's per-CPU utilisation samples (the scheduler's run-queue latencies
+//!   once the scheduler exists);
+//! - `saxpy` gets `batches` synthetic vectors per tick, a steady throughput load.
+
+use std::time::{Duration, Instant};
+
+use ringside_kernels::builtin;
+use ringside_kernels::{Backpressure, LaunchOptions, RingKernel};
+use ringside_shared::{KernelState, KernelStateChange};
+use serde::Deserialize;
+
+use crate::pipeline::{MetricsSource, Sample, SourceError, SourceStatus};
+
+/// A `[[kernels]]` table.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelConfig {
+    pub id: String,
+    /// `echo`, `stats` or `saxpy`.
+    pub kernel: String,
+    /// `cpu` or `cuda`.
+    #[serde(default = "default_backend")]
+    pub backend: String,
+    #[serde(default = "default_capacity")]
+    pub queue_capacity: usize,
+    #[serde(default = "default_message_size")]
+    pub message_size: usize,
+    /// `drop` (drop and count) or `wait` (wait up to `wait_timeout_ms`, then drop and count).
+    #[serde(default = "default_backpressure")]
+    pub backpressure: String,
+    #[serde(default = "default_wait_ms")]
+    pub wait_timeout_ms: u64,
+    /// Canary: how long a probe may go unanswered.
+    #[serde(default = "default_answer_ms")]
+    pub answer_timeout_ms: u64,
+    /// `saxpy`: vectors sent per tick.
+    #[serde(default = "default_batches")]
+    pub batches: u32,
+}
+
+fn default_backend() -> String {
+    "cpu".into()
+}
+fn default_capacity() -> usize {
+    1024
+}
+fn default_message_size() -> usize {
+    256
+}
+fn default_backpressure() -> String {
+    "drop".into()
+}
+fn default_wait_ms() -> u64 {
+    10
+}
+fn default_answer_ms() -> u64 {
+    2000
+}
+fn default_batches() -> u32 {
+    100
+}
+
+impl KernelConfig {
+    /// The kernel every node runs unless the config says otherwise: an `echo` canary.
+    pub fn canary() -> KernelConfig {
+        KernelConfig {
+            id: "canary".into(),
+            kernel: "echo".into(),
+            backend: default_backend(),
+            queue_capacity: 64,
+            message_size: 64,
+            backpressure: default_backpressure(),
+            wait_timeout_ms: default_wait_ms(),
+            answer_timeout_ms: default_answer_ms(),
+            batches: default_batches(),
+        }
+    }
+
+    /// Checks one entry; the message names the kernel and the key.
+    pub fn check(&self) -> Result<LaunchOptions, String> {
+        let id_ok = !self.id.is_empty()
+            && self.id.len() <= 64
+            && self.id.chars().all(|c| c.is_ascii_alphanumeric() || "-_".contains(c));
+        if !id_ok {
+            return Err(format!("kernel id {:?} must be 1-64 letters, digits, '-' or '_'", self.id));
+        }
+        if !builtin::KERNELS.contains(&self.kernel.as_str()) {
+            return Err(format!(
+                "kernel {}: unknown kernel {:?}; built-in kernels: {}",
+                self.id,
+                self.kernel,
+                builtin::KERNELS.join(", ")
+            ));
+        }
+        if !["cpu", "cuda"].contains(&self.backend.as_str()) {
+            return Err(format!("kernel {}: backend {:?} must be cpu or cuda", self.id, self.backend));
+        }
+        if !self.queue_capacity.is_power_of_two() || !(2..=1 << 20).contains(&self.queue_capacity) {
+            return Err(format!(
+                "kernel {}: queue_capacity {} must be a power of two from 2 to 1048576",
+                self.id, self.queue_capacity
+            ));
+        }
+        let min_size = if self.kernel == "stats" { ringside_kernels::builtin::StatsSummary::BYTES } else { 16 };
+        if !(min_size..=65_536).contains(&self.message_size) {
+            return Err(format!(
+                "kernel {}: message_size {} must be from {min_size} to 65536",
+                self.id, self.message_size
+            ));
+        }
+        let backpressure = match self.backpressure.as_str() {
+            "drop" => Backpressure::DropAndCount,
+            "wait" if (1..=10_000).contains(&self.wait_timeout_ms) => {
+                Backpressure::WaitWithTimeout(Duration::from_millis(self.wait_timeout_ms))
+            }
+            "wait" => return Err(format!("kernel {}: wait_timeout_ms must be from 1 to 10000", self.id)),
+            other => return Err(format!("kernel {}: backpressure {other:?} must be drop or wait", self.id)),
+        };
+        if !(100..=600_000).contains(&self.answer_timeout_ms) {
+            return Err(format!("kernel {}: answer_timeout_ms must be from 100 to 600000", self.id));
+        }
+        if self.batches > 100_000 {
+            return Err(format!("kernel {}: batches must be at most 100000", self.id));
+        }
+        Ok(LaunchOptions { queue_capacity: self.queue_capacity, message_size: self.message_size, backpressure })
+    }
+}
+
+/// Checks a whole `[[kernels]]` list (ids unique).
+pub fn check_all(configs: &[KernelConfig]) -> Result<(), String> {
+    for (i, config) in configs.iter().enumerate() {
+        config.check()?;
+        if configs[..i].iter().any(|c| c.id == config.id) {
+            return Err(format!("kernel id {:?} is used twice", config.id));
+        }
+    }
+    Ok(())
+}
+
+/// A launched kernel as a metrics source.
+pub struct KernelSource {
+    name: String,
+    config: KernelConfig,
+    kernel: RingKernel,
+    last_state: KernelState,
+    /// Why the kernel does not run as configured (e.g. CUDA asked for, CPU used).
+    note: Option<String>,
+    probe_seq: u64,
+    /// The canary's unanswered probe: (sequence number, when it was sent).
+    outstanding: Option<(u64, Instant)>,
+    scratch: Vec<u8>,
+}
+
+impl KernelSource {
+    pub fn launch(config: KernelConfig) -> Result<KernelSource, String> {
+        let options = config.check()?;
+        let handler = builtin::build(&config.kernel).ok_or_else(|| format!("unknown kernel {}", config.kernel))?;
+        let note = (config.backend == "cuda")
+            .then(|| "cuda unavailable: this build has no CUDA backend yet; running on the CPU backend".to_string());
+        let kernel = RingKernel::launch(config.id.clone(), handler, options).map_err(|e| e.to_string())?;
+        kernel.activate().map_err(|e| e.to_string())?;
+        if let Some(note) = &note {
+            tracing::warn!(kernel = config.id, "{note}");
+        }
+        Ok(KernelSource {
+            name: format!("kernel:{}", config.id),
+            scratch: vec![0; config.message_size],
+            config,
+            kernel,
+            last_state: KernelState::Created,
+            note,
+            probe_seq: 0,
+            outstanding: None,
+        })
+    }
+
+    /// Reads the canary's answers and sends the next probe; `Some(why)` while it does not answer.
+    fn probe(&mut self) -> Option<String> {
+        while let Some(len) = self.kernel.try_recv(&mut self.scratch) {
+            if len >= 8 {
+                let seq = u64::from_le_bytes(self.scratch[..8].try_into().unwrap_or_default());
+                if self.outstanding.is_some_and(|(waiting, _)| waiting == seq) {
+                    self.outstanding = None;
+                }
+            }
+        }
+        match self.outstanding {
+            Some((_, sent)) if sent.elapsed() > Duration::from_millis(self.config.answer_timeout_ms) => {
+                Some(format!("no answer to the canary probe for {} ms", sent.elapsed().as_millis()))
+            }
+            Some(_) => None,
+            None => {
+                self.probe_seq += 1;
+                if self.kernel.send(&self.probe_seq.to_le_bytes()).is_ok() {
+                    self.outstanding = Some((self.probe_seq, Instant::now()));
+                }
+                None
+            }
+        }
+    }
+
+    fn feed_stats(&mut self, sample: &Sample) {
+        if let Some(host) = &sample.host {
+            let max = self.config.message_size / 4;
+            let values: Vec<u8> =
+                host.per_cpu_utilization_pct.iter().take(max).flat_map(|v| (*v as f32).to_le_bytes()).collect();
+            if !values.is_empty() {
+                let _ = self.kernel.send(&values);
+            }
+        }
+        self.kernel.discard_output();
+    }
+
+    fn feed_saxpy(&mut self, tick: u64) {
+        let pairs = ((self.config.message_size / 4).saturating_sub(1) / 2).min(32);
+        let mut vector = Vec::with_capacity(4 + pairs * 8);
+        vector.extend_from_slice(&2.0f32.to_le_bytes());
+        for i in 0..pairs {
+            vector.extend_from_slice(&(i as f32).to_le_bytes());
+            vector.extend_from_slice(&((tick % 1000) as f32).to_le_bytes());
+        }
+        for _ in 0..self.config.batches {
+            if self.kernel.send(&vector).is_err() {
+                break;
+            }
+        }
+        self.kernel.discard_output();
+    }
+}
+
+impl MetricsSource for KernelSource {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn collect(&mut self, sample: &mut Sample) -> Result<SourceStatus, SourceError> {
+        let silent = match self.config.kernel.as_str() {
+            "echo" => self.probe(),
+            "stats" => {
+                self.feed_stats(sample);
+                None
+            }
+            _ => {
+                self.feed_saxpy(sample.taken_at_ms / 1000);
+                None
+            }
+        };
+        let mut metrics = self.kernel.metrics();
+        if let Some(why) = &silent {
+            metrics.last_error = Some(why.clone());
+        }
+        if metrics.state != self.last_state {
+            sample.kernel_events.push(KernelStateChange {
+                kernel_id: metrics.id.clone(),
+                from: self.last_state,
+                to: metrics.state,
+                at_ms: sample.taken_at_ms,
+                reason: None,
+            });
+            self.last_state = metrics.state;
+        }
+        sample.kernels.push(metrics);
+        Ok(match (&self.note, silent) {
+            (_, Some(why)) => SourceStatus::Degraded(why),
+            (Some(note), None) => SourceStatus::Degraded(note.clone()),
+            (None, None) => SourceStatus::Up,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_are_checked() {
+        assert!(KernelConfig::canary().check().is_ok());
+        let bad = |f: fn(&mut KernelConfig)| {
+            let mut c = KernelConfig::canary();
+            f(&mut c);
+            c.check().unwrap_err()
+        };
+        assert!(bad(|c| c.kernel = "fft".into()).contains("echo, stats, saxpy"));
+        assert!(bad(|c| c.backend = "tpu".into()).contains("cpu or cuda"));
+        assert!(bad(|c| c.queue_capacity = 1000).contains("power of two"));
+        assert!(bad(|c| c.backpressure = "block".into()).contains("drop or wait"));
+        assert!(bad(|c| c.id = "a b".into()).contains("letters"));
+        let twice = vec![KernelConfig::canary(), KernelConfig::canary()];
+        assert!(check_all(&twice).unwrap_err().contains("twice"));
+    }
+
+    #[test]
+    fn the_canary_answers_and_reports_latency() {
+        let mut source = KernelSource::launch(KernelConfig::canary()).unwrap();
+        let mut first = Sample::new(1);
+        source.collect(&mut first).unwrap();
+        assert_eq!(first.kernel_events.len(), 1, "Created -> Active is announced");
+        assert_eq!(first.kernel_events[0].to, KernelState::Active);
+        std::thread::sleep(Duration::from_millis(50));
+        let mut second = Sample::new(2);
+        assert_eq!(source.collect(&mut second).unwrap(), SourceStatus::Up);
+        let metrics = &second.kernels[0];
+        assert!(metrics.messages_processed >= 1);
+        assert!(metrics.min_latency_ns.is_some() && metrics.latency_p50_ns.is_some());
+        assert_eq!(metrics.last_error, None);
+    }
+
+    #[test]
+    fn a_canary_that_stops_answering_is_an_error_until_it_answers_again() {
+        let mut config = KernelConfig::canary();
+        config.answer_timeout_ms = 100;
+        let mut source = KernelSource::launch(config).unwrap();
+        source.collect(&mut Sample::new(1)).unwrap();
+        // The device stops: nothing is processed while the kernel is deactivated.
+        std::thread::sleep(Duration::from_millis(20));
+        source.collect(&mut Sample::new(2)).unwrap();
+        source.kernel.deactivate().unwrap();
+        source.collect(&mut Sample::new(3)).unwrap();
+        std::thread::sleep(Duration::from_millis(150));
+        let mut stalled = Sample::new(4);
+        let status = source.collect(&mut stalled).unwrap();
+        assert!(matches!(status, SourceStatus::Degraded(ref why) if why.contains("no answer")), "{status:?}");
+        assert!(stalled.kernels[0].last_error.as_deref().is_some_and(|e| e.contains("no answer")));
+        let conditions = crate::alerts::conditions(&Default::default(), &stalled, &Default::default(), &[]);
+        assert!(conditions.iter().any(|c| c.alert_type == ringside_shared::AlertType::KernelError));
+        // It answers again: the error clears.
+        source.kernel.activate().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        source.collect(&mut Sample::new(5)).unwrap();
+        let mut recovered = Sample::new(6);
+        assert_eq!(source.collect(&mut recovered).unwrap(), SourceStatus::Up);
+        assert_eq!(recovered.kernels[0].last_error, None);
+    }
+
+    #[test]
+    fn cuda_asked_for_is_said_to_run_on_the_cpu() {
+        let mut config = KernelConfig::canary();
+        config.backend = "cuda".into();
+        let mut source = KernelSource::launch(config).unwrap();
+        let status = source.collect(&mut Sample::new(1)).unwrap();
+        assert!(matches!(status, SourceStatus::Degraded(ref why) if why.starts_with("cuda unavailable")), "{status:?}");
+    }
+}

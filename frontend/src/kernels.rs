@@ -1,0 +1,114 @@
+//! The ring kernels panel: one card per kernel with its state, backend, throughput, drop rate,
+//! queue depths, last error, and its latency percentiles over time.
+
+use leptos::prelude::*;
+use ringside_shared::{KernelBackend, KernelState, RingKernelMetrics};
+
+use crate::chart::{Series, TimeSeriesChart};
+use crate::store::Store;
+use crate::views::age;
+
+fn state_class(state: KernelState) -> &'static str {
+    match state {
+        KernelState::Active => "kstate kstate-active",
+        KernelState::Created | KernelState::Launched | KernelState::Deactivated => "kstate kstate-idle",
+        KernelState::Terminating | KernelState::Terminated => "kstate kstate-stopped",
+        KernelState::Failed => "kstate kstate-failed",
+    }
+}
+
+fn micros(ns: Option<u64>) -> String {
+    ns.map(|v| format!("{:.1} µs", v as f64 / 1000.0)).unwrap_or_else(|| "–".into())
+}
+
+#[component]
+fn KernelCard(id: String) -> impl IntoView {
+    let store = expect_context::<Store>();
+    let interval = Signal::derive(move || store.interval_ms.get());
+    let kernel_id = id.clone();
+    let metrics = Memo::new(move |_| store.kernels.with(|ks| ks.iter().find(|k| k.id == kernel_id).cloned()));
+    let window_id = id.clone();
+    let window = Memo::new(move |_| store.window.with(|w| w.kernels.iter().find(|k| k.id == window_id).cloned()));
+    let chart_id = id.clone();
+    let latency = Signal::derive(move || {
+        let pick = |which: fn(&ringside_shared::KernelPoint) -> Option<u64>| -> Vec<(u64, f64)> {
+            store.history.with(|h| {
+                h.iter()
+                    .filter_map(|p| {
+                        let k = p.kernels.iter().find(|k| k.id == chart_id)?;
+                        which(k).map(|ns| (p.t_ms, ns as f64 / 1000.0))
+                    })
+                    .collect()
+            })
+        };
+        vec![
+            Series { name: "p50", class: "s1", points: pick(|k| k.p50_ns) },
+            Series { name: "p99", class: "s2", points: pick(|k| k.p99_ns) },
+        ]
+    });
+    let body = move || {
+        metrics.get().map(|k: RingKernelMetrics| {
+            let w = window.get();
+            let throughput = w.as_ref().map(|w| format!("{:.0} msg/s", w.throughput_per_s)).unwrap_or_else(|| "–".into());
+            let window_drops = w
+                .as_ref()
+                .and_then(|w| w.drop_rate)
+                .map(|r| format!("{:.2} % now", r * 100.0))
+                .unwrap_or_else(|| "no traffic now".into());
+            let backend = match k.backend {
+                KernelBackend::Cpu => "CPU",
+                KernelBackend::Cuda => "CUDA",
+            };
+            let queue = |depth: u32, capacity: u32| {
+                let pct = if capacity == 0 { 0.0 } else { f64::from(depth) * 100.0 / f64::from(capacity) };
+                view! {
+                    <span class="bar"><span class="fill" style=format!("width: {pct:.1}%")></span></span>
+                    <span class="cpu-value">{format!("{depth}/{capacity}")}</span>
+                }
+            };
+            view! {
+                <div class="kernel-head">
+                    <b class="kernel-id">{k.id.clone()}</b>
+                    <span class="muted">{format!("{} · {backend} · up {}", k.kernel, age(k.uptime_ms))}</span>
+                    <span class=state_class(k.state)>{format!("{:?}", k.state).to_lowercase()}</span>
+                </div>
+                <div class="kernel-stats">
+                    <div><span class="stat-label">"Throughput"</span><b>{throughput}</b></div>
+                    <div><span class="stat-label">"Processed"</span><b>{k.messages_processed.to_string()}</b></div>
+                    <div><span class="stat-label">"Dropped"</span><b>{format!("{} ({:.2} %)", k.messages_dropped, k.drop_rate * 100.0)}</b><span class="muted">{window_drops}</span></div>
+                    <div><span class="stat-label">"Latency p50 · p99 · max"</span><b>{format!("{} · {} · {}", micros(k.latency_p50_ns), micros(k.latency_p99_ns), micros(Some(k.max_latency_ns).filter(|_| k.messages_processed > 0)))}</b></div>
+                </div>
+                <div class="queues">
+                    <span class="cpu-label">"in"</span>{queue(k.input_queue_depth, k.input_queue_capacity)}
+                    <span class="cpu-label">"out"</span>{queue(k.output_queue_depth, k.output_queue_capacity)}
+                </div>
+                {k.last_error.clone().map(|e| view! { <div class="kernel-error" role="alert">{format!("Last error: {e}")}</div> })}
+            }
+        })
+    };
+    view! {
+        <article class="kernel-card" data-kernel-id=id.clone()>
+            {body}
+            <TimeSeriesChart title="Latency, enqueue to completion" unit=" µs" series=latency interval_ms=interval />
+        </article>
+    }
+}
+
+#[component]
+pub fn KernelsPanel() -> impl IntoView {
+    let store = expect_context::<Store>();
+    let ids = Memo::new(move |_| store.kernels.with(|ks| ks.iter().map(|k| k.id.clone()).collect::<Vec<_>>()));
+    view! {
+        <section class="panel" id="kernels-panel">
+            <h2>"Ring kernels"</h2>
+            <Show
+                when=move || !ids.get().is_empty()
+                fallback=|| view! { <p class="empty">"No ring kernels run on this node. Add [[kernels]] to the config to run some."</p> }
+            >
+                <div class="kernel-cards">
+                    <For each=move || ids.get() key=|id| id.clone() children=|id| view! { <KernelCard id /> } />
+                </div>
+            </Show>
+        </section>
+    }
+}
