@@ -12,15 +12,28 @@
 //! empty), so the shared cache lines move between cores once per batch, not once per message.
 //! Indices are free-running `u64`s (they do not wrap in practice); a slot is `index & mask`.
 //!
-//! Every slot holds a [`SLOT_HEADER`]-byte header (payload length and the enqueue time, for
-//! latency) followed by up to `message_size` payload bytes; no message allocates.
+//! Every slot holds an 8-byte header followed by up to `message_size` payload bytes; no
+//! message allocates. The header packs the payload length (16 bits) with the enqueue time
+//! (48 bits of nanoseconds, wrapping every 3.2 days; [`elapsed_ns`] subtracts modulo 2^48).
+//! Keeping it to one word matters: a cross-core queue is bound by the cache lines it moves,
+//! so the header is paid for in throughput on every message.
 
 use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Bytes before each slot's payload: length (u32, padded to 8) and enqueue time (u64 ns).
-pub const SLOT_HEADER: usize = 16;
+/// Bytes before each slot's payload: length and enqueue time, packed.
+pub const SLOT_HEADER: usize = 8;
+/// Largest message a ring carries (its length must fit the header's 16 bits).
+pub const MAX_MESSAGE: usize = 65_535;
+const TIME_BITS: u32 = 48;
+const TIME_MASK: u64 = (1 << TIME_BITS) - 1;
+
+/// Nanoseconds from a header's enqueue time (48 bits) to `now_ns`.
+#[inline]
+pub fn elapsed_ns(enqueued: u64, now_ns: u64) -> u64 {
+    now_ns.wrapping_sub(enqueued) & TIME_MASK
+}
 
 #[repr(align(128))]
 struct CacheLine(AtomicU64);
@@ -39,14 +52,18 @@ unsafe impl Sync for Shared {}
 unsafe impl Send for Shared {}
 
 impl Shared {
+    #[inline]
     fn capacity(&self) -> u64 {
         self.mask + 1
     }
 
     /// Pointer to slot `index`'s first byte.
+    #[inline]
     fn slot(&self, index: u64) -> *mut u8 {
         let offset = (index & self.mask) as usize * self.slot_size;
-        self.slots[offset].get()
+        // SAFETY: `index & mask` < capacity, so the slot lies inside `slots`
+        // (capacity * slot_size bytes); UnsafeCell<u8> has the layout of u8.
+        unsafe { UnsafeCell::raw_get(self.slots.as_ptr().add(offset)) }
     }
 }
 
@@ -54,7 +71,7 @@ impl Shared {
 pub enum RingError {
     #[error("capacity {0} is not a power of two between 2 and 2^24")]
     Capacity(usize),
-    #[error("message size {0} is not between 1 and 1 MiB")]
+    #[error("message size {0} is not between 1 and 65535 bytes")]
     MessageSize(usize),
 }
 
@@ -63,7 +80,7 @@ pub fn ring(capacity: usize, message_size: usize) -> Result<(Producer, Consumer)
     if !capacity.is_power_of_two() || !(2..=1 << 24).contains(&capacity) {
         return Err(RingError::Capacity(capacity));
     }
-    if !(1..=1 << 20).contains(&message_size) {
+    if !(1..=MAX_MESSAGE).contains(&message_size) {
         return Err(RingError::MessageSize(message_size));
     }
     // Slots are 8-byte aligned in size so headers are naturally aligned.
@@ -102,11 +119,12 @@ pub struct Consumer {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Received {
     pub len: usize,
-    /// When the producer enqueued it, in the producer's clock (ns).
+    /// When the producer enqueued it: the low 48 bits of its clock (ns); see [`elapsed_ns`].
     pub enqueued_ns: u64,
 }
 
 impl Producer {
+    #[inline]
     pub fn capacity(&self) -> usize {
         self.shared.capacity() as usize
     }
@@ -116,6 +134,7 @@ impl Producer {
     }
 
     /// Free slots, reloading the consumer's index only when the cached one says full.
+    #[inline]
     fn free(&self) -> u64 {
         let capacity = self.shared.capacity();
         let head = self.head.get();
@@ -128,27 +147,31 @@ impl Producer {
     }
 
     /// Messages waiting (as the producer sees it).
+    #[inline]
     pub fn len(&self) -> usize {
         (self.head.get() - self.shared.tail.0.load(Ordering::Acquire)) as usize
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    #[inline]
     fn write(&self, index: u64, payload: &[u8], enqueued_ns: u64) {
         let slot = self.shared.slot(index);
         // SAFETY: the slot at `index` is free (index < tail + capacity, checked by the caller)
-        // so the consumer does not read it; it spans `slot_size` bytes inside `slots`.
+        // so the consumer does not read it; it spans `slot_size` bytes inside `slots`, and
+        // `payload.len() <= message_size` (checked by the callers).
         unsafe {
-            std::ptr::copy_nonoverlapping((payload.len() as u64).to_le_bytes().as_ptr(), slot, 8);
-            std::ptr::copy_nonoverlapping(enqueued_ns.to_le_bytes().as_ptr(), slot.add(8), 8);
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), slot.add(SLOT_HEADER), payload.len());
+            slot.cast::<u64>().write_unaligned((payload.len() as u64) << TIME_BITS | (enqueued_ns & TIME_MASK));
+            copy_words(payload.as_ptr(), slot.add(SLOT_HEADER), payload.len());
         }
     }
 
     /// Enqueues one message; `false` when the ring is full. Panics if `payload` is longer than
     /// the ring's message size (a caller bug, not a runtime condition).
+    #[inline]
     pub fn push(&self, payload: &[u8], enqueued_ns: u64) -> bool {
         assert!(payload.len() <= self.message_size, "payload of {} bytes exceeds the slot", payload.len());
         if self.free() == 0 {
@@ -180,6 +203,7 @@ impl Producer {
 }
 
 impl Consumer {
+    #[inline]
     pub fn capacity(&self) -> usize {
         self.shared.capacity() as usize
     }
@@ -188,6 +212,7 @@ impl Consumer {
         self.message_size
     }
 
+    #[inline]
     fn available(&self) -> u64 {
         let tail = self.tail.get();
         let mut available = self.head_cache.get() - tail;
@@ -198,32 +223,33 @@ impl Consumer {
         available
     }
 
+    #[inline]
     pub fn len(&self) -> usize {
         (self.shared.head.0.load(Ordering::Acquire) - self.tail.get()) as usize
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    #[inline]
     fn read(&self, index: u64, out: &mut [u8]) -> Received {
         let slot = self.shared.slot(index);
-        let mut len = [0u8; 8];
-        let mut at = [0u8; 8];
         // SAFETY: the slot was published (index < head, loaded with Acquire) and is not
         // rewritten before `tail` passes it; the header was written by `Producer::write`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(slot, len.as_mut_ptr(), 8);
-            std::ptr::copy_nonoverlapping(slot.add(8), at.as_mut_ptr(), 8);
-        }
-        let len = (u64::from_le_bytes(len) as usize).min(self.message_size);
+        let header = unsafe { slot.cast::<u64>().read_unaligned() };
+        let (len, enqueued_ns) = ((header >> TIME_BITS) as usize, header & TIME_MASK);
+        let len = len.min(self.message_size);
         let copied = len.min(out.len());
-        // SAFETY: as above; `copied` <= message_size keeps the read inside the slot.
-        unsafe { std::ptr::copy_nonoverlapping(slot.add(SLOT_HEADER), out.as_mut_ptr(), copied) };
-        Received { len, enqueued_ns: u64::from_le_bytes(at) }
+        // SAFETY: as above; `copied` <= message_size keeps the read inside the slot, and
+        // `copied` <= out.len() inside `out`.
+        unsafe { copy_words(slot.add(SLOT_HEADER), out.as_mut_ptr(), copied) };
+        Received { len, enqueued_ns }
     }
 
     /// Dequeues one message into `out` (truncated to `out`'s length; `len` tells the full size).
+    #[inline]
     pub fn pop(&self, out: &mut [u8]) -> Option<Received> {
         if self.available() == 0 {
             return None;
@@ -252,6 +278,24 @@ impl Consumer {
     }
 }
 
+/// Copies `len` bytes in 8-byte words, then the remaining bytes: for the small messages rings
+/// carry this is a few moves, where `copy_nonoverlapping` with a run-time length is a call.
+///
+/// # Safety
+/// `src` must be readable and `dst` writable for `len` bytes, and the two must not overlap.
+#[inline(always)]
+unsafe fn copy_words(src: *const u8, dst: *mut u8, len: usize) {
+    let words = len / 8;
+    for i in 0..words {
+        // SAFETY: 8 * i + 8 <= len, within both ranges per the contract.
+        unsafe { dst.add(8 * i).cast::<u64>().write_unaligned(src.add(8 * i).cast::<u64>().read_unaligned()) };
+    }
+    for i in 8 * words..len {
+        // SAFETY: i < len, within both ranges per the contract.
+        unsafe { *dst.add(i) = *src.add(i) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,6 +305,8 @@ mod tests {
         assert_eq!(ring(3, 8).err(), Some(RingError::Capacity(3)));
         assert_eq!(ring(1, 8).err(), Some(RingError::Capacity(1)));
         assert_eq!(ring(8, 0).err(), Some(RingError::MessageSize(0)));
+        assert_eq!(ring(8, 65_536).err(), Some(RingError::MessageSize(65_536)));
+        assert!(ring(8, 65_535).is_ok());
         assert!(ring(8, 8).is_ok());
     }
 
@@ -280,6 +326,16 @@ mod tests {
         }
         assert_eq!(rx.pop(&mut out), None);
         assert!(tx.push(&[7], 7), "slots are reused after wrap-around");
+    }
+
+    #[test]
+    fn enqueue_times_wrap_at_48_bits() {
+        let (tx, rx) = ring(2, 8).unwrap();
+        let late = (1u64 << 48) + 5; // the clock just passed the 48-bit boundary
+        assert!(tx.push(&[1], late - 10));
+        let got = rx.pop(&mut [0u8; 8]).unwrap();
+        assert_eq!(elapsed_ns(got.enqueued_ns, late), 10);
+        assert_eq!(elapsed_ns(got.enqueued_ns, late + 1000), 1010);
     }
 
     #[test]

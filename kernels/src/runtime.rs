@@ -439,7 +439,7 @@ impl Worker {
                 }
             }
             if pushed {
-                telemetry.completed(now_ns().saturating_sub(received.enqueued_ns), payload.len(), result.len());
+                telemetry.completed(ring::elapsed_ns(received.enqueued_ns, now_ns()), payload.len(), result.len());
             } else {
                 telemetry.dropped.fetch_add(1, Ordering::Relaxed);
             }

@@ -6,7 +6,8 @@
 //!   library pinned to the exact `wasm-bindgen` version in Cargo.lock) into `frontend/dist/`.
 //! - `run [-- ARGS]`: setup, console, release build of `ringsided`, then runs it with ARGS.
 //! - `test`: setup --test, console, every test of the workspace (unit, end-to-end, browser).
-//! - `bench`: figures about the daemon (see `docs/performance.md`).
+//! - `bench [ring|daemon]`: the ring queue against rtrb and crossbeam-channel, and what the idle
+//!   daemon costs (see `docs/performance.md`).
 
 mod bench;
 
@@ -52,11 +53,19 @@ fn run() -> Result<()> {
         }
         Some("test") => test(&root),
         Some("bench") => {
-            cargo(&["build", "--release", "-p", "ringside-daemon"])?;
-            bench::run(&root)
+            let which = args.get(1).map(String::as_str).unwrap_or("all");
+            if matches!(which, "all" | "ring") {
+                // The ring against rtrb and crossbeam-channel, side by side (kernels/benches/ring.rs).
+                cargo(&["bench", "-p", "ringside-kernels", "--bench", "ring"])?;
+            }
+            if matches!(which, "all" | "daemon") {
+                cargo(&["build", "--release", "-p", "ringside-daemon"])?;
+                bench::run(&root)?;
+            }
+            Ok(())
         }
         _ => {
-            eprintln!("usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | bench>");
+            eprintln!("usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | bench [ring|daemon]>");
             std::process::exit(2);
         }
     }
