@@ -29,10 +29,10 @@ pub fn now_ns() -> u64 {
 /// Iterations the worker spins on an empty ring before it parks.
 const SPIN_ITERATIONS: u32 = 20_000;
 /// First park after spinning; each further idle park doubles it up to [`MAX_PARK`]. Senders
-/// unpark the worker, so the park length only bounds the cost of a missed wake-up, while an
-/// idle kernel wakes at most 20 times a second.
+/// unpark the worker (the fences make a missed wake-up impossible; the timeout is a safety
+/// net), so an idle kernel wakes at most 4 times a second.
 const FIRST_PARK: Duration = Duration::from_millis(1);
-const MAX_PARK: Duration = Duration::from_millis(50);
+const MAX_PARK: Duration = Duration::from_millis(250);
 /// Messages taken from the input ring per batch.
 const BATCH: usize = 64;
 
@@ -399,7 +399,7 @@ impl Worker {
                 park = FIRST_PARK;
                 continue;
             }
-            idle += 1;
+            idle = idle.saturating_add(1);
             if idle < SPIN_ITERATIONS && running {
                 std::hint::spin_loop();
                 continue;
@@ -411,7 +411,8 @@ impl Worker {
                 park = (park * 2).min(MAX_PARK);
             }
             self.control.sleeping.store(false, Ordering::Relaxed);
-            idle = 0;
+            // No `idle = 0` here: after a park with nothing to do, park again (longer) rather
+            // than spin; spinning pays off only right after work, when more is likely.
         }
     }
 
