@@ -166,21 +166,22 @@ impl ClientCommand {
 
     fn validate(&self) -> Result<(), CommandError> {
         if let ClientCommand::AckAlert { note, by, .. } = self {
-            if note.as_ref().is_some_and(|n| n.chars().count() > MAX_NOTE_CHARS) {
-                return Err(CommandError::new(
-                    ErrorCode::InvalidCommand,
-                    format!("invalid `ack_alert`: note is longer than {MAX_NOTE_CHARS} characters"),
-                ));
-            }
-            if by.as_ref().is_some_and(|b| b.chars().count() > MAX_BY_CHARS) {
-                return Err(CommandError::new(
-                    ErrorCode::InvalidCommand,
-                    format!("invalid `ack_alert`: by is longer than {MAX_BY_CHARS} characters"),
-                ));
-            }
+            check_ack_fields(note.as_deref(), by.as_deref())
+                .map_err(|why| CommandError::new(ErrorCode::InvalidCommand, format!("invalid `ack_alert`: {why}")))?;
         }
         Ok(())
     }
+}
+
+/// The limits on an acknowledgement's note and name, wherever it comes from (WebSocket, REST).
+pub fn check_ack_fields(note: Option<&str>, by: Option<&str>) -> Result<(), String> {
+    if note.is_some_and(|n| n.chars().count() > MAX_NOTE_CHARS) {
+        return Err(format!("note is longer than {MAX_NOTE_CHARS} characters"));
+    }
+    if by.is_some_and(|b| b.chars().count() > MAX_BY_CHARS) {
+        return Err(format!("by is longer than {MAX_BY_CHARS} characters"));
+    }
+    Ok(())
 }
 
 fn truncate(s: &str, max_chars: usize) -> String {

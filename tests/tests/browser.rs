@@ -107,6 +107,16 @@ async fn text_of(client: &Client, css: &str) -> Result<Option<String>> {
     }
 }
 
+/// Whether one of the chart lines matching `css` joins at least three points.
+async fn draws_a_line(client: &Client, css: &str) -> Result<Option<()>> {
+    for path in client.find_all(Locator::Css(css)).await? {
+        if path.attr("d").await?.is_some_and(|d| d.matches('L').count() >= 2) {
+            return Ok(Some(()));
+        }
+    }
+    Ok(None)
+}
+
 fn artifacts() -> PathBuf {
     let dir = workspace_root().join("artifacts");
     let _ = std::fs::create_dir_all(&dir);
@@ -126,30 +136,15 @@ async fn console_flow(client: &Client, daemon: &Daemon, downloads: &Path) -> Res
     let hostname = snapshot["node"]["hostname"].as_str().unwrap_or_default().to_string();
     let shown = text_of(client, "#hostname").await?.unwrap_or_default();
     assert_eq!(shown, hostname, "header names the node");
-    eventually("CPU chart draws a line", WAIT, || async {
-        let paths = client.find_all(Locator::Css("#host-panel svg.chart path.line")).await?;
-        for path in paths {
-            if path.attr("d").await?.is_some_and(|d| d.matches('L').count() >= 2) {
-                return Ok(Some(()));
-            }
-        }
-        Ok(None)
-    })
-    .await?;
+    eventually("CPU chart draws a line", WAIT, || draws_a_line(client, "#host-panel svg.chart path.line")).await?;
     // The default echo canary: a card, active, with its latency drawn over time.
     let state = eventually("canary card", WAIT, || async {
         text_of(client, "#kernels-panel [data-kernel-id='canary'] .kstate").await
     })
     .await?;
     assert_eq!(state.to_lowercase(), "active");
-    eventually("canary latency chart draws a line", WAIT, || async {
-        let paths = client.find_all(Locator::Css("[data-kernel-id='canary'] svg.chart path.line")).await?;
-        for path in paths {
-            if path.attr("d").await?.is_some_and(|d| d.matches('L').count() >= 2) {
-                return Ok(Some(()));
-            }
-        }
-        Ok(None)
+    eventually("canary latency chart draws a line", WAIT, || {
+        draws_a_line(client, "[data-kernel-id='canary'] svg.chart path.line")
     })
     .await?;
     let first = text_of(client, "#components-panel .muted").await?.unwrap_or_default();

@@ -6,7 +6,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use axum::Json;
-use ringside_shared::protocol::{MAX_BY_CHARS, MAX_NOTE_CHARS};
+use ringside_shared::protocol::check_ack_fields;
 use serde::Deserialize;
 
 use super::auth::Identity;
@@ -94,12 +94,8 @@ pub async fn acknowledge(
             ApiError::new(StatusCode::BAD_REQUEST, format!("body must be JSON like {{\"note\": \"...\"}}: {e}"))
         })?
     };
-    if body.note.as_ref().is_some_and(|n| n.chars().count() > MAX_NOTE_CHARS) {
-        return Err(ApiError::new(StatusCode::BAD_REQUEST, format!("note is longer than {MAX_NOTE_CHARS} characters")));
-    }
-    if body.by.as_ref().is_some_and(|b| b.chars().count() > MAX_BY_CHARS) {
-        return Err(ApiError::new(StatusCode::BAD_REQUEST, format!("by is longer than {MAX_BY_CHARS} characters")));
-    }
+    check_ack_fields(body.note.as_deref(), body.by.as_deref())
+        .map_err(|why| ApiError::new(StatusCode::BAD_REQUEST, why))?;
     if identity.role != Role::Operator {
         return Err(ApiError::new(StatusCode::FORBIDDEN, super::ws::forbidden_message(&identity)));
     }
