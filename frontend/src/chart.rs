@@ -51,7 +51,14 @@ pub fn clock(ms: u64) -> String {
     format!("{:02}:{:02}:{:02}", date.get_hours(), date.get_minutes(), date.get_seconds())
 }
 
+/// A value with its unit, short enough for an axis label: thousands as `k`, millions as `M`.
 pub fn format_value(value: f64, unit: &str) -> String {
+    if value.abs() >= 1e6 {
+        return format!("{:.1}M{unit}", value / 1e6);
+    }
+    if value.abs() >= 1e4 {
+        return format!("{:.0}k{unit}", value / 1e3);
+    }
     let digits = if value.abs() >= 100.0 {
         0
     } else if value.abs() >= 10.0 {
@@ -196,6 +203,14 @@ mod tests {
         assert_eq!(nice_step(3.0, 4.0), 1.0);
         assert_eq!(nice_step(7.0, 4.0), 2.0);
         assert_eq!(nice_step(0.3, 4.0), 0.1);
+    }
+
+    #[test]
+    fn values_fit_an_axis() {
+        assert_eq!(format_value(12_600.0, " µs"), "13k µs");
+        assert_eq!(format_value(2_500_000.0, ""), "2.5M");
+        assert_eq!(format_value(250.0, " %"), "250 %");
+        assert_eq!(format_value(2.5, ""), "2.50");
     }
 
     #[test]

@@ -320,7 +320,14 @@ impl RingKernel {
     /// The kernel's telemetry in the daemon's vocabulary.
     pub fn metrics(&self) -> RingKernelMetrics {
         let t = &self.telemetry;
-        let q = t.histogram.quantiles(&[0.5, 0.9, 0.99, 0.999]);
+        // A quantile is its bucket's midpoint: keep it within the exact extremes.
+        let (min, max) = (t.min_latency_ns(), t.max_latency_ns.load(Ordering::Relaxed));
+        let q: Vec<Option<u64>> = t
+            .histogram
+            .quantiles(&[0.5, 0.9, 0.99, 0.999])
+            .into_iter()
+            .map(|v| v.map(|v| v.clamp(min.unwrap_or(0), max.max(min.unwrap_or(0)))))
+            .collect();
         let slots = 2 * self.options.queue_capacity * (ring::SLOT_HEADER + self.options.message_size);
         RingKernelMetrics {
             id: self.id.clone(),
@@ -330,8 +337,8 @@ impl RingKernel {
             messages_processed: t.processed.load(Ordering::Relaxed),
             messages_dropped: t.dropped.load(Ordering::Relaxed),
             total_latency_ns: t.total_latency_ns.load(Ordering::Relaxed),
-            min_latency_ns: t.min_latency_ns(),
-            max_latency_ns: t.max_latency_ns.load(Ordering::Relaxed),
+            min_latency_ns: min,
+            max_latency_ns: max,
             latency_p50_ns: q[0],
             latency_p90_ns: q[1],
             latency_p99_ns: q[2],

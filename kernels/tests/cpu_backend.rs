@@ -41,7 +41,8 @@ fn every_message_is_processed_exactly_once_and_in_order() {
     assert_eq!(metrics.messages_dropped, 0);
     assert_eq!(metrics.bytes_in, 8 * N);
     let (min, p50, max) = (metrics.min_latency_ns.unwrap(), metrics.latency_p50_ns.unwrap(), metrics.max_latency_ns);
-    assert!(min <= p50 && p50 <= max, "{min} <= {p50} <= {max}");
+    let p999 = metrics.latency_p999_ns.unwrap();
+    assert!(min <= p50 && p50 <= p999 && p999 <= max, "{min} <= {p50} <= {p999} <= {max}");
     assert_eq!(kernel.try_recv(&mut out), None, "nothing extra");
     kernel.terminate(Terminate::Drain).unwrap();
     assert_eq!(kernel.state(), KernelState::Terminated);

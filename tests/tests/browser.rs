@@ -60,7 +60,7 @@ async fn browser(driver: &Driver, profile: &Path, downloads: &Path) -> Result<Cl
             "args": [
                 "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1400,1000",
+                "--disable-dev-shm-usage", "--window-size=1400,1500",
                 format!("--user-data-dir={}", profile.display()),
             ],
             "prefs": {
