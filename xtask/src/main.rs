@@ -17,9 +17,9 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-/// Debian packages, by command: a build needs the first list (nothing beyond a Rust toolchain
-/// yet), the tests the second too.
-const BUILD_PACKAGES: &[&str] = &[];
+/// Debian packages, by command: a build needs the first list (clang and libelf for the BPF
+/// programs), the tests the second too.
+const BUILD_PACKAGES: &[&str] = &["clang-19", "libelf-dev", "zlib1g-dev", "pkg-config"];
 const TEST_PACKAGES: &[&str] = &["chromium", "chromium-driver", "prometheus", "prometheus-alertmanager"];
 
 fn main() {
