@@ -15,6 +15,7 @@ pub mod http_client;
 pub mod kernels;
 pub mod pipeline;
 pub mod prometheus;
+pub mod sched;
 pub mod server;
 pub mod state;
 

@@ -1,0 +1,234 @@
+//! Which processes are ML work: a process is ML when it maps a CUDA, NCCL, PyTorch, TensorFlow
+//! or XLA library, holds an NVIDIA device file open, or its command line matches a configured
+//! pattern; its descendants (DataLoader workers are child processes) belong to the same job.
+//!
+//! A process's own verdict is cached by (pid, start time), so a reused pid is looked at afresh;
+//! one found not to be ML is looked at again every `recheck_every` scans, since frameworks load
+//! CUDA lazily (on first use, long after start).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// Library file names (prefixes) that mark a process as ML.
+pub const DEFAULT_LIBRARIES: [&str; 9] = [
+    "libcuda.so",
+    "libcudart.so",
+    "libnccl.so",
+    "libcublas.so",
+    "libtorch",
+    "libc10_cuda",
+    "libtensorflow",
+    "libxla",
+    "libjax",
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MlReason {
+    /// Maps this library.
+    Library(String),
+    /// Holds this device file open.
+    Device(String),
+    /// The command line contains this configured pattern.
+    Cmdline(String),
+    /// A descendant of this ML process.
+    Parent(u32),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MlProcess {
+    pub pid: u32,
+    pub comm: String,
+    pub reason: MlReason,
+}
+
+struct Seen {
+    start_time: u64,
+    ppid: u32,
+    comm: String,
+    verdict: Option<MlReason>,
+    scans_since_check: u32,
+}
+
+pub struct MlDetector {
+    proc_root: PathBuf,
+    libraries: Vec<String>,
+    cmdline_patterns: Vec<String>,
+    recheck_every: u32,
+    seen: HashMap<u32, Seen>,
+}
+
+/// (ppid, start time, comm) from `/proc/<pid>/stat`; the comm may hold spaces and parentheses.
+pub fn parse_stat(text: &str) -> Option<(u32, u64, String)> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_string();
+    let fields: Vec<&str> = text.get(close + 2..)?.split_whitespace().collect();
+    // After the comm: state(0) ppid(1) ... starttime is field 22 of the line, index 19 here.
+    Some((fields.get(1)?.parse().ok()?, fields.get(19)?.parse().ok()?, comm))
+}
+
+impl MlDetector {
+    pub fn new(libraries: Vec<String>, cmdline_patterns: Vec<String>) -> MlDetector {
+        MlDetector { proc_root: "/proc".into(), libraries, cmdline_patterns, recheck_every: 10, seen: HashMap::new() }
+    }
+
+    fn own_verdict(&self, pid: u32) -> Option<MlReason> {
+        let dir = self.proc_root.join(pid.to_string());
+        if let Ok(maps) = std::fs::read_to_string(dir.join("maps")) {
+            for line in maps.lines() {
+                let Some(path) = line.split_whitespace().nth(5) else { continue };
+                let file = path.rsplit('/').next().unwrap_or(path);
+                if self.libraries.iter().any(|l| file.starts_with(l.as_str())) {
+                    return Some(MlReason::Library(file.to_string()));
+                }
+            }
+        }
+        if let Ok(fds) = std::fs::read_dir(dir.join("fd")) {
+            for fd in fds.flatten() {
+                if let Ok(target) = std::fs::read_link(fd.path()) {
+                    let target = target.to_string_lossy();
+                    if target.starts_with("/dev/nvidia") {
+                        return Some(MlReason::Device(target.into_owned()));
+                    }
+                }
+            }
+        }
+        if !self.cmdline_patterns.is_empty() {
+            if let Ok(raw) = std::fs::read(dir.join("cmdline")) {
+                let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
+                if let Some(p) = self.cmdline_patterns.iter().find(|p| cmdline.contains(p.as_str())) {
+                    return Some(MlReason::Cmdline(p.clone()));
+                }
+            }
+        }
+        None
+    }
+
+    /// Looks at every process and returns the ML ones (with their descendants).
+    pub fn scan(&mut self) -> Vec<MlProcess> {
+        let mut alive = HashMap::new();
+        let Ok(entries) = std::fs::read_dir(&self.proc_root) else { return Vec::new() };
+        for entry in entries.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let Some((ppid, start_time, comm)) =
+                std::fs::read_to_string(entry.path().join("stat")).ok().as_deref().and_then(parse_stat)
+            else {
+                continue;
+            };
+            let mut seen = match self.seen.remove(&pid) {
+                Some(s) if s.start_time == start_time => s,
+                _ => Seen { start_time, ppid, comm: comm.clone(), verdict: None, scans_since_check: u32::MAX },
+            };
+            seen.ppid = ppid;
+            seen.comm = comm;
+            if seen.verdict.is_none() {
+                if seen.scans_since_check >= self.recheck_every {
+                    seen.verdict = self.own_verdict(pid);
+                    seen.scans_since_check = 0;
+                } else {
+                    seen.scans_since_check += 1;
+                }
+            }
+            alive.insert(pid, seen);
+        }
+        self.seen = alive;
+        let mut found = Vec::new();
+        for (pid, seen) in &self.seen {
+            let reason = match &seen.verdict {
+                Some(reason) => Some(reason.clone()),
+                None => self.ml_ancestor(seen.ppid).map(MlReason::Parent),
+            };
+            if let Some(reason) = reason {
+                found.push(MlProcess { pid: *pid, comm: seen.comm.clone(), reason });
+            }
+        }
+        found.sort_by_key(|p| p.pid);
+        found
+    }
+
+    /// The nearest ancestor of `pid` (itself included) with its own ML verdict.
+    fn ml_ancestor(&self, mut pid: u32) -> Option<u32> {
+        for _ in 0..64 {
+            let seen = self.seen.get(&pid)?;
+            if seen.verdict.is_some() {
+                return Some(pid);
+            }
+            if seen.ppid == 0 || seen.ppid == pid {
+                return None;
+            }
+            pid = seen.ppid;
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Command, Stdio};
+
+    #[test]
+    fn stat_lines() {
+        let line = "4242 (python3 (worker)) S 4100 4242 4100 0 -1 4194560 1 0 0 0 3 1 0 0 20 0 4 0 987654 0 0";
+        assert_eq!(parse_stat(line), Some((4100, 987654, "python3 (worker)".to_string())));
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    /// A test double named like the CUDA driver library: a real shared object, loaded with
+    /// LD_PRELOAD, that does nothing. Built with the C compiler every Rust toolchain has.
+    fn cuda_test_double(dir: &std::path::Path) -> PathBuf {
+        let source = dir.join("cuda_test_double.c");
+        std::fs::write(&source, "int cuda_test_double_marker(void) { return 42; }\n").unwrap();
+        let library = dir.join("libcuda.so.1");
+        let status =
+            Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&library).arg(&source).status().expect("cc");
+        assert!(status.success(), "building the libcuda test double failed");
+        library
+    }
+
+    struct Reaped(std::process::Child);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = Command::new("pkill").args(["-P", &self.0.id().to_string()]).status();
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    #[test]
+    fn a_process_mapping_cuda_and_its_children_are_ml() {
+        let dir = crate::test_support::ScratchDir::new("ml-detect");
+        let library = cuda_test_double(dir.path());
+        // The parent maps the test double; its child is started without it (like a DataLoader
+        // worker that never touches the GPU) and is ML as the parent's descendant.
+        let parent = Reaped(
+            Command::new("sh")
+                .args(["-c", "LD_PRELOAD= sleep 30 & wait"])
+                .env("LD_PRELOAD", &library)
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let plain = Reaped(Command::new("sleep").arg("30").spawn().unwrap());
+        let mut detector = MlDetector::new(DEFAULT_LIBRARIES.iter().map(|s| s.to_string()).collect(), vec![]);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let (found, child) = loop {
+            let found = detector.scan();
+            let child = found.iter().find(|p| p.reason == MlReason::Parent(parent.0.id())).cloned();
+            if let Some(child) = child {
+                break (found, child);
+            }
+            assert!(std::time::Instant::now() < deadline, "child not detected: {found:?}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let me = found.iter().find(|p| p.pid == parent.0.id()).expect("the parent is ML");
+        assert_eq!(me.reason, MlReason::Library("libcuda.so.1".into()));
+        assert_eq!(child.comm, "sleep");
+        assert!(!found.iter().any(|p| p.pid == plain.0.id()), "an unrelated process is not ML");
+
+        // A configured pattern marks a process by its command line.
+        let mut by_name = MlDetector::new(vec![], vec!["30".into()]);
+        let named = by_name.scan();
+        assert!(named.iter().any(|p| p.pid == plain.0.id() && p.reason == MlReason::Cmdline("30".into())));
+    }
+}
