@@ -11,6 +11,7 @@ use serde::Deserialize;
 use crate::alerts::rules::{self, Rule, RuleConfig};
 use crate::alerts::store::Lifecycle;
 use crate::kernels::KernelConfig;
+use crate::sched::source::SchedulerConfig;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -194,6 +195,7 @@ struct FileConfig {
     rules: Vec<RuleConfig>,
     alertmanager: Option<AlertmanagerConfig>,
     kernels: Option<Vec<KernelConfig>>,
+    scheduler: SchedulerConfig,
 }
 
 /// A named token and what it may do.
@@ -227,6 +229,7 @@ pub struct Config {
     pub alertmanager: Option<AlertmanagerConfig>,
     /// Ring kernels to run: the config's `[[kernels]]`, else one `echo` canary.
     pub kernels: Vec<KernelConfig>,
+    pub scheduler: SchedulerConfig,
     pub tokens: Vec<Credential>,
     pub token_origin: TokenOrigin,
 }
@@ -323,6 +326,7 @@ impl Config {
             rules,
             alertmanager: file.alertmanager,
             kernels,
+            scheduler: file.scheduler,
             tokens,
             token_origin,
         })

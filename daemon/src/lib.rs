@@ -113,6 +113,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     // The host source runs first: later sources (the stats kernel) read its figures.
     let mut sources: Vec<Box<dyn pipeline::MetricsSource>> = vec![Box::new(host::HostSource::new(paths))];
+    if config.scheduler.enabled {
+        let (numa, cpus) = (state.node().numa_nodes, state.node().cpus);
+        sources.push(Box::new(sched::source::SchedulerSource::start(config.scheduler.ml_patterns.clone(), numa, cpus)));
+    }
     for kernel in &config.kernels {
         let source = kernels::KernelSource::launch(kernel.clone())
             .map_err(|e| anyhow::anyhow!("cannot launch ring kernel {}: {e}", kernel.id))?;

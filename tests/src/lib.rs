@@ -68,6 +68,9 @@ pub struct DaemonOptions {
     pub data_dir: Option<PathBuf>,
     /// Contents of a `--token-file` (used instead of `token` when set).
     pub token_file: Option<String>,
+    /// A command the daemon is started under (e.g. `setpriv` dropping privileges); its scratch
+    /// directory is then made writable for everyone.
+    pub wrapper: Vec<String>,
 }
 
 impl Default for DaemonOptions {
@@ -79,6 +82,7 @@ impl Default for DaemonOptions {
             listen: "127.0.0.1:0".into(),
             data_dir: None,
             token_file: None,
+            wrapper: Vec::new(),
         }
     }
 }
@@ -123,7 +127,16 @@ impl Daemon {
         let scratch = Scratch::new("daemon");
         let config = scratch.0.join("ringside.toml");
         std::fs::write(&config, &options.config)?;
-        let mut command = Command::new(daemon_binary());
+        let mut command = match options.wrapper.split_first() {
+            Some((program, args)) => {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&scratch.0, std::fs::Permissions::from_mode(0o777))?;
+                let mut command = Command::new(program);
+                command.args(args).arg(daemon_binary());
+                command
+            }
+            None => Command::new(daemon_binary()),
+        };
         command
             .args(["--listen", &options.listen, "--interval-ms", &options.interval_ms.to_string()])
             .arg("--config")

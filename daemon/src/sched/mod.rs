@@ -2,3 +2,4 @@
 //! detection, decisions and enforcement build on it, fed by the `ringside-bpf` probe.
 
 pub mod ml;
+pub mod source;

@@ -1,0 +1,64 @@
+//! The scheduler component of the real daemon: as root it observes threads through BPF; without
+//! privileges it says why it is unavailable and everything else keeps working.
+
+use ringside_tests::{Daemon, DaemonOptions};
+
+fn scheduler_component(health: &serde_json::Value) -> serde_json::Value {
+    health["components"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == "scheduler")
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn wait_for_ticks(daemon: &Daemon, ticks: u64) -> anyhow::Result<serde_json::Value> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let snapshot = daemon.get_json("/api/snapshot").await?;
+        if snapshot["seq"].as_u64().unwrap_or(0) >= ticks {
+            return Ok(snapshot);
+        }
+        anyhow::ensure!(std::time::Instant::now() < deadline, "no {ticks} ticks in 15 s");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn as_root_the_scheduler_observes_threads() -> anyhow::Result<()> {
+    let daemon = Daemon::start(DaemonOptions::default())?;
+    let snapshot = wait_for_ticks(&daemon, 2).await?;
+    let scheduler = &snapshot["scheduler"];
+    assert!(scheduler["total_tracked_tasks"].as_u64().unwrap_or(0) > 0, "threads are tracked: {scheduler}");
+    assert_eq!(scheduler["total_cpus"], snapshot["node"]["cpus"]);
+    let component = scheduler_component(&daemon.get_json("/healthz").await?);
+    assert_eq!(component["status"], "degraded", "{component}");
+    assert!(
+        component["detail"].as_str().unwrap_or_default().contains("phase detection"),
+        "says what is missing: {component}"
+    );
+    let metrics = daemon.get("/metrics").await?.text().await?;
+    assert!(metrics.contains("zernel_scheduler_tasks{type=\"total\"}"), "{metrics}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn without_privileges_the_scheduler_says_why_and_the_rest_works() -> anyhow::Result<()> {
+    let wrapper =
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"];
+    let daemon = Daemon::start(DaemonOptions {
+        wrapper: wrapper.iter().map(|s| s.to_string()).collect(),
+        ..DaemonOptions::default()
+    })?;
+    let snapshot = wait_for_ticks(&daemon, 2).await?;
+    assert!(snapshot["scheduler"].is_null(), "no scheduler telemetry without the probe");
+    assert!(snapshot["host"]["memory"]["total_bytes"].as_u64().unwrap_or(0) > 0, "host metrics still flow");
+    let component = scheduler_component(&daemon.get_json("/healthz").await?);
+    assert_eq!(component["status"], "degraded", "{component}");
+    let detail = component["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("scheduler unavailable") && detail.contains("permission"), "{detail}");
+    // Unavailable is a state of the node, not an alert raised every start.
+    assert!(daemon.get_json("/api/alerts").await?.as_array().unwrap().is_empty());
+    Ok(())
+}
