@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ringside_shared::{
     Alert, ComponentHealth, ComponentStatus, ConfigSummary, HistoryPoint, HostMetrics, NodeIdentity, RingKernelMetrics,
-    SchedulerTelemetry, ServerMessage, Snapshot, Update, WindowAggregates, PROTOCOL_VERSION,
+    Role, SchedulerTelemetry, ServerMessage, Snapshot, Update, WindowAggregates, PROTOCOL_VERSION,
 };
 use tokio::sync::{broadcast, mpsc};
 
@@ -296,6 +296,9 @@ impl NodeState {
         by: Option<String>,
         note: Option<String>,
     ) -> Result<Alert, AckError> {
+        if identity.role != Role::Operator {
+            return Err(AckError::Forbidden { token: identity.name.clone(), role: identity.role.as_str() });
+        }
         let by = by.map(|b| b.trim().to_string()).filter(|b| !b.is_empty()).unwrap_or_else(|| identity.name.clone());
         let (alert, changed) = {
             let mut alerting = self.alerting.lock().unwrap_or_else(|e| e.into_inner());

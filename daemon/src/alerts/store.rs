@@ -57,6 +57,8 @@ pub enum AckError {
     NotFound(u64),
     #[error("the acknowledgement could not be stored: {0}")]
     Store(String),
+    #[error("token `{token}` is a {role}: acknowledging alerts needs an operator token")]
+    Forbidden { token: String, role: &'static str },
 }
 
 type Key = (AlertType, Option<String>, String);

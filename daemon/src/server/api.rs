@@ -13,7 +13,6 @@ use super::auth::Identity;
 use super::{ApiError, SharedApp};
 use crate::alerts::store::AckError;
 use crate::state::NodeState;
-use ringside_shared::Role;
 
 pub async fn healthz(State(app): State<SharedApp>) -> Response {
     let components = app.state.components();
@@ -96,12 +95,10 @@ pub async fn acknowledge(
     };
     check_ack_fields(body.note.as_deref(), body.by.as_deref())
         .map_err(|why| ApiError::new(StatusCode::BAD_REQUEST, why))?;
-    if identity.role != Role::Operator {
-        return Err(ApiError::new(StatusCode::FORBIDDEN, super::ws::forbidden_message(&identity)));
-    }
     app.state.acknowledge(id, &identity, body.by, body.note).map(Json).map_err(|e| match e {
         AckError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, e.to_string()),
         AckError::Store(_) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        AckError::Forbidden { .. } => ApiError::new(StatusCode::FORBIDDEN, e.to_string()),
     })
 }
 

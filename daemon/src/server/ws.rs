@@ -18,7 +18,7 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use ringside_shared::{ClientCommand, ErrorCode, Hello, Role, ServerMessage, PROTOCOL_VERSION};
+use ringside_shared::{ClientCommand, ErrorCode, Hello, ServerMessage, PROTOCOL_VERSION};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::auth::{self, Identity};
@@ -168,19 +168,11 @@ fn handle_command(app: &SharedApp, identity: &Identity, text: &str) -> Option<Se
     };
     match command {
         ClientCommand::Ping { nonce } => Some(ServerMessage::Pong { nonce, server_time_ms: crate::now_ms() }),
-        ClientCommand::AckAlert { id, note, by } => {
-            if identity.role != Role::Operator {
-                return Some(error(ErrorCode::Forbidden, forbidden_message(identity)));
-            }
-            match app.state.acknowledge(id, identity, by, note) {
-                Ok(_) => None,
-                Err(e @ AckError::NotFound(_)) => Some(error(ErrorCode::AlertNotFound, e.to_string())),
-                Err(e @ AckError::Store(_)) => Some(error(ErrorCode::Internal, e.to_string())),
-            }
-        }
+        ClientCommand::AckAlert { id, note, by } => match app.state.acknowledge(id, identity, by, note) {
+            Ok(_) => None,
+            Err(e @ AckError::NotFound(_)) => Some(error(ErrorCode::AlertNotFound, e.to_string())),
+            Err(e @ AckError::Store(_)) => Some(error(ErrorCode::Internal, e.to_string())),
+            Err(e @ AckError::Forbidden { .. }) => Some(error(ErrorCode::Forbidden, e.to_string())),
+        },
     }
-}
-
-pub fn forbidden_message(identity: &Identity) -> String {
-    format!("token `{}` is a {}: acknowledging alerts needs an operator token", identity.name, identity.role.as_str())
 }
