@@ -10,7 +10,7 @@
 //! deactivated kernel keeps its messages queued; terminating drains what is queued, or drops
 //! it on abort (and counts it as dropped).
 
-use std::sync::atomic::{fence, AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -120,19 +120,35 @@ pub enum Terminate {
 
 /// Shared between the handle and the worker.
 struct Control {
-    state: AtomicU8,
+    /// The state's index in [`STATES`] in the low byte, a generation (bumped by every change)
+    /// above it, so the handle can tell whether the worker has seen a given change.
+    state: AtomicU64,
+    /// The last `state` word the worker read before deciding whether to process.
+    seen: AtomicU64,
     /// 0: run; 1: drain then stop; 2: stop now.
     stop: AtomicU8,
     sleeping: AtomicBool,
 }
 
+/// How long [`RingKernel::deactivate`] waits for the worker to finish the batch it is in.
+const QUIESCE_LIMIT: Duration = Duration::from_secs(1);
+
 impl Control {
     fn state(&self) -> KernelState {
-        STATES[self.state.load(Ordering::Acquire) as usize]
+        Self::decode(self.state.load(Ordering::Acquire))
     }
 
-    fn set(&self, state: KernelState) {
-        self.state.store(STATES.iter().position(|s| *s == state).unwrap_or(0) as u8, Ordering::Release);
+    fn decode(word: u64) -> KernelState {
+        STATES[(word & 0xff) as usize]
+    }
+
+    /// Sets the state; returns the new word.
+    fn set(&self, state: KernelState) -> u64 {
+        let index = STATES.iter().position(|s| *s == state).unwrap_or(0) as u64;
+        let old = self.state.load(Ordering::Relaxed);
+        let word = ((old >> 8) + 1) << 8 | index;
+        self.state.store(word, Ordering::Release);
+        word
     }
 }
 
@@ -161,8 +177,12 @@ impl RingKernel {
         let id = id.into();
         let (input, worker_input) = ring::ring(options.queue_capacity, options.message_size)?;
         let (worker_output, output) = ring::ring(options.queue_capacity, options.message_size)?;
-        let control =
-            Arc::new(Control { state: AtomicU8::new(0), stop: AtomicU8::new(0), sleeping: AtomicBool::new(false) });
+        let control = Arc::new(Control {
+            state: AtomicU64::new(0),
+            seen: AtomicU64::new(0),
+            stop: AtomicU8::new(0),
+            sleeping: AtomicBool::new(false),
+        });
         let telemetry = Arc::new(KernelTelemetry::default());
         let kernel = handler.name();
         control.set(KernelState::Launched);
@@ -204,22 +224,34 @@ impl RingKernel {
         &self.telemetry
     }
 
-    fn transition(&self, to: KernelState) -> Result<(), KernelError> {
+    fn transition(&self, to: KernelState) -> Result<u64, KernelError> {
         let from = self.state();
         if !can_transition(from, to) {
             return Err(KernelError::InvalidTransition { id: self.id.clone(), from, to });
         }
-        self.control.set(to);
+        let word = self.control.set(to);
         self.wake();
-        Ok(())
+        Ok(word)
     }
 
     pub fn activate(&self) -> Result<(), KernelError> {
-        self.transition(KernelState::Active)
+        self.transition(KernelState::Active).map(|_| ())
     }
 
+    /// Stops processing: when this returns, the worker has finished the batch it was in and
+    /// takes no further message until [`RingKernel::activate`] (messages sent meanwhile stay
+    /// queued). A handler stuck in one message for over a second is not waited for.
     pub fn deactivate(&self) -> Result<(), KernelError> {
-        self.transition(KernelState::Deactivated)
+        let word = self.transition(KernelState::Deactivated)?;
+        let deadline = Instant::now() + QUIESCE_LIMIT;
+        while self.control.seen.load(Ordering::Acquire) != word
+            && self.worker.as_ref().is_some_and(|w| !w.is_finished())
+            && Instant::now() < deadline
+        {
+            self.wake();
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(())
     }
 
     /// Stops the worker and waits for it (draining first with [`Terminate::Drain`]).
@@ -395,7 +427,9 @@ impl Worker {
                 self.telemetry.dropped.fetch_add(left as u64, Ordering::Relaxed);
                 return;
             }
-            let state = self.control.state();
+            let word = self.control.state.load(Ordering::Acquire);
+            self.control.seen.store(word, Ordering::Release);
+            let state = Control::decode(word);
             let running = state == KernelState::Active || (stop == 1 && state == KernelState::Terminating);
             let done = if running { self.step(&mut scratch, &mut result) } else { 0 };
             if stop == 1 && self.input.is_empty() {
@@ -413,7 +447,7 @@ impl Worker {
             }
             self.control.sleeping.store(true, Ordering::Relaxed);
             fence(Ordering::SeqCst);
-            if !running || self.input.is_empty() {
+            if (!running || self.input.is_empty()) && self.control.state.load(Ordering::Relaxed) == word {
                 std::thread::park_timeout(park);
                 park = (park * 2).min(MAX_PARK);
             }

@@ -119,6 +119,33 @@ fn a_deactivated_kernel_holds_messages_and_terminate_drains_them() {
 }
 
 #[test]
+fn nothing_sent_after_deactivate_returns_is_processed() {
+    // The worker may be in the middle of a batch when `deactivate` is called; once it returns,
+    // no further message is taken. Repeated so that a race shows up.
+    let mut kernel = RingKernel::launch("echo-quiesce", Echo, options(64, Backpressure::DropAndCount)).unwrap();
+    let mut out = [0u8; 64];
+    for round in 0..1000u64 {
+        kernel.activate().unwrap();
+        kernel.send(&round.to_le_bytes()).unwrap();
+        if round % 3 == 0 {
+            std::thread::yield_now();
+        }
+        kernel.deactivate().unwrap();
+        let before = kernel.metrics().messages_processed;
+        kernel.send(&u64::MAX.to_le_bytes()).unwrap();
+        std::thread::sleep(Duration::from_micros(200));
+        assert_eq!(kernel.metrics().messages_processed, before, "round {round}: processed while deactivated");
+        kernel.activate().unwrap();
+        while kernel.metrics().messages_processed < before + 1 {
+            std::thread::yield_now();
+        }
+        while kernel.try_recv(&mut out).is_some() {}
+        kernel.deactivate().unwrap();
+    }
+    kernel.terminate(Terminate::Drain).unwrap();
+}
+
+#[test]
 fn abort_drops_and_counts_what_is_queued() {
     let mut kernel = RingKernel::launch("echo5", Echo, options(64, Backpressure::DropAndCount)).unwrap();
     for i in 0..30u64 {
