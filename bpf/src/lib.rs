@@ -1,17 +1,25 @@
 //! Ringside's BPF programs and a safe API over them.
 //!
-//! `sched.bpf.c` keeps per-thread scheduling counters (on-CPU time, run-queue wait, voluntary
-//! and involuntary switches) in a hash map keyed by thread id, from the `sched_switch`,
-//! `sched_wakeup(_new)` and `sched_process_exit` tracepoints (tp_btf). [`SchedProbe`] loads and
-//! attaches them and reads the map.
+//! `sched.bpf.c` keeps per-thread scheduling counters for every thread (on-CPU time, run-queue
+//! wait, voluntary and involuntary switches, block-I/O wait), reports process fork/exec/exit on a
+//! ring buffer, and for the processes user space marks as tracked also accounts futex waits,
+//! reads, NVIDIA ioctls (syscall tracepoints), CUDA launches/synchronizes and NCCL collectives
+//! (uprobes) and samples their run-queue latencies. [`SchedProbe`] loads and attaches it and
+//! reads the results.
 //!
-//! Architecture invariant: BPF owns the fast path (counting), userspace owns policy; this crate
+//! The scheduling programs are attached as `tp_btf` where the kernel allows, else `raw_tp`, else
+//! classic `tracepoint`; [`SchedProbe::programs`] says which attached and why others did not.
+//!
+//! Architecture invariant: BPF owns the fast path (counting), user space owns policy; this crate
 //! depends on nothing of ours.
 
+use std::collections::HashMap;
 use std::mem::MaybeUninit;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, OpenObject};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder, TracepointCategory, UprobeOpts};
 
 mod skel {
     #![allow(clippy::all, non_camel_case_types, non_snake_case, dead_code, unused_imports)]
@@ -20,7 +28,9 @@ mod skel {
 
 /// Per-thread counters, as the BPF side keeps them (`struct thread_stats` in `intf.h`).
 pub use skel::types::thread_stats as RawThreadStats;
+use skel::types::{event as RawEvent, ml_thread_stats as RawMlThreadStats};
 
+/// Scheduling counters of one thread (cumulative since the probe first saw it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ThreadStats {
     pub tid: u32,
@@ -29,6 +39,138 @@ pub struct ThreadStats {
     pub runq_wait_ns: u64,
     pub voluntary: u64,
     pub involuntary: u64,
+    /// Time blocked in block-I/O wait.
+    pub iowait_ns: u64,
+}
+
+/// What one thread of a tracked process did in system and library calls (cumulative).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MlThreadStats {
+    pub tid: u32,
+    pub tgid: u32,
+    pub futex_wait_ns: u64,
+    pub futex_waits: u64,
+    pub read_ns: u64,
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub nv_ioctl_ns: u64,
+    pub nv_ioctls: u64,
+    pub launches: u64,
+    pub sync_ns: u64,
+    pub syncs: u64,
+    /// Time in NCCL collectives, and in synchronizing on a collective.
+    pub nccl_ns: u64,
+    pub nccl_calls: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// A new process. `inherited`: it was tracked from birth, as a child of a tracked process.
+    Fork {
+        parent_tgid: u32,
+        inherited: bool,
+    },
+    Exec,
+    /// A process's leader exited.
+    Exit,
+    /// A tracked thread went on a CPU after waiting this long in the run queue.
+    RunqWait {
+        ns: u64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub kind: EventKind,
+    pub tid: u32,
+    /// 0 where the attach mode cannot tell (a fork seen by the classic tracepoint).
+    pub tgid: u32,
+    /// CLOCK_MONOTONIC.
+    pub at_ns: u64,
+    pub comm: String,
+}
+
+/// How the scheduling programs are attached, best first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachMode {
+    TpBtf,
+    RawTp,
+    Tracepoint,
+}
+
+impl AttachMode {
+    pub const ALL: [AttachMode; 3] = [AttachMode::TpBtf, AttachMode::RawTp, AttachMode::Tracepoint];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttachMode::TpBtf => "tp_btf",
+            AttachMode::RawTp => "raw_tp",
+            AttachMode::Tracepoint => "tracepoint",
+        }
+    }
+
+    fn prefix(self) -> &'static str {
+        match self {
+            AttachMode::TpBtf => "btf_",
+            AttachMode::RawTp => "raw_",
+            AttachMode::Tracepoint => "tp_",
+        }
+    }
+}
+
+/// The state of one program (or one attach point of it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgramStatus {
+    /// What it observes, e.g. `sched_switch`, `sys_enter_read`.
+    pub name: String,
+    /// How it is (or was to be) attached, e.g. `tp_btf`, `tracepoint`, `uprobe`.
+    pub attach: String,
+    /// `attached`, `fallback` (a better mode was refused; `detail` says why) or `failed`.
+    pub state: String,
+    pub detail: Option<String>,
+}
+
+/// Which kind of library call a uprobe counts (the BPF side's `enum call_kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallKind {
+    Launch = 1,
+    Sync = 2,
+    Nccl = 3,
+}
+
+/// The library entry points probed, by the library file they live in.
+pub const CUDA_DRIVER_CALLS: [(&str, CallKind); 5] = [
+    ("cuLaunchKernel", CallKind::Launch),
+    ("cuLaunchKernel_ptsz", CallKind::Launch),
+    ("cuStreamSynchronize", CallKind::Sync),
+    ("cuCtxSynchronize", CallKind::Sync),
+    ("cuEventSynchronize", CallKind::Sync),
+];
+pub const CUDA_RUNTIME_CALLS: [(&str, CallKind); 3] = [
+    ("cudaDeviceSynchronize", CallKind::Sync),
+    ("cudaStreamSynchronize", CallKind::Sync),
+    ("cudaEventSynchronize", CallKind::Sync),
+];
+pub const NCCL_CALLS: [(&str, CallKind); 5] = [
+    ("ncclAllReduce", CallKind::Nccl),
+    ("ncclAllGather", CallKind::Nccl),
+    ("ncclReduceScatter", CallKind::Nccl),
+    ("ncclBroadcast", CallKind::Nccl),
+    ("ncclGroupEnd", CallKind::Nccl),
+];
+
+/// The calls to probe in a library, from its file name; empty for other libraries.
+pub fn calls_of_library(path: &Path) -> &'static [(&'static str, CallKind)] {
+    let file = path.file_name().and_then(|f| f.to_str()).unwrap_or("");
+    if file.starts_with("libcuda.so") {
+        &CUDA_DRIVER_CALLS
+    } else if file.starts_with("libcudart.so") {
+        &CUDA_RUNTIME_CALLS
+    } else if file.starts_with("libnccl.so") {
+        &NCCL_CALLS
+    } else {
+        &[]
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -49,20 +191,221 @@ fn failed(stage: &'static str) -> impl Fn(libbpf_rs::Error) -> ProbeError {
     }
 }
 
-/// The loaded, attached scheduling probe; detached when dropped.
+/// The scheduling and lifecycle programs of one attach mode: (tracepoint, program suffix).
+const SCHED_POINTS: [(&str, &str); 6] = [
+    ("sched_wakeup", "wakeup"),
+    ("sched_wakeup_new", "wakeup_new"),
+    ("sched_switch", "switch"),
+    ("sched_process_fork", "fork"),
+    ("sched_process_exec", "exec"),
+    ("sched_process_exit", "exit"),
+];
+
+/// Syscall tracepoints of tracked processes: (tracepoint, program).
+const SYSCALL_POINTS: [(&str, &str); 16] = [
+    ("sys_enter_futex", "sys_enter_futex"),
+    ("sys_enter_read", "sys_enter_read"),
+    ("sys_enter_pread64", "sys_enter_read"),
+    ("sys_enter_readv", "sys_enter_read"),
+    ("sys_enter_preadv", "sys_enter_read"),
+    ("sys_enter_recvfrom", "sys_enter_read"),
+    ("sys_enter_recvmsg", "sys_enter_read"),
+    ("sys_enter_ioctl", "sys_enter_ioctl"),
+    ("sys_exit_futex", "sys_exit_any"),
+    ("sys_exit_read", "sys_exit_any"),
+    ("sys_exit_pread64", "sys_exit_any"),
+    ("sys_exit_readv", "sys_exit_any"),
+    ("sys_exit_preadv", "sys_exit_any"),
+    ("sys_exit_recvfrom", "sys_exit_any"),
+    ("sys_exit_recvmsg", "sys_exit_any"),
+    ("sys_exit_ioctl", "sys_exit_any"),
+];
+
+/// Events kept between two [`SchedProbe::drain_events`] calls; beyond it they are counted lost.
+const MAX_QUEUED_EVENTS: usize = 1 << 18;
+
+#[derive(Default)]
+struct EventQueue {
+    events: Vec<Event>,
+    overflow: u64,
+}
+
+/// Losses: what could not be recorded (cumulative).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Lost {
+    pub events: u64,
+    pub runq_samples: u64,
+    pub threads: u64,
+    pub ml_threads: u64,
+}
+
+/// The loaded, attached probe; everything is detached when it is dropped.
 pub struct SchedProbe {
     skel: skel::SchedSkel<'static>,
+    mode: AttachMode,
+    links: Vec<Link>,
+    programs: Vec<ProgramStatus>,
+    rings: RingBuffer<'static>,
+    queue: Arc<Mutex<EventQueue>>,
+    /// Uprobe links per process, with the libraries they are on.
+    uprobes: HashMap<u32, Vec<(PathBuf, Vec<Link>)>>,
+}
+
+fn decode_event(bytes: &[u8]) -> Option<Event> {
+    if bytes.len() < std::mem::size_of::<RawEvent>() {
+        return None;
+    }
+    // SAFETY: records on both ring buffers are `struct event`, whose Rust twin the skeleton
+    // generated from the same BTF; the length was checked and the read is unaligned-safe.
+    let raw: RawEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    let kind = match raw.kind {
+        1 => EventKind::Fork { parent_tgid: raw.parent_tgid, inherited: raw.value != 0 },
+        2 => EventKind::Exec,
+        3 => EventKind::Exit,
+        4 => EventKind::RunqWait { ns: raw.value },
+        _ => return None,
+    };
+    let comm: Vec<u8> = raw.comm.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    Some(Event { kind, tid: raw.tid, tgid: raw.tgid, at_ns: raw.at_ns, comm: String::from_utf8_lossy(&comm).into() })
+}
+
+/// Where libbpf finds tracepoint ids; mounted if missing (root only), since the classic and
+/// syscall tracepoints need it.
+fn ensure_tracefs() {
+    let mounted = |p: &str| Path::new(p).join("events").is_dir();
+    if mounted("/sys/kernel/tracing") || mounted("/sys/kernel/debug/tracing") {
+        return;
+    }
+    let _ = std::process::Command::new("mount")
+        .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
+        .stderr(std::process::Stdio::null())
+        .status();
 }
 
 impl SchedProbe {
+    /// Loads and attaches in the best mode the kernel accepts.
     pub fn load() -> Result<SchedProbe, ProbeError> {
-        // The skeleton borrows its object storage for as long as it lives; the probe lives
-        // for the daemon's run, so the few bytes are leaked deliberately.
+        Self::load_with(&AttachMode::ALL)
+    }
+
+    /// Loads and attaches, trying the given modes in order (tests force a fallback mode).
+    pub fn load_with(modes: &[AttachMode]) -> Result<SchedProbe, ProbeError> {
+        ensure_tracefs();
+        let mut refused: Vec<(AttachMode, String)> = Vec::new();
+        let mut last = None;
+        for &mode in modes {
+            match Self::try_mode(mode, &refused) {
+                Ok(probe) => return Ok(probe),
+                Err(e @ ProbeError::PermissionDenied(_)) => return Err(e),
+                Err(e) => {
+                    refused.push((mode, e.to_string()));
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or(ProbeError::Failed { stage: "loaded", detail: "no attach mode was tried".into() }))
+    }
+
+    fn try_mode(mode: AttachMode, refused: &[(AttachMode, String)]) -> Result<SchedProbe, ProbeError> {
+        // The skeleton borrows its object storage for as long as it lives; a probe lives for
+        // the daemon's run, so the few bytes are leaked deliberately (once per attempt).
         let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-        let open = skel::SchedSkelBuilder::default().open(storage).map_err(failed("opened"))?;
-        let mut skel = open.load().map_err(failed("loaded"))?;
-        skel.attach().map_err(failed("attached"))?;
-        Ok(SchedProbe { skel })
+        let mut open = skel::SchedSkelBuilder::default().open(storage).map_err(failed("opened"))?;
+        let prefixes = ["btf_", "raw_", "tp_"];
+        for mut prog in open.open_object_mut().progs_mut() {
+            let name = prog.name().to_string_lossy().into_owned();
+            let other_mode = prefixes.iter().any(|p| name.starts_with(p)) && !name.starts_with(mode.prefix());
+            prog.set_autoload(!other_mode);
+        }
+        let skel = open.load().map_err(failed("loaded"))?;
+
+        let mut links = Vec::new();
+        let mut programs = Vec::new();
+        let find = |name: &str| skel.object().progs_mut().find(|p| p.name().to_str() == Some(name));
+        for (point, suffix) in SCHED_POINTS {
+            let name = format!("{}{suffix}", mode.prefix());
+            let prog = find(&name).ok_or_else(|| ProbeError::Failed { stage: "found", detail: name.clone() })?;
+            let link = match mode {
+                AttachMode::Tracepoint => prog.attach_tracepoint(TracepointCategory::Sched, point),
+                _ => prog.attach(),
+            };
+            links.push(link.map_err(failed("attached"))?);
+            let better: Vec<String> = refused.iter().map(|(m, why)| format!("{}: {why}", m.as_str())).collect();
+            programs.push(ProgramStatus {
+                name: point.into(),
+                attach: mode.as_str().into(),
+                state: if refused.is_empty() { "attached" } else { "fallback" }.into(),
+                detail: (!better.is_empty()).then(|| better.join("; ")),
+            });
+        }
+        // Syscall accounting is worth having but not worth failing for.
+        for (point, prog_name) in SYSCALL_POINTS {
+            let attached = find(prog_name)
+                .ok_or_else(|| format!("program {prog_name} missing"))
+                .and_then(|p| p.attach_tracepoint(TracepointCategory::Syscalls, point).map_err(|e| format!("{e:#}")));
+            let (state, detail) = match attached {
+                Ok(link) => {
+                    links.push(link);
+                    ("attached", None)
+                }
+                Err(why) => ("failed", Some(why)),
+            };
+            programs.push(ProgramStatus {
+                name: point.into(),
+                attach: "tracepoint".into(),
+                state: state.into(),
+                detail,
+            });
+        }
+
+        let queue = Arc::new(Mutex::new(EventQueue::default()));
+        let mut builder = RingBufferBuilder::new();
+        for map in [&skel.maps.events, &skel.maps.runq_events] {
+            let queue = queue.clone();
+            builder
+                .add(map, move |bytes: &[u8]| {
+                    if let (Some(event), Ok(mut q)) = (decode_event(bytes), queue.lock()) {
+                        if q.events.len() < MAX_QUEUED_EVENTS {
+                            q.events.push(event);
+                        } else {
+                            q.overflow += 1;
+                        }
+                    }
+                    0
+                })
+                .map_err(failed("attached"))?;
+        }
+        let rings = builder.build().map_err(failed("attached"))?;
+        Ok(SchedProbe { skel, mode, links, programs, rings, queue, uprobes: HashMap::new() })
+    }
+
+    /// The mode the scheduling programs are attached in.
+    pub fn mode(&self) -> AttachMode {
+        self.mode
+    }
+
+    /// Every program and attach point with its state, uprobes included (one line per process
+    /// and library).
+    pub fn programs(&self) -> Vec<ProgramStatus> {
+        let mut all = self.programs.clone();
+        let mut pids: Vec<_> = self.uprobes.keys().copied().collect();
+        pids.sort_unstable();
+        for pid in pids {
+            for (library, links) in &self.uprobes[&pid] {
+                all.push(ProgramStatus {
+                    name: format!("{} (pid {pid})", library.file_name().unwrap_or_default().to_string_lossy()),
+                    attach: "uprobe".into(),
+                    state: "attached".into(),
+                    detail: Some(format!("{} probes", links.len())),
+                });
+            }
+        }
+        all
+    }
+
+    /// How many links are attached (sched, syscall and uprobes).
+    pub fn link_count(&self) -> usize {
+        self.links.len() + self.uprobes.values().flatten().map(|(_, l)| l.len()).sum::<usize>()
     }
 
     fn decode(tid: u32, bytes: &[u8]) -> Option<ThreadStats> {
@@ -79,6 +422,7 @@ impl SchedProbe {
             runq_wait_ns: raw.runq_wait_ns,
             voluntary: raw.voluntary,
             involuntary: raw.involuntary,
+            iowait_ns: raw.iowait_ns,
         })
     }
 
@@ -98,5 +442,173 @@ impl SchedProbe {
                 Self::decode(tid, &bytes)
             })
             .collect()
+    }
+
+    /// How many threads the probe holds counters for (cheaper than [`SchedProbe::threads`]).
+    pub fn thread_count(&self) -> usize {
+        self.skel.maps.threads.keys().count()
+    }
+
+    /// One tracked thread's call and syscall counters, if it made any.
+    pub fn ml_thread(&self, tid: u32) -> Option<MlThreadStats> {
+        let bytes = self.skel.maps.ml_threads.lookup(&tid.to_ne_bytes(), MapFlags::ANY).ok()??;
+        if bytes.len() < std::mem::size_of::<RawMlThreadStats>() {
+            return None;
+        }
+        // SAFETY: as in `decode`, for `struct ml_thread_stats`.
+        let raw: RawMlThreadStats = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        Some(MlThreadStats {
+            tid,
+            tgid: raw.tgid,
+            futex_wait_ns: raw.futex_wait_ns,
+            futex_waits: raw.futex_waits,
+            read_ns: raw.read_ns,
+            reads: raw.reads,
+            read_bytes: raw.read_bytes,
+            nv_ioctl_ns: raw.nv_ioctl_ns,
+            nv_ioctls: raw.nv_ioctls,
+            launches: raw.launches,
+            sync_ns: raw.sync_ns,
+            syncs: raw.syncs,
+            nccl_ns: raw.nccl_ns,
+            nccl_calls: raw.nccl_calls,
+        })
+    }
+
+    /// Thread ids with call/syscall counters.
+    pub fn ml_thread_ids(&self) -> Vec<u32> {
+        self.skel
+            .maps
+            .ml_threads
+            .keys()
+            .filter_map(|k| Some(u32::from_ne_bytes(k.as_slice().try_into().ok()?)))
+            .collect()
+    }
+
+    /// Marks a process as tracked, as part of the ML job led by `job` (its own pid for a
+    /// job's main process). Its future children are tracked from birth by the BPF side.
+    pub fn track(&self, tgid: u32, job: u32) -> Result<(), ProbeError> {
+        self.skel.maps.tracked.update(&tgid.to_ne_bytes(), &job.to_ne_bytes(), MapFlags::ANY).map_err(failed("updated"))
+    }
+
+    pub fn untrack(&self, tgid: u32) {
+        let _ = self.skel.maps.tracked.delete(&tgid.to_ne_bytes());
+    }
+
+    /// Tracked processes: (tgid, job).
+    pub fn tracked(&self) -> Vec<(u32, u32)> {
+        let map = &self.skel.maps.tracked;
+        map.keys()
+            .filter_map(|key| {
+                let value = map.lookup(&key, MapFlags::ANY).ok()??;
+                Some((
+                    u32::from_ne_bytes(key.as_slice().try_into().ok()?),
+                    u32::from_ne_bytes(value.as_slice().try_into().ok()?),
+                ))
+            })
+            .collect()
+    }
+
+    /// Everything on the ring buffers since the last call, oldest first per buffer.
+    pub fn drain_events(&mut self) -> Vec<Event> {
+        let _ = self.rings.consume();
+        match self.queue.lock() {
+            Ok(mut q) => std::mem::take(&mut q.events),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// What could not be recorded so far.
+    pub fn lost(&self) -> Lost {
+        let mut sums = [0u64; 4];
+        for (kind, sum) in sums.iter_mut().enumerate() {
+            let key = (kind as u32).to_ne_bytes();
+            if let Ok(Some(per_cpu)) = self.skel.maps.lost.lookup_percpu(&key, MapFlags::ANY) {
+                *sum = per_cpu.iter().filter_map(|v| Some(u64::from_ne_bytes(v.as_slice().try_into().ok()?))).sum();
+            }
+        }
+        let overflow = self.queue.lock().map(|q| q.overflow).unwrap_or(0);
+        Lost { events: sums[0] + overflow, runq_samples: sums[1], threads: sums[2], ml_threads: sums[3] }
+    }
+
+    /// Attaches the CUDA/NCCL call probes to `library` (a path as `/proc/<pid>/maps` shows it)
+    /// for process `pid` only. Returns how many entry points were found; a library already
+    /// probed for that process is left as it is.
+    pub fn attach_library(&mut self, pid: u32, library: &Path) -> Result<usize, String> {
+        let calls = calls_of_library(library);
+        if calls.is_empty() {
+            return Err(format!("{} is not a CUDA or NCCL library", library.display()));
+        }
+        if self.uprobes.get(&pid).is_some_and(|libs| libs.iter().any(|(l, _)| l == library)) {
+            return Ok(0);
+        }
+        // The process's own view of the file: it may live in another mount namespace.
+        let path = PathBuf::from(format!("/proc/{pid}/root")).join(library.strip_prefix("/").unwrap_or(library));
+        let entry = self.skel.object().progs_mut().find(|p| p.name().to_str() == Some("on_call"));
+        let exit = self.skel.object().progs_mut().find(|p| p.name().to_str() == Some("on_call_return"));
+        let (Some(entry), Some(exit)) = (entry, exit) else { return Err("uprobe programs missing".into()) };
+        let mut links = Vec::new();
+        let mut errors = Vec::new();
+        for (function, kind) in calls {
+            let opts = |retprobe| UprobeOpts {
+                cookie: *kind as u64,
+                retprobe,
+                func_name: Some(function.to_string()),
+                ..UprobeOpts::default()
+            };
+            match entry.attach_uprobe_with_opts(pid as i32, &path, 0, opts(false)) {
+                Ok(link) => links.push(link),
+                Err(e) => {
+                    errors.push(format!("{function}: {e}"));
+                    continue;
+                }
+            }
+            if *kind != CallKind::Launch {
+                match exit.attach_uprobe_with_opts(pid as i32, &path, 0, opts(true)) {
+                    Ok(link) => links.push(link),
+                    Err(e) => errors.push(format!("{function} (return): {e}")),
+                }
+            }
+        }
+        if links.is_empty() {
+            return Err(format!("no probe attached to {}: {}", library.display(), errors.join("; ")));
+        }
+        let found = calls.len() - errors.len().min(calls.len());
+        self.uprobes.entry(pid).or_default().push((library.to_path_buf(), links));
+        Ok(found)
+    }
+
+    /// Libraries probed in a process.
+    pub fn probed_libraries(&self, pid: u32) -> Vec<PathBuf> {
+        self.uprobes.get(&pid).map(|libs| libs.iter().map(|(l, _)| l.clone()).collect()).unwrap_or_default()
+    }
+
+    /// Drops a process's uprobes (when it has exited).
+    pub fn detach_process(&mut self, pid: u32) {
+        self.uprobes.remove(&pid);
+    }
+
+    /// Processes with uprobes attached.
+    pub fn probed_processes(&self) -> Vec<u32> {
+        self.uprobes.keys().copied().collect()
+    }
+
+    /// Deletes entries of threads that no longer exist (a safety net: the exit program deletes
+    /// them, but the classic tracepoint mode cannot tell an exiting thread from a live one).
+    /// Returns how many were removed.
+    pub fn sweep(&self, alive: impl Fn(u32) -> bool) -> usize {
+        let mut removed = 0;
+        for map in [&self.skel.maps.threads, &self.skel.maps.ml_threads] {
+            let dead: Vec<Vec<u8>> = map
+                .keys()
+                .filter(|k| k.as_slice().try_into().map(u32::from_ne_bytes).is_ok_and(|tid| !alive(tid)))
+                .collect();
+            for key in dead {
+                if map.delete(&key).is_ok() {
+                    removed += 1;
+                }
+            }
+        }
+        removed
     }
 }

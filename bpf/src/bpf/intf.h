@@ -2,7 +2,7 @@
 #ifndef RINGSIDE_INTF_H
 #define RINGSIDE_INTF_H
 
-/* Per-thread scheduling counters, keyed by thread id in the `threads` map. */
+/* Per-thread scheduling counters, keyed by thread id in the `threads` map (every thread). */
 struct thread_stats {
 	__u64 on_cpu_ns;        /* time on a CPU */
 	__u64 runq_wait_ns;     /* time runnable but waiting for a CPU (wake-up or preemption to switch-in) */
@@ -10,8 +10,78 @@ struct thread_stats {
 	__u64 involuntary;      /* switches out while still runnable (preempted) */
 	__u64 last_in_ns;       /* when it last went on a CPU; 0 while off */
 	__u64 runnable_since_ns;/* when it became runnable; 0 while not waiting */
+	__u64 io_since_ns;      /* when it blocked in I/O wait (in_iowait); 0 otherwise */
+	__u64 iowait_ns;        /* time blocked in I/O wait (block I/O) */
 	__u32 tgid;
 	__u32 pad;
+};
+
+/* What a tracked (ML) thread does in system and library calls, keyed by thread id in the
+ * `ml_threads` map; only threads of tracked processes have an entry. */
+struct ml_thread_stats {
+	__u64 futex_wait_ns;    /* time in futex waits (FUTEX_WAIT*, LOCK_PI) */
+	__u64 futex_waits;
+	__u64 read_ns;          /* time in read/pread64/readv/preadv/recvfrom/recvmsg */
+	__u64 reads;
+	__u64 read_bytes;
+	__u64 nv_ioctl_ns;      /* time in ioctl() on NVIDIA device files (/dev/nvidia*) */
+	__u64 nv_ioctls;
+	__u64 launches;         /* cuLaunchKernel calls */
+	__u64 sync_ns;          /* time in the cu*Synchronize / cuda*Synchronize family */
+	__u64 syncs;
+	__u64 nccl_ns;          /* time in NCCL collectives, and in synchronizing on them */
+	__u64 nccl_calls;
+	/* In flight: */
+	__u64 sys_since_ns;     /* entry time of the syscall being accounted; 0 if none */
+	__u64 call_since_ns;    /* entry time of the outermost probed library call */
+	__u32 sys_kind;         /* SYS_KIND_* of the syscall in flight */
+	__u32 call_kind;        /* CALL_* of the outermost library call in flight */
+	__u32 call_depth;       /* nesting (cudaDeviceSynchronize calls cuCtxSynchronize) */
+	__u32 last_enqueue;     /* CALL_LAUNCH or CALL_NCCL: what the GPU queue got last */
+	__u32 tgid;
+	__u32 pad;
+};
+
+enum sys_kind {
+	SYS_KIND_NONE = 0,
+	SYS_KIND_FUTEX = 1,
+	SYS_KIND_READ = 2,
+	SYS_KIND_NV_IOCTL = 3,
+};
+
+/* The attach cookie of each uprobe says which kind of call it is. */
+enum call_kind {
+	CALL_NONE = 0,
+	CALL_LAUNCH = 1,
+	CALL_SYNC = 2,
+	CALL_NCCL = 3,
+};
+
+enum event_kind {
+	EVENT_FORK = 1,  /* a new process (not a thread); `value` = 1 if tracked from birth */
+	EVENT_EXEC = 2,
+	EVENT_EXIT = 3,  /* a process's last thread (its leader) exited */
+	EVENT_RUNQ = 4,  /* a tracked thread went on a CPU after `value` ns in the run queue */
+};
+
+/* One record on the `events` (lifecycle) or `runq_events` ring buffer. */
+struct event {
+	__u32 kind;
+	__u32 tid;
+	__u32 tgid;
+	__u32 parent_tgid;      /* EVENT_FORK: the parent process */
+	__u64 at_ns;            /* CLOCK_MONOTONIC */
+	__u64 value;
+	char comm[16];
+};
+
+/* Counters of what the programs could not record, indexed by `enum lost_kind` (per CPU). */
+enum lost_kind {
+	LOST_EVENTS = 0,        /* lifecycle ring buffer full */
+	LOST_RUNQ = 1,          /* run-queue sample ring buffer full */
+	LOST_THREADS = 2,       /* `threads` map full */
+	LOST_ML_THREADS = 3,    /* `ml_threads` map full */
+	LOST_KINDS = 4,
 };
 
 #endif

@@ -1,7 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
-/* Per-thread scheduling observation: on-CPU time, run-queue wait, voluntary and involuntary
- * switches, kept in a hash map keyed by thread id; an exiting thread's entry is deleted so a
- * reused id never inherits stale counters. */
+/* Ringside's observation programs.
+ *
+ * - Scheduling, every thread: on-CPU time, run-queue wait, voluntary/involuntary switches and
+ *   block-I/O wait, in the `threads` hash keyed by thread id. An exiting thread's entry is
+ *   deleted, so a reused id never inherits stale counters.
+ * - Process lifecycle: fork/exec/exit records on the `events` ring buffer. A process forked by
+ *   a tracked (ML) process is tracked from birth (DataLoader workers are child processes).
+ * - Tracked processes only (user space writes their tgids into `tracked`): time in futex waits,
+ *   reads and bytes read, ioctls on NVIDIA device files (syscall tracepoints); calls and time in
+ *   CUDA launch/synchronize and NCCL collectives (uprobes, attached per process, the attach
+ *   cookie saying which kind of call); run-queue latency samples on `runq_events`.
+ *
+ * The scheduling and lifecycle programs come in three variants, tp_btf, raw_tp and tracepoint;
+ * user space loads the first that the kernel accepts. The bodies are shared and take ids. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -11,10 +22,20 @@
 char LICENSE[] SEC("license") = "GPL";
 
 #define MAX_THREADS 65536
+#define MAX_ML_THREADS 16384
+#define MAX_TRACKED 4096
 /* TASK_RUNNING: a task switched out in this state was preempted. */
 #define TASK_RUNNING_STATE 0
 /* Set early in do_exit(), before sched_process_exit. */
 #define PF_EXITING 0x00000004
+
+/* futex(2) commands that wait. */
+#define FUTEX_CMD_MASK 0x7f
+#define FUTEX_WAIT 0
+#define FUTEX_LOCK_PI 6
+#define FUTEX_WAIT_BITSET 9
+#define FUTEX_WAIT_REQUEUE_PI 11
+#define FUTEX_LOCK_PI2 13
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -23,57 +44,113 @@ struct {
 	__type(value, struct thread_stats);
 } threads SEC(".maps");
 
-/* Makes the skeleton generate the Rust type of the map's values. */
-struct thread_stats thread_stats_layout = {};
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_ML_THREADS);
+	__type(key, __u32);
+	__type(value, struct ml_thread_stats);
+} ml_threads SEC(".maps");
 
-static __always_inline struct thread_stats *stats_of(struct task_struct *task)
+/* tgid -> tgid of the ML process whose job it belongs to (itself, or an ancestor). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_TRACKED);
+	__type(key, __u32);
+	__type(value, __u32);
+} tracked SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 * 1024 * 1024);
+} runq_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LOST_KINDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} lost SEC(".maps");
+
+/* Make the skeleton generate the Rust types of the values that cross. */
+struct thread_stats thread_stats_layout = {};
+struct ml_thread_stats ml_thread_stats_layout = {};
+struct event event_layout = {};
+
+static __always_inline void count_lost(__u32 kind)
 {
-	__u32 tid = BPF_CORE_READ(task, pid);
+	__u64 *n = bpf_map_lookup_elem(&lost, &kind);
+	if (n)
+		*n += 1;
+}
+
+static __always_inline struct thread_stats *stats_of(__u32 tid, __u32 tgid, bool exiting)
+{
 	struct thread_stats *s = bpf_map_lookup_elem(&threads, &tid);
 	if (s)
 		return s;
 	/* An exiting thread can still be woken and scheduled after sched_process_exit deleted its
 	 * entry: never create one for it, or it would outlive the thread. */
-	if (BPF_CORE_READ(task, flags) & PF_EXITING)
+	if (exiting)
 		return 0;
 	struct thread_stats zero = {};
-	zero.tgid = BPF_CORE_READ(task, tgid);
-	bpf_map_update_elem(&threads, &tid, &zero, BPF_NOEXIST);
+	zero.tgid = tgid;
+	if (bpf_map_update_elem(&threads, &tid, &zero, BPF_NOEXIST) && bpf_map_lookup_elem(&threads, &tid) == 0)
+		count_lost(LOST_THREADS);
 	return bpf_map_lookup_elem(&threads, &tid);
 }
 
-static __always_inline void mark_runnable(struct task_struct *task)
+static __always_inline void on_runnable(__u32 tid, __u32 tgid, bool exiting)
 {
-	struct thread_stats *s = stats_of(task);
-	if (s && !s->runnable_since_ns)
-		s->runnable_since_ns = bpf_ktime_get_ns();
+	struct thread_stats *s = stats_of(tid, tgid, exiting);
+	if (!s)
+		return;
+	__u64 now = bpf_ktime_get_ns();
+	if (s->io_since_ns) {
+		s->iowait_ns += now - s->io_since_ns;
+		s->io_since_ns = 0;
+	}
+	if (!s->runnable_since_ns)
+		s->runnable_since_ns = now;
 }
 
-SEC("tp_btf/sched_wakeup")
-int BPF_PROG(on_wakeup, struct task_struct *task)
+static __always_inline void emit_runq(__u32 tid, __u32 tgid, __u64 now, __u64 wait)
 {
-	mark_runnable(task);
-	return 0;
+	if (!bpf_map_lookup_elem(&tracked, &tgid))
+		return;
+	struct event *e = bpf_ringbuf_reserve(&runq_events, sizeof(*e), 0);
+	if (!e) {
+		count_lost(LOST_RUNQ);
+		return;
+	}
+	e->kind = EVENT_RUNQ;
+	e->tid = tid;
+	e->tgid = tgid;
+	e->parent_tgid = 0;
+	e->at_ns = now;
+	e->value = wait;
+	e->comm[0] = 0;
+	bpf_ringbuf_submit(e, 0);
 }
 
-SEC("tp_btf/sched_wakeup_new")
-int BPF_PROG(on_wakeup_new, struct task_struct *task)
-{
-	mark_runnable(task);
-	return 0;
-}
-
-SEC("tp_btf/sched_switch")
-int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
+/* tgid 0 for a side whose process is not known here (tracepoint variant): an existing entry
+ * keeps its own, a new one gets it when the thread next runs as `current`. */
+static __always_inline void on_switch(__u32 prev_tid, __u32 prev_tgid, long prev_state, bool prev_iowait,
+				      __u32 next_tid, __u32 next_tgid, bool next_exiting)
 {
 	__u64 now = bpf_ktime_get_ns();
 	/* Thread 0 is each CPU's idle task: not a thread of anyone's. */
-	__u32 prev_tid = BPF_CORE_READ(prev, pid);
 	if (prev_tid) {
 		/* Look up only: an exiting thread's last switch-out must not re-create the entry
 		 * that sched_process_exit deleted. */
 		struct thread_stats *p = bpf_map_lookup_elem(&threads, &prev_tid);
 		if (p) {
+			if (!p->tgid)
+				p->tgid = prev_tgid;
 			if (p->last_in_ns)
 				p->on_cpu_ns += now - p->last_in_ns;
 			p->last_in_ns = 0;
@@ -83,25 +160,347 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			} else {
 				p->voluntary += 1;
 				p->runnable_since_ns = 0;
+				if (prev_iowait)
+					p->io_since_ns = now;
 			}
 		}
 	}
-	if (BPF_CORE_READ(next, pid)) {
-		struct thread_stats *n = stats_of(next);
+	if (next_tid) {
+		struct thread_stats *n = stats_of(next_tid, next_tgid, next_exiting);
 		if (n) {
-			if (n->runnable_since_ns)
-				n->runq_wait_ns += now - n->runnable_since_ns;
+			if (n->io_since_ns) {
+				n->iowait_ns += now - n->io_since_ns;
+				n->io_since_ns = 0;
+			}
+			if (n->runnable_since_ns) {
+				__u64 wait = now - n->runnable_since_ns;
+				n->runq_wait_ns += wait;
+				if (n->tgid)
+					emit_runq(next_tid, n->tgid, now, wait);
+			}
 			n->runnable_since_ns = 0;
 			n->last_in_ns = now;
 		}
 	}
+}
+
+static __always_inline void emit(__u32 kind, __u32 tid, __u32 tgid, __u32 parent_tgid, __u64 value, const char *comm)
+{
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_lost(LOST_EVENTS);
+		return;
+	}
+	e->kind = kind;
+	e->tid = tid;
+	e->tgid = tgid;
+	e->parent_tgid = parent_tgid;
+	e->at_ns = bpf_ktime_get_ns();
+	e->value = value;
+	bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), comm);
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* child_tgid 0: not known here (tracepoint variant); user space resolves it and tracks it. */
+static __always_inline void on_fork(__u32 parent_tgid, __u32 child_tid, __u32 child_tgid, const char *comm)
+{
+	/* A new thread of an existing process is not a fork of a process. */
+	if (child_tgid && child_tid != child_tgid)
+		return;
+	__u64 inherited = 0;
+	__u32 *root = child_tgid ? bpf_map_lookup_elem(&tracked, &parent_tgid) : 0;
+	if (root) {
+		__u32 job = *root;
+		bpf_map_update_elem(&tracked, &child_tgid, &job, BPF_ANY);
+		inherited = 1;
+	}
+	emit(EVENT_FORK, child_tid, child_tgid, parent_tgid, inherited, comm);
+}
+
+static __always_inline void on_exit(__u32 tid, __u32 tgid, const char *comm)
+{
+	bpf_map_delete_elem(&threads, &tid);
+	bpf_map_delete_elem(&ml_threads, &tid);
+	if (tid == tgid) {
+		bpf_map_delete_elem(&tracked, &tgid);
+		emit(EVENT_EXIT, tid, tgid, 0, 0, comm);
+	}
+}
+
+/* ---- tp_btf and raw_tp: task pointers, read with CO-RE ---- */
+
+#define TASK_TID(t) ((__u32)BPF_CORE_READ(t, pid))
+#define TASK_TGID(t) ((__u32)BPF_CORE_READ(t, tgid))
+#define TASK_EXITING(t) ((BPF_CORE_READ(t, flags) & PF_EXITING) != 0)
+
+#define SCHED_PROGRAMS(kind, prefix)                                                               \
+	SEC(kind "/sched_wakeup")                                                                  \
+	int BPF_PROG(prefix##_wakeup, struct task_struct *task)                                    \
+	{                                                                                          \
+		on_runnable(TASK_TID(task), TASK_TGID(task), TASK_EXITING(task));                  \
+		return 0;                                                                          \
+	}                                                                                          \
+	SEC(kind "/sched_wakeup_new")                                                              \
+	int BPF_PROG(prefix##_wakeup_new, struct task_struct *task)                                \
+	{                                                                                          \
+		on_runnable(TASK_TID(task), TASK_TGID(task), TASK_EXITING(task));                  \
+		return 0;                                                                          \
+	}                                                                                          \
+	SEC(kind "/sched_switch")                                                                  \
+	int BPF_PROG(prefix##_switch, bool preempt, struct task_struct *prev, struct task_struct *next, \
+		     unsigned int prev_state)                                                      \
+	{                                                                                          \
+		bool iowait = BPF_CORE_READ_BITFIELD_PROBED(prev, in_iowait);                      \
+		on_switch(TASK_TID(prev), TASK_TGID(prev), prev_state, iowait, TASK_TID(next),     \
+			  TASK_TGID(next), TASK_EXITING(next));                                    \
+		return 0;                                                                          \
+	}                                                                                          \
+	SEC(kind "/sched_process_fork")                                                            \
+	int BPF_PROG(prefix##_fork, struct task_struct *parent, struct task_struct *child)         \
+	{                                                                                          \
+		on_fork(TASK_TGID(parent), TASK_TID(child), TASK_TGID(child), child->comm);        \
+		return 0;                                                                          \
+	}                                                                                          \
+	SEC(kind "/sched_process_exec")                                                            \
+	int BPF_PROG(prefix##_exec, struct task_struct *task)                                      \
+	{                                                                                          \
+		emit(EVENT_EXEC, TASK_TID(task), TASK_TGID(task), 0, 0, task->comm);               \
+		return 0;                                                                          \
+	}                                                                                          \
+	SEC(kind "/sched_process_exit")                                                            \
+	int BPF_PROG(prefix##_exit, struct task_struct *task)                                      \
+	{                                                                                          \
+		on_exit(TASK_TID(task), TASK_TGID(task), task->comm);                              \
+		return 0;                                                                          \
+	}
+
+SCHED_PROGRAMS("tp_btf", btf)
+SCHED_PROGRAMS("raw_tp", raw)
+
+/* ---- tracepoint: the trace event records, which carry ids, not task pointers ---- */
+
+static __always_inline __u32 current_tgid(void)
+{
+	return bpf_get_current_pid_tgid() >> 32;
+}
+
+SEC("tracepoint/sched/sched_wakeup")
+int tp_wakeup(struct trace_event_raw_sched_wakeup_template *ctx)
+{
+	on_runnable(ctx->pid, 0, false);
 	return 0;
 }
 
-SEC("tp_btf/sched_process_exit")
-int BPF_PROG(on_exit, struct task_struct *task)
+SEC("tracepoint/sched/sched_wakeup_new")
+int tp_wakeup_new(struct trace_event_raw_sched_wakeup_template *ctx)
 {
-	__u32 tid = BPF_CORE_READ(task, pid);
-	bpf_map_delete_elem(&threads, &tid);
+	on_runnable(ctx->pid, 0, false);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_switch")
+int tp_switch(struct trace_event_raw_sched_switch *ctx)
+{
+	/* `current` is still the previous task here. */
+	struct task_struct *prev = (struct task_struct *)bpf_get_current_task();
+	bool iowait = BPF_CORE_READ_BITFIELD_PROBED(prev, in_iowait);
+	on_switch(ctx->prev_pid, current_tgid(), ctx->prev_state, iowait, ctx->next_pid, 0, false);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_process_fork")
+int tp_fork(struct trace_event_raw_sched_process_fork *ctx)
+{
+	/* The record does not say whether the child is a new thread or a new process, nor its
+	 * tgid: user space reads it from /proc and drops threads. */
+	char comm[16];
+	bpf_get_current_comm(comm, sizeof(comm));
+	on_fork(current_tgid(), ctx->child_pid, 0, comm);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_process_exec")
+int tp_exec(struct trace_event_raw_sched_process_exec *ctx)
+{
+	char comm[16];
+	bpf_get_current_comm(comm, sizeof(comm));
+	__u64 id = bpf_get_current_pid_tgid();
+	emit(EVENT_EXEC, (__u32)id, id >> 32, 0, 0, comm);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_process_exit")
+int tp_exit(void *ctx)
+{
+	char comm[16];
+	bpf_get_current_comm(comm, sizeof(comm));
+	__u64 id = bpf_get_current_pid_tgid();
+	on_exit((__u32)id, id >> 32, comm);
+	return 0;
+}
+
+/* ---- tracked processes: syscalls ---- */
+
+static __always_inline struct ml_thread_stats *ml_current(void)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (!bpf_map_lookup_elem(&tracked, &tgid))
+		return 0;
+	struct ml_thread_stats *s = bpf_map_lookup_elem(&ml_threads, &tid);
+	if (s)
+		return s;
+	struct ml_thread_stats zero = {};
+	zero.tgid = tgid;
+	bpf_map_update_elem(&ml_threads, &tid, &zero, BPF_NOEXIST);
+	s = bpf_map_lookup_elem(&ml_threads, &tid);
+	if (!s)
+		count_lost(LOST_ML_THREADS);
+	return s;
+}
+
+static __always_inline void sys_begin(__u32 kind)
+{
+	struct ml_thread_stats *s = ml_current();
+	if (s) {
+		s->sys_kind = kind;
+		s->sys_since_ns = bpf_ktime_get_ns();
+	}
+}
+
+SEC("tracepoint/syscalls/sys_enter_futex")
+int sys_enter_futex(struct trace_event_raw_sys_enter *ctx)
+{
+	__u32 cmd = ctx->args[1] & FUTEX_CMD_MASK;
+	if (cmd == FUTEX_WAIT || cmd == FUTEX_WAIT_BITSET || cmd == FUTEX_LOCK_PI || cmd == FUTEX_LOCK_PI2 ||
+	    cmd == FUTEX_WAIT_REQUEUE_PI)
+		sys_begin(SYS_KIND_FUTEX);
+	return 0;
+}
+
+/* Attached to sys_enter_{read,pread64,readv,preadv,recvfrom,recvmsg}. */
+SEC("tracepoint/syscalls/sys_enter_read")
+int sys_enter_read(void *ctx)
+{
+	sys_begin(SYS_KIND_READ);
+	return 0;
+}
+
+/* Is `fd` of the current process an NVIDIA device file (/dev/nvidia0, nvidiactl, nvidia-uvm)? */
+static __always_inline bool is_nvidia_fd(__u64 fd)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+		return false;
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct file *file = 0;
+	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]) || !file)
+		return false;
+	struct inode *inode = BPF_CORE_READ(file, f_inode);
+	umode_t mode = BPF_CORE_READ(inode, i_mode);
+	if ((mode & 00170000) != 0020000) /* S_IFCHR */
+		return false;
+	const unsigned char *name = BPF_CORE_READ(file, f_path.dentry, d_name.name);
+	char prefix[7] = {};
+	if (bpf_probe_read_kernel(prefix, 6, name))
+		return false;
+	return prefix[0] == 'n' && prefix[1] == 'v' && prefix[2] == 'i' && prefix[3] == 'd' && prefix[4] == 'i' &&
+	       prefix[5] == 'a';
+}
+
+SEC("tracepoint/syscalls/sys_enter_ioctl")
+int sys_enter_ioctl(struct trace_event_raw_sys_enter *ctx)
+{
+	__u32 tgid = current_tgid();
+	if (!bpf_map_lookup_elem(&tracked, &tgid))
+		return 0;
+	if (is_nvidia_fd(ctx->args[0]))
+		sys_begin(SYS_KIND_NV_IOCTL);
+	return 0;
+}
+
+/* Attached to the sys_exit_* of every syscall above. */
+SEC("tracepoint/syscalls/sys_exit_futex")
+int sys_exit_any(struct trace_event_raw_sys_exit *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	struct ml_thread_stats *s = bpf_map_lookup_elem(&ml_threads, &tid);
+	if (!s || !s->sys_since_ns)
+		return 0;
+	__u64 spent = bpf_ktime_get_ns() - s->sys_since_ns;
+	switch (s->sys_kind) {
+	case SYS_KIND_FUTEX:
+		s->futex_wait_ns += spent;
+		s->futex_waits += 1;
+		break;
+	case SYS_KIND_READ:
+		s->read_ns += spent;
+		s->reads += 1;
+		if (ctx->ret > 0)
+			s->read_bytes += ctx->ret;
+		break;
+	case SYS_KIND_NV_IOCTL:
+		s->nv_ioctl_ns += spent;
+		s->nv_ioctls += 1;
+		break;
+	}
+	s->sys_since_ns = 0;
+	s->sys_kind = SYS_KIND_NONE;
+	return 0;
+}
+
+/* ---- tracked processes: CUDA and NCCL calls (uprobes; the cookie is the call kind) ---- */
+
+SEC("uprobe")
+int BPF_UPROBE(on_call)
+{
+	struct ml_thread_stats *s = ml_current();
+	if (!s)
+		return 0;
+	__u32 kind = bpf_get_attach_cookie(ctx);
+	bool inside_nccl = s->call_depth && s->call_kind == CALL_NCCL;
+	if (kind == CALL_LAUNCH) {
+		/* A collective launches its own kernels: those are part of the collective. */
+		if (!inside_nccl) {
+			s->launches += 1;
+			s->last_enqueue = CALL_LAUNCH;
+		}
+		return 0;
+	}
+	if (kind == CALL_NCCL && !inside_nccl) {
+		s->nccl_calls += 1;
+		s->last_enqueue = CALL_NCCL;
+	}
+	if (s->call_depth == 0) {
+		s->call_since_ns = bpf_ktime_get_ns();
+		s->call_kind = kind;
+	}
+	if (s->call_depth < 64)
+		s->call_depth += 1;
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_URETPROBE(on_call_return)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct ml_thread_stats *s = bpf_map_lookup_elem(&ml_threads, &tid);
+	if (!s || !s->call_depth)
+		return 0;
+	s->call_depth -= 1;
+	if (s->call_depth || !s->call_since_ns)
+		return 0;
+	__u64 spent = bpf_ktime_get_ns() - s->call_since_ns;
+	/* Waiting for the GPU after enqueueing a collective is waiting for the collective. */
+	if (s->call_kind == CALL_NCCL || (s->call_kind == CALL_SYNC && s->last_enqueue == CALL_NCCL)) {
+		s->nccl_ns += spent;
+	} else if (s->call_kind == CALL_SYNC) {
+		s->sync_ns += spent;
+		s->syncs += 1;
+	}
+	s->call_since_ns = 0;
+	s->call_kind = CALL_NONE;
 	return 0;
 }
