@@ -297,6 +297,11 @@ impl Config {
             value: format!("{} entries", kernels.len()),
             why,
         })?;
+        file.scheduler.check().map_err(|why| ConfigError::Invalid {
+            key: "scheduler",
+            value: "[scheduler]".into(),
+            why,
+        })?;
         let rules = rules::compile(file.rules, &file_text)
             .map_err(|message| ConfigError::Parse { path: file_path.clone(), message })?;
         let data_dir = cli.data_dir.clone().or(file.data_dir).unwrap_or_else(default_data_dir);

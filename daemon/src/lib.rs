@@ -115,7 +115,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut sources: Vec<Box<dyn pipeline::MetricsSource>> = vec![Box::new(host::HostSource::new(paths))];
     if config.scheduler.enabled {
         let (numa, cpus) = (state.node().numa_nodes, state.node().cpus);
-        sources.push(Box::new(sched::source::SchedulerSource::start(config.scheduler.ml_patterns.clone(), numa, cpus)));
+        sources.push(Box::new(sched::source::SchedulerSource::start(&config.scheduler, numa, cpus)));
     }
     for kernel in &config.kernels {
         let source = kernels::KernelSource::launch(kernel.clone())

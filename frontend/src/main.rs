@@ -5,6 +5,7 @@ mod alerts;
 mod chart;
 mod connection;
 mod kernels;
+mod scheduler;
 mod store;
 mod views;
 

@@ -48,6 +48,7 @@ pub fn App() -> impl IntoView {
         <main>
             <HostPanel />
             <crate::alerts::AlertsPanel />
+            <crate::scheduler::SchedulerPanel />
             <crate::kernels::KernelsPanel />
             <ComponentsPanel />
         </main>

@@ -253,6 +253,134 @@ pub struct SchedulerTelemetry {
     pub phase_time_pct: PhaseValues<f64>,
     pub numa_nodes: u32,
     pub total_cpus: u32,
+    /// `observe` (decide and record), `enforce` (decide and apply).
+    #[serde(default)]
+    pub mode: String,
+    /// Length of the phase detector's window.
+    #[serde(default)]
+    pub window_ms: u64,
+    /// How the scheduling programs are attached: `tp_btf`, `raw_tp` or `tracepoint`.
+    #[serde(default)]
+    pub attach_mode: Option<String>,
+    /// Every BPF program and attach point, with its state.
+    #[serde(default)]
+    pub programs: Vec<ProbeProgram>,
+    /// ML processes: the jobs' main processes and their workers.
+    #[serde(default)]
+    pub processes: Vec<MlProcessInfo>,
+    /// Threads of ML processes, busiest first (at most [`SchedulerTelemetry::MAX_TASKS`]).
+    #[serde(default)]
+    pub tasks: Vec<MlTaskInfo>,
+    /// Recent decisions, newest first (at most [`SchedulerTelemetry::MAX_DECISIONS`]).
+    #[serde(default)]
+    pub decisions: Vec<Decision>,
+    /// What the probe could not record (cumulative).
+    #[serde(default)]
+    pub lost: ProbeLosses,
+}
+
+impl SchedulerTelemetry {
+    pub const MAX_TASKS: usize = 100;
+    pub const MAX_DECISIONS: usize = 50;
+}
+
+/// One BPF program or attach point.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ProbeProgram {
+    /// What it observes, e.g. `sched_switch`, `sys_enter_read`, `libcuda.so.1 (pid 42)`.
+    pub name: String,
+    /// `tp_btf`, `raw_tp`, `tracepoint` or `uprobe`.
+    pub attach: String,
+    /// `attached`, `fallback` (a better attach mode was refused, `detail` says why) or `failed`.
+    pub state: String,
+    pub detail: Option<String>,
+}
+
+/// Counts of what the BPF side could not record.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ProbeLosses {
+    pub events: u64,
+    pub runq_samples: u64,
+    pub threads: u64,
+    pub ml_threads: u64,
+}
+
+/// A stretch of time one process spent in one phase.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PhaseSpan {
+    pub phase: Phase,
+    pub start_ms: UnixMillis,
+    pub end_ms: UnixMillis,
+}
+
+/// An ML process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MlProcessInfo {
+    pub pid: u32,
+    /// The job's main process (its own pid for a main process).
+    pub job: u32,
+    pub comm: String,
+    /// `main` (uses the GPU itself) or `worker` (a descendant that does not, e.g. a DataLoader
+    /// worker).
+    pub role: String,
+    /// Why it counts as ML: `maps libcuda.so.1`, `opens /dev/nvidia0`, `command line matches
+    /// "train"`, `child of 1234`.
+    pub reason: String,
+    pub phase: Phase,
+    pub phase_since_ms: UnixMillis,
+    pub threads: u32,
+    /// GPU minor numbers it holds open (`/dev/nvidiaN`).
+    pub gpus: Vec<u32>,
+    /// The NUMA node of its GPU, where known.
+    pub numa_node: Option<u32>,
+    /// Libraries whose CUDA/NCCL entry points are probed in it.
+    pub probed_libraries: Vec<String>,
+    /// Time per phase since it was first seen, up to the end of the latest window.
+    pub phase_ms: PhaseValues<u64>,
+    /// Recent phase history, oldest first.
+    pub timeline: Vec<PhaseSpan>,
+}
+
+/// A thread of an ML process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MlTaskInfo {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub phase: Phase,
+    pub phase_ms: PhaseValues<u64>,
+    /// Share of the latest window on a CPU, 0-100.
+    pub on_cpu_pct: f64,
+    /// Run-queue latency percentiles over the thread's recent wake-ups.
+    pub runq_p50_ns: Option<u64>,
+    pub runq_p99_ns: Option<u64>,
+    /// The features of the latest window, as shares of it (0-1): `cpu`, `read`, `iowait`,
+    /// `futex`, `sync`, `nccl`, `ioctl`; and `launches_per_s`.
+    pub features: BTreeMap<String, f64>,
+    pub last_decision: Option<String>,
+}
+
+/// What the scheduler decided for a thread, and whether it was applied.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Decision {
+    pub at_ms: UnixMillis,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub phase: Phase,
+    /// What was (or would be) done, e.g. `nice -5, cpus 0-15 (node 0)`, or `restore`.
+    pub action: String,
+    pub reason: String,
+    /// Applied to the thread (`enforce`), or only recorded (`observe`).
+    pub applied: bool,
+    pub error: Option<String>,
+    /// The decision as a sched_ext backend would carry it out.
+    pub nice: i32,
+    /// CFS/EEVDF weight of that nice value (1024 at nice 0).
+    pub weight: u32,
+    pub slice_us: u32,
+    /// Preferred CPUs, e.g. `0-15`; empty for any.
+    pub cpus: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -33,11 +33,14 @@ async fn as_root_the_scheduler_observes_threads() -> anyhow::Result<()> {
     assert!(scheduler["total_tracked_tasks"].as_u64().unwrap_or(0) > 0, "threads are tracked: {scheduler}");
     assert_eq!(scheduler["total_cpus"], snapshot["node"]["cpus"]);
     let component = scheduler_component(&daemon.get_json("/healthz").await?);
-    assert_eq!(component["status"], "degraded", "{component}");
-    assert!(
-        component["detail"].as_str().unwrap_or_default().contains("phase detection"),
-        "says what is missing: {component}"
-    );
+    assert_eq!(component["status"], "up", "{component}");
+    assert_eq!(scheduler["mode"], "observe");
+    assert_eq!(scheduler["attach_mode"], "tp_btf", "the best attach mode this kernel offers");
+    let programs = scheduler["programs"].as_array().expect("programs listed");
+    for name in ["sched_switch", "sched_wakeup", "sched_process_fork", "sched_process_exit", "sys_enter_read"] {
+        let program = programs.iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("{name} listed"));
+        assert_eq!(program["state"], "attached", "{program}");
+    }
     let metrics = daemon.get("/metrics").await?.text().await?;
     assert!(metrics.contains("zernel_scheduler_tasks{type=\"total\"}"), "{metrics}");
     Ok(())

@@ -1,5 +1,10 @@
-//! The ML-aware scheduler's userspace side: which processes are ML work ([`ml`]). Phase
-//! detection, decisions and enforcement build on it, fed by the `ringside-bpf` probe.
+//! The ML-aware scheduler's user-space side: which processes are ML work ([`ml`]), which phase
+//! each thread is in ([`phase`]), what to do about it ([`policy`]), the thread that does it
+//! every window ([`observer`]) and the metrics source over it ([`source`]). Fed by the
+//! `ringside-bpf` probe.
 
 pub mod ml;
+pub mod observer;
+pub mod phase;
+pub mod policy;
 pub mod source;

@@ -1,17 +1,19 @@
-//! The scheduler as a metrics source: the BPF probe's per-thread counters joined with the ML
-//! process detector.
-//!
-//! What exists so far is observation: tracked threads and ML threads. Phase detection and
-//! decisions do not exist yet, so every ML thread is counted in the `unknown` phase and the
-//! component says so as its degraded reason — rather than show phases it cannot tell apart.
-//! Without BPF privileges the source is down with the reason, and the daemon serves the rest.
+//! The scheduler as a metrics source. At start it loads the BPF probe and hands it to the
+//! [`Observer`] thread, which detects phases every window and decides; each collection tick
+//! reads what the observer published. Without BPF privileges the source is degraded with the
+//! reason, and the daemon serves the rest. When the source is dropped (daemon stop) the
+//! observer restores every thread it changed.
 
-use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use ringside_bpf::SchedProbe;
-use ringside_shared::{PhaseValues, SchedulerTelemetry};
+use ringside_shared::SchedulerTelemetry;
 
-use super::ml::{MlDetector, DEFAULT_LIBRARIES};
+use super::observer::{Observer, ObserverConfig, Published};
+use super::policy::PolicyTable;
 use crate::pipeline::{MetricsSource, Sample, SourceError, SourceStatus};
 
 /// `[scheduler]` in the config.
@@ -22,33 +24,94 @@ pub struct SchedulerConfig {
     pub enabled: bool,
     /// Command-line substrings that mark a process as ML work (besides the libraries it maps).
     pub ml_patterns: Vec<String>,
+    /// `observe` (decide and record) or `enforce` (also apply).
+    pub mode: String,
+    /// The phase detector's window.
+    pub window_ms: u64,
+    /// How often to look for new ML processes and libraries.
+    pub scan_interval_ms: u64,
+    pub policy: PolicyTable,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
-        SchedulerConfig { enabled: true, ml_patterns: Vec::new() }
+        SchedulerConfig {
+            enabled: true,
+            ml_patterns: Vec::new(),
+            mode: "observe".into(),
+            window_ms: 100,
+            scan_interval_ms: 1000,
+            policy: PolicyTable::default(),
+        }
     }
 }
 
-pub const NOT_YET: &str =
-    "observing threads and ML processes; phase detection and decisions are not implemented yet, so ML threads count as `unknown`";
+impl SchedulerConfig {
+    pub fn check(&self) -> Result<(), String> {
+        if !["observe", "enforce"].contains(&self.mode.as_str()) {
+            return Err(format!("[scheduler] mode = {:?} must be \"observe\" or \"enforce\"", self.mode));
+        }
+        if !(20..=10_000).contains(&self.window_ms) {
+            return Err(format!("[scheduler] window_ms = {} must be from 20 to 10000", self.window_ms));
+        }
+        if !(100..=600_000).contains(&self.scan_interval_ms) {
+            return Err(format!("[scheduler] scan_interval_ms = {} must be from 100 to 600000", self.scan_interval_ms));
+        }
+        self.policy.check()
+    }
+}
 
 pub struct SchedulerSource {
-    probe: Result<SchedProbe, String>,
-    detector: MlDetector,
+    running: Result<Running, String>,
     numa_nodes: u32,
     total_cpus: u32,
 }
 
+struct Running {
+    published: Arc<Mutex<Published>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
 impl SchedulerSource {
-    /// Loads the probe; a failure is kept and reported on every tick, not fatal.
-    pub fn start(cmdline_patterns: Vec<String>, numa_nodes: u32, total_cpus: u32) -> SchedulerSource {
-        let probe = SchedProbe::load().map_err(|e| e.to_string());
-        if let Err(why) = &probe {
+    /// Loads the probe and starts the observer; a failure is kept and reported on every tick,
+    /// not fatal.
+    pub fn start(config: &SchedulerConfig, numa_nodes: u32, total_cpus: u32) -> SchedulerSource {
+        let running = SchedProbe::load().map_err(|e| e.to_string()).and_then(|probe| {
+            let observer_config = ObserverConfig {
+                enforce: config.mode == "enforce",
+                window: Duration::from_millis(config.window_ms),
+                scan_interval: Duration::from_millis(config.scan_interval_ms),
+                policy: config.policy.clone(),
+                ml_patterns: config.ml_patterns.clone(),
+                proc_root: PathBuf::from("/proc"),
+                sys_root: PathBuf::from("/sys"),
+            };
+            let published = Arc::new(Mutex::new(Published::default()));
+            let stop = Arc::new(AtomicBool::new(false));
+            let observer = Observer::new(probe, observer_config, published.clone());
+            let thread_stop = stop.clone();
+            let thread = std::thread::Builder::new()
+                .name("sched-observer".into())
+                .spawn(move || observer.run(thread_stop))
+                .map_err(|e| format!("cannot start the observer thread: {e}"))?;
+            Ok(Running { published, stop, thread: Some(thread) })
+        });
+        if let Err(why) = &running {
             tracing::warn!("scheduler unavailable: {why}");
         }
-        let libraries = DEFAULT_LIBRARIES.iter().map(|s| s.to_string()).collect();
-        SchedulerSource { probe, detector: MlDetector::new(libraries, cmdline_patterns), numa_nodes, total_cpus }
+        SchedulerSource { running, numa_nodes, total_cpus }
+    }
+}
+
+impl Drop for SchedulerSource {
+    fn drop(&mut self) {
+        if let Ok(running) = &mut self.running {
+            running.stop.store(true, Ordering::Relaxed);
+            if let Some(thread) = running.thread.take() {
+                let _ = thread.join();
+            }
+        }
     }
 }
 
@@ -60,23 +123,22 @@ impl MetricsSource for SchedulerSource {
     fn collect(&mut self, sample: &mut Sample) -> Result<SourceStatus, SourceError> {
         // Unavailable is a standing state of this node, not a failing collection: say why in
         // the component's health rather than raise an alert every start.
-        let probe = match &self.probe {
-            Ok(probe) => probe,
+        let running = match &self.running {
+            Ok(running) => running,
             Err(why) => return Ok(SourceStatus::Degraded(format!("scheduler unavailable: {why}"))),
         };
-        let threads = probe.threads();
-        let ml: HashSet<u32> = self.detector.scan().into_iter().map(|p| p.pid).collect();
-        let ml_tasks = threads.iter().filter(|t| ml.contains(&t.tgid)).count() as u64;
-        sample.scheduler = Some(SchedulerTelemetry {
-            total_tracked_tasks: threads.len() as u64,
-            ml_tasks,
-            decisions_made: 0,
-            phase_transitions: 0,
-            phase_distribution: PhaseValues { unknown: ml_tasks, ..PhaseValues::default() },
-            phase_time_pct: PhaseValues { unknown: if ml_tasks > 0 { 100.0 } else { 0.0 }, ..PhaseValues::default() },
-            numa_nodes: self.numa_nodes,
-            total_cpus: self.total_cpus,
-        });
-        Ok(SourceStatus::Degraded(NOT_YET.into()))
+        if running.thread.as_ref().is_some_and(|t| t.is_finished()) {
+            return Err(SourceError("the scheduler's observer thread stopped".into()));
+        }
+        let published = running.published.lock().map_err(|_| SourceError("observer state poisoned".into()))?;
+        let Some(telemetry) = &published.telemetry else {
+            return Ok(SourceStatus::Degraded("starting: no window observed yet".into()));
+        };
+        sample.scheduler =
+            Some(SchedulerTelemetry { numa_nodes: self.numa_nodes, total_cpus: self.total_cpus, ..telemetry.clone() });
+        Ok(match &published.degraded {
+            Some(why) => SourceStatus::Degraded(why.clone()),
+            None => SourceStatus::Up,
+        })
     }
 }

@@ -1,0 +1,591 @@
+//! The scheduler's own thread: every window it reads the BPF counters of the threads of ML
+//! processes, detects their phases, decides and (in `enforce` mode) applies; every scan
+//! interval it looks for new ML processes, tracks them in BPF and probes their CUDA/NCCL
+//! libraries. What it knows is published for the metrics source to read at each tick.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ringside_bpf::{calls_of_library, EventKind, SchedProbe};
+use ringside_shared::{
+    Decision, MlProcessInfo, MlTaskInfo, Phase, PhaseSpan, PhaseValues, ProbeLosses, ProbeProgram, SchedulerTelemetry,
+};
+
+use super::ml::{MlDetector, MlReason, DEFAULT_LIBRARIES};
+use super::phase::{add_time, Counters, Evidence, Hysteresis, Role};
+use super::policy::{self, Enforcer, PolicyTable};
+
+/// Run-queue samples kept per thread for its percentiles.
+const RUNQ_SAMPLES: usize = 512;
+/// Timeline kept per process.
+const TIMELINE_MS: u64 = 10 * 60 * 1000;
+const MAX_SPANS: usize = 4000;
+
+#[derive(Debug, Clone)]
+pub struct ObserverConfig {
+    pub enforce: bool,
+    pub window: Duration,
+    pub scan_interval: Duration,
+    pub policy: PolicyTable,
+    pub ml_patterns: Vec<String>,
+    pub proc_root: PathBuf,
+    pub sys_root: PathBuf,
+}
+
+/// What the observer publishes.
+#[derive(Default)]
+pub struct Published {
+    pub telemetry: Option<SchedulerTelemetry>,
+    /// Why some part does not work (e.g. syscall tracepoints failed to attach).
+    pub degraded: Option<String>,
+}
+
+struct Process {
+    job: u32,
+    comm: String,
+    reason: String,
+    role: Role,
+    phase: Hysteresis,
+    phase_since_ms: u64,
+    phase_ms: PhaseValues<u64>,
+    timeline: VecDeque<PhaseSpan>,
+    gpus: Vec<u32>,
+    numa_node: Option<u32>,
+    node_cpus: Vec<usize>,
+    threads: u32,
+}
+
+struct Task {
+    pid: u32,
+    comm: String,
+    before: Option<Counters>,
+    last: Counters,
+    evidence: Evidence,
+    phase: Hysteresis,
+    phase_ms: PhaseValues<u64>,
+    runq: VecDeque<u64>,
+    last_decision: Option<String>,
+    window_ns: u64,
+}
+
+pub struct Observer {
+    probe: SchedProbe,
+    detector: MlDetector,
+    config: ObserverConfig,
+    processes: HashMap<u32, Process>,
+    tasks: HashMap<u32, Task>,
+    enforcer: Enforcer,
+    decisions: VecDeque<Decision>,
+    decisions_made: u64,
+    transitions: u64,
+    /// Phase time of every ML thread seen, exited ones included.
+    total_phase_ms: PhaseValues<u64>,
+    last_scan: Option<Instant>,
+    rescan_soon: bool,
+    thread_count: usize,
+    published: Arc<Mutex<Published>>,
+}
+
+fn read_trimmed(path: impl AsRef<Path>) -> Option<String> {
+    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+}
+
+fn share(ns: u64, window_ns: u64) -> f64 {
+    (ns as f64 / window_ns.max(1) as f64).min(1.0)
+}
+
+impl Observer {
+    pub fn new(probe: SchedProbe, config: ObserverConfig, published: Arc<Mutex<Published>>) -> Observer {
+        let libraries = DEFAULT_LIBRARIES.iter().map(|s| s.to_string()).collect();
+        Observer {
+            probe,
+            detector: MlDetector::new(libraries, config.ml_patterns.clone()),
+            config,
+            processes: HashMap::new(),
+            tasks: HashMap::new(),
+            enforcer: Enforcer::default(),
+            decisions: VecDeque::new(),
+            decisions_made: 0,
+            transitions: 0,
+            total_phase_ms: PhaseValues::default(),
+            last_scan: None,
+            rescan_soon: false,
+            thread_count: 0,
+            published,
+        }
+    }
+
+    /// Runs until `stop`, then restores every thread it changed.
+    pub fn run(mut self, stop: Arc<AtomicBool>) {
+        let mut next = Instant::now() + self.config.window;
+        let mut last = Instant::now();
+        let mut last_ms = crate::now_ms();
+        while !stop.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            if next > now {
+                std::thread::sleep((next - now).min(Duration::from_millis(50)));
+                continue;
+            }
+            next += self.config.window;
+            if next < now {
+                next = now + self.config.window;
+            }
+            let elapsed = now.duration_since(last).as_nanos() as u64;
+            let now_ms = crate::now_ms();
+            self.window(elapsed, last_ms, now_ms);
+            last = now;
+            last_ms = now_ms;
+        }
+        let restored = self.enforcer.restore_all();
+        if restored > 0 {
+            tracing::info!("restored the scheduling settings of {restored} threads");
+        }
+    }
+
+    /// One window of `window_ns`, from `start_ms` to `end_ms` (wall clock).
+    pub fn window(&mut self, window_ns: u64, start_ms: u64, end_ms: u64) {
+        self.handle_events();
+        let scan_due = self.last_scan.is_none_or(|t| t.elapsed() >= self.config.scan_interval);
+        if scan_due || self.rescan_soon {
+            self.scan();
+            self.last_scan = Some(Instant::now());
+            self.rescan_soon = false;
+            self.thread_count = self.probe.thread_count();
+        }
+        self.observe(window_ns, start_ms, end_ms);
+        self.publish();
+    }
+
+    fn handle_events(&mut self) {
+        for event in self.probe.drain_events() {
+            match event.kind {
+                EventKind::RunqWait { ns } => {
+                    if let Some(task) = self.tasks.get_mut(&event.tid) {
+                        if task.runq.len() == RUNQ_SAMPLES {
+                            task.runq.pop_front();
+                        }
+                        task.runq.push_back(ns);
+                    }
+                }
+                EventKind::Fork { parent_tgid, inherited } => {
+                    let tgid = if event.tgid != 0 { event.tgid } else { self.tgid_of(event.tid) };
+                    if tgid != event.tid {
+                        continue;
+                    }
+                    let parent_job = self.processes.get(&parent_tgid).map(|p| p.job);
+                    if let Some(job) = parent_job {
+                        if !inherited {
+                            let _ = self.probe.track(tgid, job);
+                        }
+                        self.add_process(
+                            tgid,
+                            job,
+                            event.comm.clone(),
+                            format!("child of {parent_tgid}"),
+                            Role::Worker,
+                        );
+                    }
+                }
+                EventKind::Exec => {
+                    if let Some(p) = self.processes.get_mut(&event.tgid) {
+                        p.comm = event.comm.clone();
+                    }
+                    // A new program may be ML: look at it soon rather than at the next scan.
+                    self.rescan_soon = true;
+                }
+                EventKind::Exit => self.remove_process(event.tgid),
+            }
+        }
+    }
+
+    fn tgid_of(&self, tid: u32) -> u32 {
+        let status = std::fs::read_to_string(self.config.proc_root.join(tid.to_string()).join("status"));
+        status
+            .ok()
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or(0)
+    }
+
+    fn add_process(&mut self, pid: u32, job: u32, comm: String, reason: String, role: Role) {
+        if self.processes.contains_key(&pid) {
+            return;
+        }
+        tracing::info!(pid, job, comm, reason, "tracking ML process");
+        self.processes.insert(
+            pid,
+            Process {
+                job,
+                comm,
+                reason,
+                role,
+                phase: Hysteresis::default(),
+                phase_since_ms: crate::now_ms(),
+                phase_ms: PhaseValues::default(),
+                timeline: VecDeque::new(),
+                gpus: Vec::new(),
+                numa_node: None,
+                node_cpus: Vec::new(),
+                threads: 0,
+            },
+        );
+    }
+
+    fn remove_process(&mut self, pid: u32) {
+        if self.processes.remove(&pid).is_none() {
+            return;
+        }
+        self.probe.untrack(pid);
+        self.probe.detach_process(pid);
+        let gone: Vec<u32> = self.tasks.iter().filter(|(_, t)| t.pid == pid).map(|(tid, _)| *tid).collect();
+        for tid in gone {
+            self.tasks.remove(&tid);
+            self.enforcer.forget(tid);
+        }
+    }
+
+    /// Finds ML processes, tracks new ones and probes the CUDA/NCCL libraries they map.
+    fn scan(&mut self) {
+        let found = self.detector.scan();
+        let alive: HashSet<u32> = found.iter().map(|p| p.pid).collect();
+        for ml in &found {
+            let (job, role, reason) = match &ml.reason {
+                MlReason::Parent(ancestor) => (*ancestor, Role::Worker, format!("child of {ancestor}")),
+                MlReason::Library(lib) => (ml.pid, Role::Main, format!("maps {lib}")),
+                MlReason::Device(dev) => (ml.pid, Role::Main, format!("opens {dev}")),
+                MlReason::Cmdline(p) => (ml.pid, Role::Main, format!("command line matches {p:?}")),
+            };
+            match self.processes.get_mut(&ml.pid) {
+                Some(p) => {
+                    // A worker that starts using the GPU itself becomes a main process.
+                    if role == Role::Main && p.role == Role::Worker {
+                        p.role = Role::Main;
+                        p.reason = reason;
+                    }
+                }
+                None => self.add_process(ml.pid, job, ml.comm.clone(), reason, role),
+            }
+            if let Err(e) = self.probe.track(ml.pid, job) {
+                tracing::warn!(pid = ml.pid, "cannot track: {e}");
+            }
+        }
+        // Processes that ended without an exit event (e.g. events lost).
+        let gone: Vec<u32> = self
+            .processes
+            .keys()
+            .copied()
+            .filter(|pid| !alive.contains(pid) && !self.config.proc_root.join(pid.to_string()).exists())
+            .collect();
+        for pid in gone {
+            self.remove_process(pid);
+        }
+        let pids: Vec<u32> = self.processes.keys().copied().collect();
+        for pid in pids {
+            self.probe_libraries(pid);
+            let gpus = policy::gpus_of(&self.config.proc_root, pid);
+            let node =
+                gpus.first().and_then(|gpu| policy::gpu_numa_node(&self.config.proc_root, &self.config.sys_root, *gpu));
+            let cpus = node.map(|n| policy::node_cpus(&self.config.sys_root, n)).unwrap_or_default();
+            if let Some(p) = self.processes.get_mut(&pid) {
+                p.gpus = gpus;
+                p.numa_node = node;
+                p.node_cpus = cpus;
+            }
+        }
+        let probed: Vec<u32> = self.probe.probed_processes();
+        for pid in probed {
+            if !self.processes.contains_key(&pid) {
+                self.probe.detach_process(pid);
+            }
+        }
+    }
+
+    fn probe_libraries(&mut self, pid: u32) {
+        let Ok(maps) = std::fs::read_to_string(self.config.proc_root.join(pid.to_string()).join("maps")) else {
+            return;
+        };
+        let mut libraries: Vec<PathBuf> = maps
+            .lines()
+            .filter_map(|line| line.split_whitespace().nth(5))
+            .map(PathBuf::from)
+            .filter(|path| !calls_of_library(path).is_empty())
+            .collect();
+        libraries.sort();
+        libraries.dedup();
+        let probed = self.probe.probed_libraries(pid);
+        for library in libraries.into_iter().filter(|l| !probed.contains(l)) {
+            match self.probe.attach_library(pid, &library) {
+                Ok(found) => tracing::info!(pid, library = %library.display(), found, "probing CUDA/NCCL calls"),
+                Err(e) => tracing::warn!(pid, "cannot probe {}: {e}", library.display()),
+            }
+        }
+    }
+
+    fn observe(&mut self, window_ns: u64, start_ms: u64, end_ms: u64) {
+        let window_ms = window_ns / 1_000_000;
+        let pids: Vec<u32> = self.processes.keys().copied().collect();
+        let mut seen_tids = HashSet::new();
+        for pid in pids {
+            let role = self.processes[&pid].role;
+            let task_dir = self.config.proc_root.join(pid.to_string()).join("task");
+            let tids: Vec<u32> = std::fs::read_dir(&task_dir)
+                .map(|d| d.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok())).collect())
+                .unwrap_or_default();
+            let mut evidence = Evidence::default();
+            for &tid in &tids {
+                seen_tids.insert(tid);
+                let counters =
+                    Counters::from_probe(self.probe.thread(tid).as_ref(), self.probe.ml_thread(tid).as_ref());
+                let task = self.tasks.entry(tid).or_insert_with(|| Task {
+                    pid,
+                    comm: read_trimmed(task_dir.join(tid.to_string()).join("comm")).unwrap_or_default(),
+                    before: None,
+                    last: Counters::default(),
+                    evidence: Evidence::default(),
+                    phase: Hysteresis::default(),
+                    phase_ms: PhaseValues::default(),
+                    runq: VecDeque::new(),
+                    last_decision: None,
+                    window_ns,
+                });
+                // A thread seen for the first time has no window yet: its counters so far
+                // cover its whole life.
+                let Some(before) = task.before.replace(counters) else { continue };
+                task.last = counters.since(&before);
+                task.window_ns = window_ns;
+                task.evidence = Evidence::of(&task.last, window_ns, role);
+                evidence.add(&task.evidence);
+                let changed = task.phase.step(&task.evidence, window_ns);
+                add_time(&mut task.phase_ms, task.phase.phase, window_ms);
+                add_time(&mut self.total_phase_ms, task.phase.phase, window_ms);
+                if let Some(phase) = changed {
+                    self.transitions += 1;
+                    self.decide(tid, phase, end_ms);
+                }
+            }
+            let process = self.processes.get_mut(&pid).expect("listed above");
+            process.threads = tids.len() as u32;
+            if process.phase.step(&evidence, window_ns).is_some() {
+                process.phase_since_ms = start_ms;
+            }
+            let phase = process.phase.phase;
+            add_time(&mut process.phase_ms, phase, window_ms);
+            match process.timeline.back_mut() {
+                Some(span) if span.phase == phase && span.end_ms >= start_ms.saturating_sub(1) => span.end_ms = end_ms,
+                _ => process.timeline.push_back(PhaseSpan { phase, start_ms, end_ms }),
+            }
+            while process.timeline.len() > MAX_SPANS
+                || process.timeline.front().is_some_and(|s| s.end_ms + TIMELINE_MS < end_ms)
+            {
+                process.timeline.pop_front();
+            }
+        }
+        let exited: Vec<u32> = self.tasks.keys().copied().filter(|tid| !seen_tids.contains(tid)).collect();
+        for tid in exited {
+            self.tasks.remove(&tid);
+            self.enforcer.forget(tid);
+        }
+    }
+
+    fn reason(task: &Task) -> String {
+        let d = &task.last;
+        let w = task.window_ns;
+        format!(
+            "over {} ms: cpu {:.0}%, read {:.0}%, sync {:.0}%, nccl {:.0}%, {:.0} launches/s",
+            w / 1_000_000,
+            share(d.on_cpu_ns + d.runq_ns, w) * 100.0,
+            share(d.read_ns + d.iowait_ns, w) * 100.0,
+            share(d.sync_ns + d.nv_ioctl_ns, w) * 100.0,
+            share(d.nccl_ns, w) * 100.0,
+            d.launches as f64 * 1e9 / w.max(1) as f64
+        )
+    }
+
+    fn decide(&mut self, tid: u32, phase: Phase, at_ms: u64) {
+        let Some(task) = self.tasks.get(&tid) else { return };
+        let Some(process) = self.processes.get(&task.pid) else { return };
+        let reason = format!("entered {}: {}", phase.as_str(), Self::reason(task));
+        let mut decision = Decision {
+            at_ms,
+            pid: task.pid,
+            tid,
+            comm: task.comm.clone(),
+            phase,
+            action: String::new(),
+            reason,
+            applied: false,
+            error: None,
+            nice: 0,
+            weight: policy::weight_of_nice(0),
+            slice_us: 0,
+            cpus: String::new(),
+        };
+        match self.config.policy.for_phase(phase) {
+            Some(p) => {
+                let cpus: Vec<usize> = if p.cpus == "gpu_node" { process.node_cpus.clone() } else { Vec::new() };
+                decision.nice = p.nice;
+                decision.weight = policy::weight_of_nice(p.nice);
+                decision.slice_us = p.slice_us;
+                decision.cpus = policy::format_cpu_list(&cpus);
+                decision.action = format!("nice {}, {}", p.nice, p.sched_policy);
+                match (&decision.cpus, process.numa_node) {
+                    (c, Some(node)) if !c.is_empty() => decision.action += &format!(", cpus {c} (node {node})"),
+                    _ => decision.action += ", any cpu",
+                }
+                if self.config.enforce {
+                    match self.enforcer.apply(tid, p.nice, p.sched_policy == "batch", &cpus) {
+                        Ok(()) => decision.applied = true,
+                        Err(e) => decision.error = Some(e),
+                    }
+                }
+            }
+            None => {
+                // Back to unknown: undo what an earlier decision did, if anything.
+                if task.last_decision.is_none() {
+                    return;
+                }
+                decision.action = "restore own settings".into();
+                if self.config.enforce {
+                    match self.enforcer.restore(tid) {
+                        Ok(restored) => decision.applied = restored,
+                        Err(e) => decision.error = Some(e),
+                    }
+                }
+            }
+        }
+        self.decisions_made += 1;
+        let summary = format!("{} ({})", decision.action, if decision.applied { "applied" } else { "observed" });
+        if let Some(task) = self.tasks.get_mut(&tid) {
+            task.last_decision = Some(summary);
+        }
+        if self.decisions.len() == SchedulerTelemetry::MAX_DECISIONS {
+            self.decisions.pop_back();
+        }
+        self.decisions.push_front(decision);
+    }
+
+    fn publish(&self) {
+        let mut distribution = PhaseValues::<u64>::default();
+        for task in self.tasks.values() {
+            add_time(&mut distribution, task.phase.phase, 1);
+        }
+        let total: u64 = Phase::ALL.iter().map(|p| self.total_phase_ms.get(*p)).sum();
+        let pct =
+            |phase: Phase| if total == 0 { 0.0 } else { self.total_phase_ms.get(phase) as f64 * 100.0 / total as f64 };
+        let mut tasks: Vec<(&u32, &Task)> = self.tasks.iter().collect();
+        tasks.sort_by_key(|(tid, t)| {
+            (std::cmp::Reverse(t.last.on_cpu_ns + t.last.read_ns + t.last.sync_ns + t.last.nccl_ns), **tid)
+        });
+        let tasks: Vec<MlTaskInfo> = tasks
+            .into_iter()
+            .take(SchedulerTelemetry::MAX_TASKS)
+            .map(|(tid, t)| {
+                let mut samples: Vec<u64> = t.runq.iter().copied().collect();
+                samples.sort_unstable();
+                let pick =
+                    |q: f64| (!samples.is_empty()).then(|| samples[((samples.len() - 1) as f64 * q).round() as usize]);
+                let w = t.window_ns;
+                let d = &t.last;
+                let features = [
+                    ("cpu", share(d.on_cpu_ns + d.runq_ns, w)),
+                    ("read", share(d.read_ns, w)),
+                    ("iowait", share(d.iowait_ns, w)),
+                    ("futex", share(d.futex_ns, w)),
+                    ("sync", share(d.sync_ns, w)),
+                    ("nccl", share(d.nccl_ns, w)),
+                    ("ioctl", share(d.nv_ioctl_ns, w)),
+                    ("launches_per_s", d.launches as f64 * 1e9 / w.max(1) as f64),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), (v * 1000.0).round() / 1000.0))
+                .collect();
+                MlTaskInfo {
+                    pid: t.pid,
+                    tid: *tid,
+                    comm: t.comm.clone(),
+                    phase: t.phase.phase,
+                    phase_ms: t.phase_ms.clone(),
+                    on_cpu_pct: (share(d.on_cpu_ns, w) * 1000.0).round() / 10.0,
+                    runq_p50_ns: pick(0.5),
+                    runq_p99_ns: pick(0.99),
+                    features,
+                    last_decision: t.last_decision.clone(),
+                }
+            })
+            .collect();
+        let mut processes: Vec<MlProcessInfo> = self
+            .processes
+            .iter()
+            .map(|(pid, p)| MlProcessInfo {
+                pid: *pid,
+                job: p.job,
+                comm: p.comm.clone(),
+                role: p.role.as_str().into(),
+                reason: p.reason.clone(),
+                phase: p.phase.phase,
+                phase_since_ms: p.phase_since_ms,
+                threads: p.threads,
+                gpus: p.gpus.clone(),
+                numa_node: p.numa_node,
+                probed_libraries: self
+                    .probe
+                    .probed_libraries(*pid)
+                    .iter()
+                    .map(|l| l.file_name().unwrap_or_default().to_string_lossy().into_owned())
+                    .collect(),
+                phase_ms: p.phase_ms.clone(),
+                timeline: p.timeline.iter().cloned().collect(),
+            })
+            .collect();
+        processes.sort_by_key(|p| (p.job, p.pid));
+        let programs: Vec<ProbeProgram> = self
+            .probe
+            .programs()
+            .into_iter()
+            .map(|p| ProbeProgram { name: p.name, attach: p.attach, state: p.state, detail: p.detail })
+            .collect();
+        let failed: Vec<String> = programs.iter().filter(|p| p.state == "failed").map(|p| p.name.clone()).collect();
+        let lost = self.probe.lost();
+        let telemetry = SchedulerTelemetry {
+            total_tracked_tasks: self.thread_count as u64,
+            ml_tasks: self.tasks.len() as u64,
+            decisions_made: self.decisions_made,
+            phase_transitions: self.transitions,
+            phase_distribution: distribution,
+            phase_time_pct: PhaseValues {
+                data_loading: pct(Phase::DataLoading),
+                gpu_compute: pct(Phase::GpuCompute),
+                nccl_collective: pct(Phase::NcclCollective),
+                optimizer_step: pct(Phase::OptimizerStep),
+                unknown: pct(Phase::Unknown),
+            },
+            numa_nodes: 0,
+            total_cpus: 0,
+            mode: if self.config.enforce { "enforce" } else { "observe" }.into(),
+            window_ms: self.config.window.as_millis() as u64,
+            attach_mode: Some(self.probe.mode().as_str().into()),
+            programs,
+            processes,
+            tasks,
+            decisions: self.decisions.iter().cloned().collect(),
+            lost: ProbeLosses {
+                events: lost.events,
+                runq_samples: lost.runq_samples,
+                threads: lost.threads,
+                ml_threads: lost.ml_threads,
+            },
+        };
+        let degraded = (!failed.is_empty()).then(|| {
+            format!(
+                "some probes did not attach ({}): their signals are missing from phase detection",
+                failed.join(", ")
+            )
+        });
+        if let Ok(mut published) = self.published.lock() {
+            published.telemetry = Some(telemetry);
+            published.degraded = degraded;
+        }
+    }
+}

@@ -1,0 +1,407 @@
+//! Decisions and their enforcement.
+//!
+//! `[scheduler.policy.<phase>]` says what a thread entering that phase gets: a nice value, a
+//! scheduling policy (`normal` or `batch`), its CPUs (`any`, or `gpu_node`: the CPUs of the NUMA
+//! node of the GPU its process holds open) and a time slice. In `observe` mode the decision is
+//! only recorded; in `enforce` mode it is applied with setpriority(2), sched_setscheduler(2) and
+//! sched_setaffinity(2), after the thread's own settings were saved. They are restored when the
+//! thread's phase becomes `unknown` and when the daemon stops; a thread that exits is forgotten.
+//!
+//! Each decision also carries the weight and slice a sched_ext backend would apply from a BPF
+//! map keyed by thread id, so the same records can drive it.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use ringside_shared::Phase;
+use serde::Deserialize;
+
+/// CFS/EEVDF weights by nice value (-20..=19), as the kernel's `sched_prio_to_weight`.
+const NICE_TO_WEIGHT: [u32; 40] = [
+    88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916, 9548, 7620, 6100, 4904, 3906, 3121, 2501,
+    1991, 1586, 1277, 1024, 820, 655, 526, 423, 335, 272, 215, 172, 137, 110, 87, 70, 56, 45, 36, 29, 23, 18, 15,
+];
+
+pub fn weight_of_nice(nice: i32) -> u32 {
+    NICE_TO_WEIGHT[(nice.clamp(-20, 19) + 20) as usize]
+}
+
+/// `[scheduler.policy.<phase>]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PhasePolicy {
+    /// -20 (most favoured) to 19.
+    pub nice: i32,
+    /// `normal` (SCHED_OTHER) or `batch` (SCHED_BATCH: no wake-up preemption).
+    #[serde(default = "default_sched_policy")]
+    pub sched_policy: String,
+    /// `any`, or `gpu_node`: the CPUs of the NUMA node of the process's GPU.
+    #[serde(default = "default_cpus")]
+    pub cpus: String,
+    /// Slice for a sched_ext backend (µs).
+    #[serde(default = "default_slice")]
+    pub slice_us: u32,
+}
+
+fn default_sched_policy() -> String {
+    "normal".into()
+}
+fn default_cpus() -> String {
+    "gpu_node".into()
+}
+fn default_slice() -> u32 {
+    3000
+}
+
+impl PhasePolicy {
+    fn new(nice: i32, slice_us: u32) -> PhasePolicy {
+        PhasePolicy { nice, sched_policy: default_sched_policy(), cpus: default_cpus(), slice_us }
+    }
+
+    pub fn check(&self, phase: &str) -> Result<(), String> {
+        let at = format!("[scheduler.policy.{phase}]");
+        if !(-20..=19).contains(&self.nice) {
+            return Err(format!("{at} nice = {} must be from -20 to 19", self.nice));
+        }
+        if !["normal", "batch"].contains(&self.sched_policy.as_str()) {
+            return Err(format!("{at} sched_policy = {:?} must be \"normal\" or \"batch\"", self.sched_policy));
+        }
+        if !["any", "gpu_node"].contains(&self.cpus.as_str()) {
+            return Err(format!("{at} cpus = {:?} must be \"any\" or \"gpu_node\"", self.cpus));
+        }
+        if !(100..=1_000_000).contains(&self.slice_us) {
+            return Err(format!("{at} slice_us = {} must be from 100 to 1000000", self.slice_us));
+        }
+        Ok(())
+    }
+}
+
+/// The policy table. Defaults: every ML phase is favoured over other work on the node (nice
+/// -5); data loading and the optimizer step, short CPU bursts on the critical path, get short
+/// slices; threads waiting on or feeding the GPU get long ones.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PolicyTable {
+    pub data_loading: PhasePolicy,
+    pub gpu_compute: PhasePolicy,
+    pub nccl_collective: PhasePolicy,
+    pub optimizer_step: PhasePolicy,
+}
+
+impl Default for PolicyTable {
+    fn default() -> Self {
+        PolicyTable {
+            data_loading: PhasePolicy::new(-5, 1000),
+            gpu_compute: PhasePolicy::new(-5, 5000),
+            nccl_collective: PhasePolicy::new(-5, 5000),
+            optimizer_step: PhasePolicy::new(-5, 1000),
+        }
+    }
+}
+
+impl PolicyTable {
+    pub fn for_phase(&self, phase: Phase) -> Option<&PhasePolicy> {
+        match phase {
+            Phase::DataLoading => Some(&self.data_loading),
+            Phase::GpuCompute => Some(&self.gpu_compute),
+            Phase::NcclCollective => Some(&self.nccl_collective),
+            Phase::OptimizerStep => Some(&self.optimizer_step),
+            Phase::Unknown => None,
+        }
+    }
+
+    pub fn check(&self) -> Result<(), String> {
+        self.data_loading.check("data_loading")?;
+        self.gpu_compute.check("gpu_compute")?;
+        self.nccl_collective.check("nccl_collective")?;
+        self.optimizer_step.check("optimizer_step")
+    }
+}
+
+/// Parses a kernel CPU list (`0-3,8,10-11`).
+pub fn parse_cpu_list(text: &str) -> Vec<usize> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                if let (Ok(a), Ok(b)) = (a.trim().parse::<usize>(), b.trim().parse::<usize>()) {
+                    cpus.extend(a..=b.min(a + 4096));
+                }
+            }
+            None => cpus.extend(part.trim().parse::<usize>().ok()),
+        }
+    }
+    cpus
+}
+
+/// Formats CPUs as a kernel CPU list.
+pub fn format_cpu_list(cpus: &[usize]) -> String {
+    let mut sorted = cpus.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let start = sorted[i];
+        while i + 1 < sorted.len() && sorted[i + 1] == sorted[i] + 1 {
+            i += 1;
+        }
+        parts.push(if sorted[i] == start { start.to_string() } else { format!("{start}-{}", sorted[i]) });
+        i += 1;
+    }
+    parts.join(",")
+}
+
+/// GPU minor numbers a process holds open (`/dev/nvidiaN`).
+pub fn gpus_of(proc_root: &Path, pid: u32) -> Vec<u32> {
+    let mut gpus = Vec::new();
+    if let Ok(fds) = std::fs::read_dir(proc_root.join(pid.to_string()).join("fd")) {
+        for fd in fds.flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                if let Some(n) =
+                    target.to_str().and_then(|t| t.strip_prefix("/dev/nvidia")).and_then(|n| n.parse().ok())
+                {
+                    if !gpus.contains(&n) {
+                        gpus.push(n);
+                    }
+                }
+            }
+        }
+    }
+    gpus.sort_unstable();
+    gpus
+}
+
+/// The NUMA node of GPU `minor`: its PCI address from the driver's
+/// `/proc/driver/nvidia/gpus/<pci>/information` ("Device Minor: N"), then
+/// `/sys/bus/pci/devices/<pci>/numa_node` (-1 means none).
+pub fn gpu_numa_node(proc_root: &Path, sys_root: &Path, minor: u32) -> Option<u32> {
+    let gpus = std::fs::read_dir(proc_root.join("driver/nvidia/gpus")).ok()?;
+    for gpu in gpus.flatten() {
+        let info = std::fs::read_to_string(gpu.path().join("information")).unwrap_or_default();
+        let this_minor =
+            info.lines().find_map(|l| l.strip_prefix("Device Minor:")).and_then(|v| v.trim().parse::<u32>().ok());
+        if this_minor == Some(minor) {
+            let pci = gpu.file_name().to_string_lossy().to_lowercase();
+            let node = std::fs::read_to_string(sys_root.join("bus/pci/devices").join(&pci).join("numa_node")).ok()?;
+            return node.trim().parse::<i64>().ok().and_then(|n| u32::try_from(n).ok());
+        }
+    }
+    None
+}
+
+/// CPUs of a NUMA node.
+pub fn node_cpus(sys_root: &Path, node: u32) -> Vec<usize> {
+    std::fs::read_to_string(sys_root.join(format!("devices/system/node/node{node}/cpulist")))
+        .map(|t| parse_cpu_list(&t))
+        .unwrap_or_default()
+}
+
+/// A thread's own scheduling settings, saved before the first change.
+#[derive(Clone, Copy)]
+struct Original {
+    nice: i32,
+    policy: i32,
+    affinity: libc::cpu_set_t,
+}
+
+/// A thread's scheduling settings as the kernel reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub nice: i32,
+    /// SCHED_* number.
+    pub policy: i32,
+    pub cpus: Vec<usize>,
+}
+
+fn errno() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+/// Reads a thread's settings.
+pub fn read_settings(tid: u32) -> Result<Settings, String> {
+    let original = read_original(tid)?;
+    let cpus = (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `affinity` is an initialised cpu_set_t and the index is below CPU_SETSIZE.
+        .filter(|cpu| unsafe { libc::CPU_ISSET(*cpu, &original.affinity) })
+        .collect();
+    Ok(Settings { nice: original.nice, policy: original.policy, cpus })
+}
+
+fn read_original(tid: u32) -> Result<Original, String> {
+    // SAFETY: plain syscalls on a thread id; errno is cleared first because -1 is a valid
+    // priority; the cpu_set_t is zeroed and its size passed.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let nice = libc::getpriority(libc::PRIO_PROCESS, tid);
+        if nice == -1 && *libc::__errno_location() != 0 {
+            return Err(format!("getpriority: {}", errno()));
+        }
+        let policy = libc::sched_getscheduler(tid as i32);
+        if policy < 0 {
+            return Err(format!("sched_getscheduler: {}", errno()));
+        }
+        let mut affinity: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(tid as i32, std::mem::size_of::<libc::cpu_set_t>(), &mut affinity) != 0 {
+            return Err(format!("sched_getaffinity: {}", errno()));
+        }
+        Ok(Original { nice, policy, affinity })
+    }
+}
+
+fn write(tid: u32, nice: i32, policy: i32, affinity: Option<&libc::cpu_set_t>) -> Result<(), String> {
+    // SAFETY: plain syscalls on a thread id with valid, initialised arguments.
+    unsafe {
+        let param = libc::sched_param { sched_priority: 0 };
+        if libc::sched_getscheduler(tid as i32) != policy && libc::sched_setscheduler(tid as i32, policy, &param) != 0 {
+            return Err(format!("sched_setscheduler: {}", errno()));
+        }
+        if libc::setpriority(libc::PRIO_PROCESS, tid, nice) != 0 {
+            return Err(format!("setpriority: {}", errno()));
+        }
+        if let Some(set) = affinity {
+            if libc::sched_setaffinity(tid as i32, std::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
+                return Err(format!("sched_setaffinity: {}", errno()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Applies decisions and remembers what to restore.
+#[derive(Default)]
+pub struct Enforcer {
+    originals: HashMap<u32, Original>,
+}
+
+impl Enforcer {
+    /// Applies a nice value, policy and (if given) CPUs to a thread, saving its own settings
+    /// first. Threads under a real-time policy are left alone.
+    pub fn apply(&mut self, tid: u32, nice: i32, batch: bool, cpus: &[usize]) -> Result<(), String> {
+        if let std::collections::hash_map::Entry::Vacant(entry) = self.originals.entry(tid) {
+            let original = read_original(tid)?;
+            if original.policy != libc::SCHED_OTHER && original.policy != libc::SCHED_BATCH {
+                return Err(format!("left alone: it runs under real-time or idle policy {}", original.policy));
+            }
+            entry.insert(original);
+        }
+        let affinity = (!cpus.is_empty()).then(|| {
+            // SAFETY: a zeroed cpu_set_t is valid; CPU_SET is given indices below CPU_SETSIZE.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                for &cpu in cpus.iter().filter(|c| **c < libc::CPU_SETSIZE as usize) {
+                    libc::CPU_SET(cpu, &mut set);
+                }
+                set
+            }
+        });
+        write(tid, nice, if batch { libc::SCHED_BATCH } else { libc::SCHED_OTHER }, affinity.as_ref())
+    }
+
+    /// Puts a thread's own settings back; false if nothing was changed.
+    pub fn restore(&mut self, tid: u32) -> Result<bool, String> {
+        match self.originals.remove(&tid) {
+            Some(o) => write(tid, o.nice, o.policy, Some(&o.affinity)).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// A thread that exited: nothing to restore.
+    pub fn forget(&mut self, tid: u32) {
+        self.originals.remove(&tid);
+    }
+
+    pub fn changed(&self) -> usize {
+        self.originals.len()
+    }
+
+    pub fn is_changed(&self, tid: u32) -> bool {
+        self.originals.contains_key(&tid)
+    }
+
+    /// Restores every thread still changed (at stop). Returns how many were restored.
+    pub fn restore_all(&mut self) -> usize {
+        let tids: Vec<u32> = self.originals.keys().copied().collect();
+        tids.into_iter().filter(|tid| matches!(self.restore(*tid), Ok(true))).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-3,8,10-11\n"), vec![0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(format_cpu_list(&[11, 0, 1, 2, 3, 8, 10]), "0-3,8,10-11");
+        assert_eq!(parse_cpu_list(""), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn weights_follow_the_kernel_table() {
+        assert_eq!(weight_of_nice(0), 1024);
+        assert_eq!(weight_of_nice(-5), 3121);
+        assert_eq!(weight_of_nice(-20), 88761);
+        assert_eq!(weight_of_nice(50), 15);
+    }
+
+    #[test]
+    fn policies_are_checked_naming_the_table() {
+        let mut table = PolicyTable::default();
+        assert!(table.check().is_ok());
+        table.optimizer_step.nice = -30;
+        assert!(table.check().unwrap_err().contains("[scheduler.policy.optimizer_step] nice"));
+        table = PolicyTable::default();
+        table.gpu_compute.cpus = "node7".into();
+        assert!(table.check().unwrap_err().contains("cpus"));
+    }
+
+    /// A GPU's NUMA node from a sysfs/procfs tree laid out as the NVIDIA driver and the PCI
+    /// core lay it out (a fixture: no GPU here).
+    #[test]
+    fn gpu_to_numa_node_from_driver_and_pci_files() {
+        let dir = crate::test_support::ScratchDir::new("gpu-numa");
+        let proc_root = dir.path().join("proc");
+        let sys_root = dir.path().join("sys");
+        for (pci, minor, node) in [("0000:17:00.0", 0, "0"), ("0000:CA:00.0", 1, "1")] {
+            let gpu = proc_root.join("driver/nvidia/gpus").join(pci);
+            std::fs::create_dir_all(&gpu).unwrap();
+            std::fs::write(gpu.join("information"), format!("Model: \t NVIDIA H200\nDevice Minor: \t {minor}\n"))
+                .unwrap();
+            let dev = sys_root.join("bus/pci/devices").join(pci.to_lowercase());
+            std::fs::create_dir_all(&dev).unwrap();
+            std::fs::write(dev.join("numa_node"), format!("{node}\n")).unwrap();
+        }
+        let node1 = sys_root.join("devices/system/node/node1");
+        std::fs::create_dir_all(&node1).unwrap();
+        std::fs::write(node1.join("cpulist"), "48-95,144-191\n").unwrap();
+        assert_eq!(gpu_numa_node(&proc_root, &sys_root, 0), Some(0));
+        assert_eq!(gpu_numa_node(&proc_root, &sys_root, 1), Some(1));
+        assert_eq!(gpu_numa_node(&proc_root, &sys_root, 2), None);
+        assert_eq!(node_cpus(&sys_root, 1).len(), 96);
+    }
+
+    #[test]
+    fn enforcing_changes_a_thread_and_restoring_puts_it_back() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        let before = read_settings(tid).unwrap();
+        let mut enforcer = Enforcer::default();
+        // Raising nice (less favoured) and a subset of CPUs needs no privilege.
+        let one_cpu = vec![before.cpus[0]];
+        enforcer.apply(tid, 7, true, &one_cpu).unwrap();
+        let during = read_settings(tid).unwrap();
+        assert_eq!((during.nice, during.policy, during.cpus.clone()), (7, libc::SCHED_BATCH, one_cpu));
+        assert!(enforcer.restore(tid).unwrap());
+        assert_eq!(read_settings(tid).unwrap(), before);
+        assert!(!enforcer.restore(tid).unwrap(), "nothing left to restore");
+        done_tx.send(()).unwrap();
+        thread.join().unwrap();
+    }
+}

@@ -1,0 +1,240 @@
+//! The scheduler panel: mode and probe state, a phase timeline per ML process, the per-thread
+//! table (phase, time per phase, run-queue latency, last decision), recent decisions, and which
+//! BPF programs attached. Without the probe it says why, from the component's health.
+
+use leptos::prelude::*;
+use ringside_shared::{ComponentStatus, MlProcessInfo, Phase, PhaseValues, SchedulerTelemetry};
+
+use crate::store::Store;
+use crate::views::age;
+
+/// How much of each process's timeline is drawn.
+const TIMELINE_SPAN_MS: u64 = 120_000;
+
+fn phase_class(phase: Phase) -> String {
+    format!("phase phase-{}", phase.as_str())
+}
+
+fn micros(ns: Option<u64>) -> String {
+    ns.map(|v| if v >= 1_000_000 { format!("{:.1} ms", v as f64 / 1e6) } else { format!("{:.0} µs", v as f64 / 1e3) })
+        .unwrap_or_else(|| "–".into())
+}
+
+/// `gpu 4.2 s · load 1.1 s` — the phases with time, longest first.
+fn phase_times(values: &PhaseValues<u64>) -> String {
+    let mut parts: Vec<(Phase, u64)> =
+        Phase::ALL.iter().map(|p| (*p, values.get(*p))).filter(|(_, ms)| *ms > 0).collect();
+    parts.sort_by_key(|(_, ms)| std::cmp::Reverse(*ms));
+    parts.iter().map(|(p, ms)| format!("{} {:.1} s", short(*p), *ms as f64 / 1000.0)).collect::<Vec<_>>().join(" · ")
+}
+
+fn short(phase: Phase) -> &'static str {
+    match phase {
+        Phase::DataLoading => "load",
+        Phase::GpuCompute => "gpu",
+        Phase::NcclCollective => "nccl",
+        Phase::OptimizerStep => "optim",
+        Phase::Unknown => "unknown",
+    }
+}
+
+#[component]
+fn Timeline(process: MlProcessInfo, now_ms: u64) -> impl IntoView {
+    let from = now_ms.saturating_sub(TIMELINE_SPAN_MS);
+    let x = move |t: u64| (t.saturating_sub(from)) as f64 * 1000.0 / TIMELINE_SPAN_MS as f64;
+    let rects = process
+        .timeline
+        .iter()
+        .filter(|s| s.end_ms > from)
+        .map(|s| {
+            let (x0, x1) = (x(s.start_ms.max(from)), x(s.end_ms.min(now_ms)));
+            view! {
+                <rect class=phase_class(s.phase) x=format!("{x0:.1}") y="0" width=format!("{:.1}", (x1 - x0).max(0.5)) height="18">
+                    <title>{format!("{} for {}", s.phase.as_str(), age(s.end_ms - s.start_ms))}</title>
+                </rect>
+            }
+        })
+        .collect_view();
+    view! {
+        <svg class="timeline" viewBox="0 0 1000 18" preserveAspectRatio="none" role="img"
+            aria-label=format!("phase timeline of process {}", process.pid)>
+            {rects}
+        </svg>
+    }
+}
+
+fn process_row(p: MlProcessInfo, now_ms: u64) -> impl IntoView {
+    let gpu = if p.gpus.is_empty() {
+        "no GPU open".to_string()
+    } else {
+        let gpus = p.gpus.iter().map(|g| format!("nvidia{g}")).collect::<Vec<_>>().join(", ");
+        match p.numa_node {
+            Some(node) => format!("{gpus} (node {node})"),
+            None => gpus,
+        }
+    };
+    let probed = if p.probed_libraries.is_empty() { "none".to_string() } else { p.probed_libraries.join(", ") };
+    view! {
+        <div class="ml-process" data-pid=p.pid.to_string()>
+            <div class="ml-process-head">
+                <b>{format!("{} ", p.comm)}</b>
+                <span class="muted">{format!("pid {} · {} of job {} · {} threads · {}", p.pid, p.role, p.job, p.threads, p.reason)}</span>
+                <span class=phase_class(p.phase)>{p.phase.as_str()}</span>
+                <span class="muted">{format!(" for {}", age(now_ms.saturating_sub(p.phase_since_ms)))}</span>
+            </div>
+            <Timeline process=p.clone() now_ms />
+            <div class="muted small">{format!("{} · probes: {probed} · {}", gpu, phase_times(&p.phase_ms))}</div>
+        </div>
+    }
+}
+
+fn summary(s: &SchedulerTelemetry) -> impl IntoView {
+    let lost = s.lost.events + s.lost.runq_samples + s.lost.threads + s.lost.ml_threads;
+    let pct = |p: Phase| s.phase_time_pct.get(p);
+    let bar = Phase::ALL
+        .iter()
+        .filter(|p| pct(**p) > 0.0)
+        .map(|p| {
+            view! {
+                <span class=phase_class(*p) style=format!("width: {:.2}%", pct(*p))
+                    title=format!("{} {:.1} %", p.as_str(), pct(*p))></span>
+            }
+        })
+        .collect_view();
+    view! {
+        <div class="sched-summary">
+            <div><span class="stat-label">"Mode"</span><b id="sched-mode">{s.mode.clone()}</b></div>
+            <div><span class="stat-label">"Probe"</span><b>{s.attach_mode.clone().unwrap_or_else(|| "–".into())}</b></div>
+            <div><span class="stat-label">"Window"</span><b>{format!("{} ms", s.window_ms)}</b></div>
+            <div><span class="stat-label">"ML threads · all"</span><b>{format!("{} · {}", s.ml_tasks, s.total_tracked_tasks)}</b></div>
+            <div><span class="stat-label">"Decisions · transitions"</span><b>{format!("{} · {}", s.decisions_made, s.phase_transitions)}</b></div>
+            <div><span class="stat-label">"Lost records"</span><b>{lost.to_string()}</b></div>
+        </div>
+        <div class="phase-bar" aria-label="share of ML thread time per phase">{bar}</div>
+        <div class="phase-legend">
+            {Phase::ALL.iter().map(|p| view! { <span><span class=phase_class(*p)></span>{format!("{} {:.0} %", p.as_str(), pct(*p))}</span> }).collect_view()}
+        </div>
+    }
+}
+
+fn tasks_table(s: &SchedulerTelemetry) -> impl IntoView {
+    let rows = s
+        .tasks
+        .iter()
+        .map(|t| {
+            view! {
+                <tr data-tid=t.tid.to_string()>
+                    <td>{format!("{}/{}", t.pid, t.tid)}</td>
+                    <td>{t.comm.clone()}</td>
+                    <td><span class=phase_class(t.phase)>{t.phase.as_str()}</span></td>
+                    <td>{phase_times(&t.phase_ms)}</td>
+                    <td class="num">{format!("{:.0} %", t.on_cpu_pct)}</td>
+                    <td class="num">{format!("{} · {}", micros(t.runq_p50_ns), micros(t.runq_p99_ns))}</td>
+                    <td>{t.last_decision.clone().unwrap_or_else(|| "–".into())}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <table class="tasks">
+            <thead><tr>
+                <th>"pid/tid"</th><th>"Thread"</th><th>"Phase"</th><th>"Time per phase"</th>
+                <th>"On CPU"</th><th>"Run queue p50 · p99"</th><th>"Last decision"</th>
+            </tr></thead>
+            <tbody>{rows}</tbody>
+        </table>
+    }
+}
+
+fn decisions_list(s: &SchedulerTelemetry, now_ms: u64) -> impl IntoView {
+    let items = s
+        .decisions
+        .iter()
+        .take(12)
+        .map(|d| {
+            view! {
+                <li>
+                    <span class="muted">{format!("{} ago ", age(now_ms.saturating_sub(d.at_ms)))}</span>
+                    <b>{format!("{}/{} {}", d.pid, d.tid, d.comm)}</b>" → "{d.action.clone()}
+                    <span class=if d.applied { "tag tag-applied" } else { "tag" }>{if d.applied { "applied" } else { "observed" }}</span>
+                    {d.error.clone().map(|e| view! { <span class="kernel-error">{format!(" {e}")}</span> })}
+                    <div class="muted small">{d.reason.clone()}</div>
+                </li>
+            }
+        })
+        .collect_view();
+    view! { <ul class="decisions">{items}</ul> }
+}
+
+fn programs_table(s: &SchedulerTelemetry) -> impl IntoView {
+    let failed = s.programs.iter().filter(|p| p.state != "attached").count();
+    let rows = s
+        .programs
+        .iter()
+        .map(|p| {
+            view! {
+                <tr class=format!("prog-{}", p.state)>
+                    <td>{p.name.clone()}</td><td>{p.attach.clone()}</td><td>{p.state.clone()}</td>
+                    <td class="muted">{p.detail.clone().unwrap_or_default()}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <details class="programs">
+            <summary>{format!("BPF programs: {} attach points, {} not attached as preferred", s.programs.len(), failed)}</summary>
+            <table><tbody>{rows}</tbody></table>
+        </details>
+    }
+}
+
+#[component]
+pub fn SchedulerPanel() -> impl IntoView {
+    let store = expect_context::<Store>();
+    let unavailable = move || {
+        store.components.with(|cs| {
+            cs.iter()
+                .find(|c| c.name == "scheduler")
+                .map(|c| match (&c.status, &c.detail) {
+                    (ComponentStatus::Up, _) => String::new(),
+                    (_, Some(detail)) => detail.clone(),
+                    (_, None) => "the scheduler is not running".into(),
+                })
+                .unwrap_or_else(|| "the scheduler is disabled in this daemon's config".into())
+        })
+    };
+    let body = move || {
+        let now_ms = store.server_time_ms.get();
+        store.scheduler.get().map(|s| {
+            let processes = s.processes.iter().cloned().map(|p| process_row(p, now_ms)).collect_view();
+            view! {
+                {summary(&s)}
+                <h3>"ML processes"</h3>
+                {if s.processes.is_empty() {
+                    view! { <p class="empty">"No ML process on this node now."</p> }.into_any()
+                } else {
+                    view! { <div class="ml-processes">{processes}</div> }.into_any()
+                }}
+                <h3>"Threads"</h3>
+                {if s.tasks.is_empty() { ().into_any() } else { tasks_table(&s).into_any() }}
+                <h3>"Recent decisions"</h3>
+                {if s.decisions.is_empty() {
+                    view! { <p class="empty">"No decisions yet."</p> }.into_any()
+                } else {
+                    decisions_list(&s, now_ms).into_any()
+                }}
+                {programs_table(&s)}
+            }
+        })
+    };
+    view! {
+        <section class="panel" id="scheduler-panel">
+            <h2>"Scheduler"</h2>
+            {move || {
+                let why = unavailable();
+                (!why.is_empty()).then(|| view! { <p class="sched-status" role="status">{why}</p> })
+            }}
+            {body}
+        </section>
+    }
+}
