@@ -21,6 +21,8 @@ use std::sync::{Arc, Mutex};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder, TracepointCategory, UprobeOpts};
 
+mod elf;
+
 mod skel {
     #![allow(clippy::all, non_camel_case_types, non_snake_case, dead_code, unused_imports)]
     include!(concat!(env!("OUT_DIR"), "/sched.skel.rs"));
@@ -41,6 +43,40 @@ pub struct ThreadStats {
     pub involuntary: u64,
     /// Time blocked in block-I/O wait.
     pub iowait_ns: u64,
+    /// In progress (CLOCK_MONOTONIC ns, 0 if not): the counters above are brought up to date
+    /// only at the next switch or wake-up, so a reader adds these to see the present
+    /// ([`ThreadStats::at`]).
+    pub on_cpu_since_ns: u64,
+    pub runnable_since_ns: u64,
+    pub io_since_ns: u64,
+}
+
+/// CLOCK_MONOTONIC now, the clock of the BPF side's timestamps.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn in_progress(since: u64, now: u64) -> u64 {
+    if since == 0 {
+        0
+    } else {
+        now.saturating_sub(since)
+    }
+}
+
+impl ThreadStats {
+    /// The counters as of `now_ns` (monotonic), the interval in progress included.
+    pub fn at(&self, now_ns: u64) -> ThreadStats {
+        ThreadStats {
+            on_cpu_ns: self.on_cpu_ns + in_progress(self.on_cpu_since_ns, now_ns),
+            runq_wait_ns: self.runq_wait_ns + in_progress(self.runnable_since_ns, now_ns),
+            iowait_ns: self.iowait_ns + in_progress(self.io_since_ns, now_ns),
+            ..*self
+        }
+    }
 }
 
 /// What one thread of a tracked process did in system and library calls (cumulative).
@@ -61,6 +97,36 @@ pub struct MlThreadStats {
     /// Time in NCCL collectives, and in synchronizing on a collective.
     pub nccl_ns: u64,
     pub nccl_calls: u64,
+    /// The syscall and library call in progress: (kind, since), as the BPF side keeps them.
+    pub sys_in_progress: (u32, u64),
+    pub call_in_progress: (u32, u64),
+    /// What the GPU queue got last (`CallKind` number).
+    pub last_enqueue: u32,
+}
+
+impl MlThreadStats {
+    /// The counters as of `now_ns` (monotonic), the calls in progress included: a read or a
+    /// synchronize that blocks for longer than a window still shows in that window.
+    pub fn at(&self, now_ns: u64) -> MlThreadStats {
+        let mut s = *self;
+        let (kind, since) = self.sys_in_progress;
+        let spent = in_progress(since, now_ns);
+        match kind {
+            1 => s.futex_wait_ns += spent,
+            2 => s.read_ns += spent,
+            3 => s.nv_ioctl_ns += spent,
+            _ => {}
+        }
+        let (kind, since) = self.call_in_progress;
+        let spent = in_progress(since, now_ns);
+        match kind {
+            k if k == CallKind::Nccl as u32 => s.nccl_ns += spent,
+            k if k == CallKind::Sync as u32 && self.last_enqueue == CallKind::Nccl as u32 => s.nccl_ns += spent,
+            k if k == CallKind::Sync as u32 => s.sync_ns += spent,
+            _ => {}
+        }
+        s
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -423,6 +489,9 @@ impl SchedProbe {
             voluntary: raw.voluntary,
             involuntary: raw.involuntary,
             iowait_ns: raw.iowait_ns,
+            on_cpu_since_ns: raw.last_in_ns,
+            runnable_since_ns: raw.runnable_since_ns,
+            io_since_ns: raw.io_since_ns,
         })
     }
 
@@ -472,6 +541,9 @@ impl SchedProbe {
             syncs: raw.syncs,
             nccl_ns: raw.nccl_ns,
             nccl_calls: raw.nccl_calls,
+            sys_in_progress: (raw.sys_kind, raw.sys_since_ns),
+            call_in_progress: if raw.call_depth > 0 { (raw.call_kind, raw.call_since_ns) } else { (0, 0) },
+            last_enqueue: raw.last_enqueue,
         })
     }
 
@@ -547,9 +619,17 @@ impl SchedProbe {
         let entry = self.skel.object().progs_mut().find(|p| p.name().to_str() == Some("on_call"));
         let exit = self.skel.object().progs_mut().find(|p| p.name().to_str() == Some("on_call_return"));
         let (Some(entry), Some(exit)) = (entry, exit) else { return Err("uprobe programs missing".into()) };
+        let defined = std::fs::read(&path)
+            .ok()
+            .and_then(|bytes| elf::defined_functions(&bytes))
+            .ok_or_else(|| format!("{} is not a readable 64-bit ELF library", library.display()))?;
+        let present: Vec<&(&str, CallKind)> = calls.iter().filter(|(f, _)| defined.contains(*f)).collect();
+        if present.is_empty() {
+            return Err(format!("{} defines none of the probed functions", library.display()));
+        }
         let mut links = Vec::new();
         let mut errors = Vec::new();
-        for (function, kind) in calls {
+        for (function, kind) in present.iter().copied() {
             let opts = |retprobe| UprobeOpts {
                 cookie: *kind as u64,
                 retprobe,
@@ -573,7 +653,7 @@ impl SchedProbe {
         if links.is_empty() {
             return Err(format!("no probe attached to {}: {}", library.display(), errors.join("; ")));
         }
-        let found = calls.len() - errors.len().min(calls.len());
+        let found = present.len() - errors.iter().filter(|e| !e.contains("(return)")).count().min(present.len());
         self.uprobes.entry(pid).or_default().push((library.to_path_buf(), links));
         Ok(found)
     }
@@ -591,6 +671,27 @@ impl SchedProbe {
     /// Processes with uprobes attached.
     pub fn probed_processes(&self) -> Vec<u32> {
         self.uprobes.keys().copied().collect()
+    }
+
+    /// Invocations the kernel skipped, per program name (it does when a program would run
+    /// nested inside another on the same CPU); only programs with skips are listed.
+    pub fn skipped_runs(&self) -> Vec<(String, u64)> {
+        let ours: HashMap<u32, String> = self
+            .skel
+            .object()
+            .progs()
+            .filter_map(|p| {
+                use std::os::fd::{AsFd, AsRawFd};
+                // The kernel's id of the program behind our fd, from /proc/self/fdinfo.
+                let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", p.as_fd().as_raw_fd())).ok()?;
+                let id = info.lines().find_map(|l| l.strip_prefix("prog_id:"))?.trim().parse().ok()?;
+                Some((id, p.name().to_string_lossy().into_owned()))
+            })
+            .collect();
+        libbpf_rs::query::ProgInfoIter::default()
+            .filter(|info| info.recursion_misses > 0)
+            .filter_map(|info| Some((ours.get(&info.id)?.clone(), info.recursion_misses)))
+            .collect()
     }
 
     /// Deletes entries of threads that no longer exist (a safety net: the exit program deletes

@@ -89,7 +89,7 @@ fn process_row(p: MlProcessInfo, now_ms: u64) -> impl IntoView {
 }
 
 fn summary(s: &SchedulerTelemetry) -> impl IntoView {
-    let lost = s.lost.events + s.lost.runq_samples + s.lost.threads + s.lost.ml_threads;
+    let lost = s.lost.events + s.lost.runq_samples + s.lost.threads + s.lost.ml_threads + s.lost.skipped_runs;
     let pct = |p: Phase| s.phase_time_pct.get(p);
     let bar = Phase::ALL
         .iter()

@@ -303,6 +303,10 @@ pub struct ProbeLosses {
     pub runq_samples: u64,
     pub threads: u64,
     pub ml_threads: u64,
+    /// Program runs the kernel skipped (a program would have run nested in another on the
+    /// same CPU); a skipped return probe is recovered at the thread's next call.
+    #[serde(default)]
+    pub skipped_runs: u64,
 }
 
 /// A stretch of time one process spent in one phase.

@@ -32,6 +32,16 @@ pub fn daemon_binary() -> PathBuf {
     path
 }
 
+/// `ml-workload`, the labelled training loop (workspace debug build; `cargo test --workspace`
+/// builds it with the `ringside-workload` package).
+pub fn workload_binary() -> PathBuf {
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"));
+    let path = target.join("debug/ml-workload");
+    assert!(path.exists(), "{} is missing: run the tests with `cargo xtask test`", path.display());
+    path
+}
+
 /// A scratch directory under the target dir, removed on drop.
 pub struct Scratch(pub PathBuf);
 
@@ -144,7 +154,7 @@ impl Daemon {
             .arg("--data-dir")
             .arg(options.data_dir.clone().unwrap_or_else(|| scratch.0.join("data")))
             .env_remove("RINGSIDE_TOKEN")
-            .env("RINGSIDE_LOG", "error")
+            .env("RINGSIDE_LOG", std::env::var("RINGSIDE_TEST_LOG").unwrap_or_else(|_| "error".into()))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         match (&options.token_file, &options.token) {

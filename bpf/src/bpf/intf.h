@@ -34,6 +34,8 @@ struct ml_thread_stats {
 	/* In flight: */
 	__u64 sys_since_ns;     /* entry time of the syscall being accounted; 0 if none */
 	__u64 call_since_ns;    /* entry time of the outermost probed library call */
+	__u64 call_sp;          /* the stack pointer at that entry: a later entry at or above it
+				 * means its return was missed (a skipped uretprobe run) */
 	__u32 sys_kind;         /* SYS_KIND_* of the syscall in flight */
 	__u32 call_kind;        /* CALL_* of the outermost library call in flight */
 	__u32 call_depth;       /* nesting (cudaDeviceSynchronize calls cuCtxSynchronize) */

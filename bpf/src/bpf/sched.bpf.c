@@ -460,6 +460,14 @@ int BPF_UPROBE(on_call)
 	if (!s)
 		return 0;
 	__u32 kind = bpf_get_attach_cookie(ctx);
+	__u64 sp = PT_REGS_SP(ctx);
+	/* Stacks grow down: a call nested in the outer one has a lower stack pointer. One at or
+	 * above it comes after the outer call returned, unseen: start afresh. */
+	if (s->call_depth && sp >= s->call_sp) {
+		s->call_depth = 0;
+		s->call_since_ns = 0;
+		s->call_kind = CALL_NONE;
+	}
 	bool inside_nccl = s->call_depth && s->call_kind == CALL_NCCL;
 	if (kind == CALL_LAUNCH) {
 		/* A collective launches its own kernels: those are part of the collective. */
@@ -476,6 +484,7 @@ int BPF_UPROBE(on_call)
 	if (s->call_depth == 0) {
 		s->call_since_ns = bpf_ktime_get_ns();
 		s->call_kind = kind;
+		s->call_sp = sp;
 	}
 	if (s->call_depth < 64)
 		s->call_depth += 1;

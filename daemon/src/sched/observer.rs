@@ -86,6 +86,7 @@ pub struct Observer {
     last_scan: Option<Instant>,
     rescan_soon: bool,
     thread_count: usize,
+    skipped_runs: u64,
     published: Arc<Mutex<Published>>,
 }
 
@@ -114,6 +115,7 @@ impl Observer {
             last_scan: None,
             rescan_soon: false,
             thread_count: 0,
+            skipped_runs: 0,
             published,
         }
     }
@@ -139,6 +141,7 @@ impl Observer {
             last = now;
             last_ms = now_ms;
         }
+        tracing::debug!("skipped BPF runs: {:?}", self.probe.skipped_runs());
         let restored = self.enforcer.restore_all();
         if restored > 0 {
             tracing::info!("restored the scheduling settings of {restored} threads");
@@ -154,6 +157,7 @@ impl Observer {
             self.last_scan = Some(Instant::now());
             self.rescan_soon = false;
             self.thread_count = self.probe.thread_count();
+            self.skipped_runs = self.probe.skipped_runs().iter().map(|(_, n)| n).sum();
         }
         self.observe(window_ns, start_ms, end_ms);
         self.publish();
@@ -336,8 +340,11 @@ impl Observer {
             let mut evidence = Evidence::default();
             for &tid in &tids {
                 seen_tids.insert(tid);
-                let counters =
-                    Counters::from_probe(self.probe.thread(tid).as_ref(), self.probe.ml_thread(tid).as_ref());
+                let now_ns = ringside_bpf::monotonic_ns();
+                let counters = Counters::from_probe(
+                    self.probe.thread(tid).map(|s| s.at(now_ns)).as_ref(),
+                    self.probe.ml_thread(tid).map(|s| s.at(now_ns)).as_ref(),
+                );
                 let task = self.tasks.entry(tid).or_insert_with(|| Task {
                     pid,
                     comm: read_trimmed(task_dir.join(tid.to_string()).join("comm")).unwrap_or_default(),
@@ -367,6 +374,7 @@ impl Observer {
             }
             let process = self.processes.get_mut(&pid).expect("listed above");
             process.threads = tids.len() as u32;
+            tracing::debug!(pid, ?evidence, phase = ?process.phase.phase, "window");
             if process.phase.step(&evidence, window_ns).is_some() {
                 process.phase_since_ms = start_ms;
             }
@@ -575,6 +583,7 @@ impl Observer {
                 runq_samples: lost.runq_samples,
                 threads: lost.threads,
                 ml_threads: lost.ml_threads,
+                skipped_runs: self.skipped_runs,
             },
         };
         let degraded = (!failed.is_empty()).then(|| {

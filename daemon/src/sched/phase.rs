@@ -68,10 +68,11 @@ impl Counters {
         c
     }
 
-    /// What happened between `before` and `self` (a counter that went backwards, i.e. a new
-    /// entry for a reused id, counts from zero).
+    /// What happened between `before` and `self`. A counter read while the BPF side was
+    /// updating it can look as if it went back a little: that window counts nothing and the
+    /// next one catches up.
     pub fn since(&self, before: &Counters) -> Counters {
-        let d = |now: u64, then: u64| if now >= then { now - then } else { now };
+        let d = |now: u64, then: u64| now.saturating_sub(then);
         Counters {
             on_cpu_ns: d(self.on_cpu_ns, before.on_cpu_ns),
             runq_ns: d(self.runq_ns, before.runq_ns),
@@ -305,9 +306,24 @@ mod tests {
     }
 
     #[test]
-    fn counters_going_backwards_count_from_zero() {
+    fn counters_going_backwards_count_nothing() {
         let before = Counters { on_cpu_ns: 500, ..Counters::default() };
-        let now = Counters { on_cpu_ns: 100, ..Counters::default() };
-        assert_eq!(now.since(&before).on_cpu_ns, 100);
+        let now = Counters { on_cpu_ns: 400, ..Counters::default() };
+        assert_eq!(now.since(&before).on_cpu_ns, 0);
+    }
+
+    #[test]
+    fn intervals_in_progress_count_in_the_window_they_are_in() {
+        // A thread on a CPU since 50 ms ago, never switched out: the stored counter says 0.
+        let now = 1_000_000_000;
+        let sched = ThreadStats { on_cpu_ns: 0, on_cpu_since_ns: now - 50_000_000, ..ThreadStats::default() };
+        let calls = MlThreadStats {
+            sync_ns: 10,
+            call_in_progress: (2, now - 30_000_000),
+            sys_in_progress: (2, now - 20_000_000),
+            ..MlThreadStats::default()
+        };
+        let c = Counters::from_probe(Some(&sched.at(now)), Some(&calls.at(now)));
+        assert_eq!((c.on_cpu_ns, c.sync_ns, c.read_ns), (50_000_000, 30_000_010, 20_000_000));
     }
 }

@@ -1,0 +1,228 @@
+//! Phase detection, ML job tracking and enforcement, end to end: the real daemon with its BPF
+//! probe, and `ml-workload` — a labelled training loop calling the CUDA and NCCL test doubles
+//! — which logs its own ground truth. CI runs as root: these run for real.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use ringside_tests::{Daemon, DaemonOptions, Scratch};
+use serde_json::Value;
+
+const PHASES: [&str; 4] = ["data_loading", "gpu_compute", "nccl_collective", "optimizer_step"];
+const WINDOW_MS: u64 = 100;
+
+/// One daemon at a time: each finds every ML process on the node, so an `enforce` daemon would
+/// act on the other test's workload too.
+static ONE_DAEMON: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn scheduler_config(mode: &str) -> String {
+    format!("[scheduler]\nmode = \"{mode}\"\nwindow_ms = {WINDOW_MS}\nscan_interval_ms = 200\n")
+}
+
+/// The workload, reaped (with its DataLoader worker) when dropped.
+struct Workload(Child);
+
+impl Workload {
+    fn start(dir: &Path, phase_ms: u64, cycles: u32) -> Result<Workload> {
+        let child = Command::new(ringside_tests::workload_binary())
+            .args(["--phase-ms", &phase_ms.to_string(), "--cycles", &cycles.to_string()])
+            .arg("--log")
+            .arg(dir.join("truth.jsonl"))
+            .arg("--ready")
+            .arg(dir.join("ready"))
+            .stdout(Stdio::null())
+            .spawn()
+            .context("start ml-workload")?;
+        let workload = Workload(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !dir.join("ready").exists() {
+            anyhow::ensure!(Instant::now() < deadline, "ml-workload did not get ready in 10 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(workload)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = Command::new("pkill").args(["-KILL", "-P", &self.0.id().to_string()]).status();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn process(snapshot: &Value, pid: u32) -> Option<&Value> {
+    snapshot["scheduler"]["processes"].as_array()?.iter().find(|p| p["pid"] == pid)
+}
+
+/// Polls the snapshot until `ready` says so.
+async fn wait_for(daemon: &Daemon, what: &str, secs: u64, ready: impl Fn(&Value) -> bool) -> Result<Value> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let snapshot = daemon.get_json("/api/snapshot").await?;
+        if ready(&snapshot) {
+            return Ok(snapshot);
+        }
+        if Instant::now() > deadline {
+            bail!("{what} not within {secs} s; scheduler: {}", snapshot["scheduler"]);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One line of the workload's ground truth.
+struct Truth {
+    phase: String,
+    start_ms: u64,
+    end_ms: u64,
+}
+
+fn read_truth(path: &Path) -> Result<Vec<Truth>> {
+    let text = std::fs::read_to_string(path).context("ground truth log")?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let v: Value = serde_json::from_str(line)?;
+            Ok(Truth {
+                phase: v["phase"].as_str().context("phase")?.to_string(),
+                start_ms: v["start_ms"].as_u64().context("start_ms")?,
+                end_ms: v["end_ms"].as_u64().context("end_ms")?,
+            })
+        })
+        .collect()
+}
+
+/// Time (ms) in `[from, to)` during which the timeline says `phase`, and time it covers at all.
+fn agreement(timeline: &[Value], phase: &str, from: u64, to: u64) -> (u64, u64) {
+    let (mut agree, mut covered) = (0, 0);
+    for span in timeline {
+        let (start, end) = (span["start_ms"].as_u64().unwrap_or(0), span["end_ms"].as_u64().unwrap_or(0));
+        let overlap = end.min(to).saturating_sub(start.max(from));
+        covered += overlap;
+        if span["phase"] == phase {
+            agree += overlap;
+        }
+    }
+    (agree, covered)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
+    let _one = ONE_DAEMON.lock().await;
+    let daemon = Daemon::start(DaemonOptions { config: scheduler_config("observe"), ..DaemonOptions::default() })?;
+    let dir = Scratch::new("phases");
+    let workload = Workload::start(&dir.0, 1500, 3)?;
+    let pid = workload.pid();
+
+    // Detected, tracked, its libraries probed, its DataLoader worker part of the job.
+    let snapshot = wait_for(&daemon, "the workload tracked with both libraries probed", 10, |s| {
+        process(s, pid).is_some_and(|p| p["probed_libraries"].as_array().is_some_and(|l| l.len() >= 2))
+    })
+    .await?;
+    let main = process(&snapshot, pid).unwrap();
+    assert_eq!(main["role"], "main", "{main}");
+    assert!(main["reason"].as_str().unwrap_or_default().contains("libcuda.so"), "{main}");
+    let processes = snapshot["scheduler"]["processes"].as_array().unwrap();
+    let worker = processes
+        .iter()
+        .find(|p| p["job"] == pid && p["pid"] != pid)
+        .with_context(|| format!("the DataLoader worker belongs to the job: {processes:?}"))?;
+    assert_eq!((worker["role"].as_str(), worker["comm"].as_str()), (Some("worker"), Some("pt_data_worker")));
+
+    // Keep the latest timeline until the workload ends (an exited process leaves the snapshot).
+    let mut timeline = Vec::new();
+    let mut main_nice = Vec::new();
+    let mut workload = workload;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while workload.0.try_wait()?.is_none() {
+        anyhow::ensure!(Instant::now() < deadline, "the workload did not finish in 60 s");
+        let snapshot = daemon.get_json("/api/snapshot").await?;
+        if let Some(p) = process(&snapshot, pid) {
+            timeline = p["timeline"].as_array().cloned().unwrap_or_default();
+        }
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            main_nice.extend(stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(16)).map(String::from));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(workload.0.wait()?.success(), "the workload ran to the end");
+    assert!(main_nice.iter().all(|n| n == "0"), "observe mode changes nothing: nice {main_nice:?}");
+
+    // Score every ground-truth phase the daemon watched, leaving out its first window (the
+    // window that straddles the change).
+    let truth = read_truth(&dir.0.join("truth.jsonl"))?;
+    assert_eq!(truth.len(), 12, "3 cycles of 4 phases");
+    let mut per_phase: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for t in &truth {
+        let (agree, covered) = agreement(&timeline, &t.phase, t.start_ms + WINDOW_MS, t.end_ms);
+        let entry = per_phase.entry(PHASES.iter().find(|p| **p == t.phase).copied().unwrap_or("other")).or_default();
+        entry.0 += agree;
+        entry.1 += covered;
+    }
+    let mut report = String::new();
+    for (phase, (agree, covered)) in &per_phase {
+        report += &format!("{phase}: {:.1}% of {covered} ms\n", *agree as f64 * 100.0 / (*covered).max(1) as f64);
+    }
+    println!("phase detection accuracy against the workload's ground truth:\n{report}");
+    for phase in PHASES {
+        let (agree, covered) = per_phase.get(phase).copied().unwrap_or_default();
+        assert!(covered >= 2000, "{phase}: only {covered} ms observed\n{report}");
+        assert!(agree as f64 >= covered as f64 * 0.9, "{phase} below 90%\n{report}timeline: {timeline:?}");
+    }
+
+    let snapshot = daemon.get_json("/api/snapshot").await?;
+    let scheduler = &snapshot["scheduler"];
+    assert!(scheduler["phase_transitions"].as_u64().unwrap_or(0) >= 8, "{scheduler}");
+    let decisions = scheduler["decisions"].as_array().unwrap();
+    assert!(decisions.iter().any(|d| d["pid"] == pid && d["applied"] == false), "observe records decisions");
+    wait_for(&daemon, "the exited workload leaving the table", 5, |s| process(s, pid).is_none()).await?;
+    let metrics = daemon.get("/metrics").await?.text().await?;
+    assert!(metrics.contains("zernel_scheduler_phase_time_pct{phase=\"gpu_compute\"}"), "{metrics}");
+    Ok(())
+}
+
+fn nice_of(pid: u32, tid: u32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    stat.rsplit(')').next()?.split_whitespace().nth(16)?.parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn enforce_changes_real_scheduling_attributes_and_restores_them_at_stop() -> Result<()> {
+    let _one = ONE_DAEMON.lock().await;
+    let mut daemon = Daemon::start(DaemonOptions { config: scheduler_config("enforce"), ..DaemonOptions::default() })?;
+    let dir = Scratch::new("enforce");
+    let workload = Workload::start(&dir.0, 800, 40)?;
+    let pid = workload.pid();
+    // The main thread enters a phase; the decision is applied and reads back from /proc.
+    let snapshot = wait_for(&daemon, "an applied decision for the workload's main thread", 15, |s| {
+        s["scheduler"]["decisions"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|d| d["tid"] == pid && d["applied"] == true && d["nice"] == -5))
+    })
+    .await?;
+    assert_eq!(snapshot["scheduler"]["mode"], "enforce");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while nice_of(pid, pid) != Some(-5) {
+        anyhow::ensure!(Instant::now() < deadline, "the main thread's nice value never read back as -5");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Stopping the daemon puts every thread back as it was, while the workload goes on.
+    let status = daemon.terminate()?;
+    assert!(status.success(), "daemon exit: {status:?}");
+    let tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    for tid in tids {
+        assert_eq!(nice_of(pid, tid), Some(0), "thread {tid} restored to nice 0");
+    }
+    drop(workload);
+    Ok(())
+}

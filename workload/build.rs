@@ -1,0 +1,37 @@
+//! Builds the CUDA and NCCL test doubles (`doubles/*.c`) as shared libraries named like the real
+//! ones (`libcuda.so.1`, `libnccl.so.2`: the scheduler recognises ML processes by the names of
+//! the libraries they map) into `$OUT_DIR/doubles`, exported as `RINGSIDE_TEST_DOUBLES`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn clang() -> PathBuf {
+    if let Some(path) = std::env::var_os("RINGSIDE_CLANG") {
+        return path.into();
+    }
+    for candidate in ["/usr/bin/clang-19", "/usr/bin/clang"] {
+        if std::path::Path::new(candidate).exists() {
+            return candidate.into();
+        }
+    }
+    "clang".into()
+}
+
+fn main() {
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("doubles");
+    std::fs::create_dir_all(&out).expect("create OUT_DIR/doubles");
+    println!("cargo:rerun-if-env-changed=RINGSIDE_CLANG");
+    for (source, library) in [("cuda_test_double.c", "libcuda.so.1"), ("nccl_test_double.c", "libnccl.so.2")] {
+        println!("cargo:rerun-if-changed=doubles/{source}");
+        let status = Command::new(clang())
+            .args(["-shared", "-fPIC", "-O2", "-pthread", "-Wall", "-o"])
+            .arg(out.join(library))
+            .arg(format!("doubles/{source}"))
+            .status();
+        match status {
+            Ok(s) if s.success() => {}
+            other => panic!("building the {library} test double failed ({other:?}): run `cargo xtask setup`"),
+        }
+    }
+    println!("cargo:rustc-env=RINGSIDE_TEST_DOUBLES={}", out.display());
+}

@@ -1,0 +1,448 @@
+//! `ml-workload`: a labelled ML training loop with real system activity, for testing and
+//! benchmarking Ringside's scheduler. It loads the CUDA and NCCL *test doubles* (built from
+//! `doubles/*.c`; they are not CUDA or NCCL) with `dlopen`, as PyTorch loads libcuda, and runs
+//! cycles of four phases on its main thread, logging each phase's wall-clock interval — the
+//! ground truth phase detection is scored against:
+//!
+//! - `data_loading`: blocked reading batches from a pipe fed by a DataLoader-style worker child
+//!   process (`pt_data_worker`: ~1 ms of "decoding" per 64 KiB batch, then a pause);
+//! - `gpu_compute`: 20 kernel launches (200 µs of simulated device time each), then
+//!   `cuStreamSynchronize`, which blocks until the "device" is done;
+//! - `nccl_collective`: `ncclAllReduce` of 1 MiB with a second rank (thread `nccl-rank1`);
+//! - `optimizer_step`: CPU-bound Adam-style updates (~2 ms each), a small launch every 2 ms.
+//!
+//! ```text
+//! ml-workload [--doubles DIR] [--phase-ms 1500] [--cycles 3] [--log FILE] [--ready FILE] [--stats FILE]
+//! ```
+//! `--log`: one JSON line per phase, `{"phase","start_ms","end_ms","pid","tid"}` (Unix ms);
+//! `--ready`: written with the pid once set up; `--stats`: per-phase iteration times (p50/p99)
+//! as JSON at the end.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CString};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+type CuInit = unsafe extern "C" fn(c_uint) -> c_int;
+type CuLaunchKernel = unsafe extern "C" fn(
+    *mut c_void,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    *mut c_void,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> c_int;
+type CuStreamSynchronize = unsafe extern "C" fn(*mut c_void) -> c_int;
+type NcclCommInitRank = unsafe extern "C" fn(*mut *mut c_void, c_int, *mut c_char, c_int) -> c_int;
+type NcclAllReduce =
+    unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, *mut c_void, *mut c_void) -> c_int;
+
+const PHASES: [&str; 4] = ["data_loading", "gpu_compute", "nccl_collective", "optimizer_step"];
+const BATCH: usize = 64 * 1024;
+const ALLREDUCE_FLOATS: usize = 256 * 1024;
+
+struct Args {
+    doubles: PathBuf,
+    phase_ms: u64,
+    cycles: u32,
+    log: Option<PathBuf>,
+    ready: Option<PathBuf>,
+    stats: Option<PathBuf>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        doubles: PathBuf::from(env!("RINGSIDE_TEST_DOUBLES")),
+        phase_ms: 1500,
+        cycles: 3,
+        log: None,
+        ready: None,
+        stats: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--doubles" => args.doubles = value()?.into(),
+            "--phase-ms" => args.phase_ms = value()?.parse().map_err(|e| format!("--phase-ms: {e}"))?,
+            "--cycles" => args.cycles = value()?.parse().map_err(|e| format!("--cycles: {e}"))?,
+            "--log" => args.log = Some(value()?.into()),
+            "--ready" => args.ready = Some(value()?.into()),
+            "--stats" => args.stats = Some(value()?.into()),
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if args.phase_ms < 100 || args.cycles == 0 {
+        return Err("--phase-ms must be at least 100 and --cycles at least 1".into());
+    }
+    Ok(args)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
+
+/// `dlopen` + `dlsym` of every function the loop calls.
+struct Doubles {
+    cu_init: CuInit,
+    launch: CuLaunchKernel,
+    sync: CuStreamSynchronize,
+    comm_init: NcclCommInitRank,
+    all_reduce: NcclAllReduce,
+}
+
+fn open(path: &Path) -> Result<*mut c_void, String> {
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: a valid NUL-terminated path; the handle is kept for the process's life.
+    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+    if handle.is_null() {
+        // SAFETY: dlerror returns a static string or null.
+        let why = unsafe { libc::dlerror() };
+        let why = if why.is_null() {
+            "unknown error".into()
+        } else {
+            unsafe { std::ffi::CStr::from_ptr(why) }.to_string_lossy().into_owned()
+        };
+        return Err(format!("dlopen {}: {why}", path.display()));
+    }
+    Ok(handle)
+}
+
+fn symbol(handle: *mut c_void, name: &str) -> Result<*mut c_void, String> {
+    let c = CString::new(name).map_err(|e| e.to_string())?;
+    // SAFETY: a handle from dlopen and a valid symbol name.
+    let ptr = unsafe { libc::dlsym(handle, c.as_ptr()) };
+    if ptr.is_null() {
+        return Err(format!("symbol {name} not found"));
+    }
+    Ok(ptr)
+}
+
+impl Doubles {
+    fn load(dir: &Path) -> Result<Doubles, String> {
+        let cuda = open(&dir.join("libcuda.so.1"))?;
+        let nccl = open(&dir.join("libnccl.so.2"))?;
+        // SAFETY: the symbols are the doubles' functions with exactly these C signatures.
+        unsafe {
+            Ok(Doubles {
+                cu_init: std::mem::transmute::<*mut c_void, CuInit>(symbol(cuda, "cuInit")?),
+                launch: std::mem::transmute::<*mut c_void, CuLaunchKernel>(symbol(cuda, "cuLaunchKernel")?),
+                sync: std::mem::transmute::<*mut c_void, CuStreamSynchronize>(symbol(cuda, "cuStreamSynchronize")?),
+                comm_init: std::mem::transmute::<*mut c_void, NcclCommInitRank>(symbol(nccl, "ncclCommInitRank")?),
+                all_reduce: std::mem::transmute::<*mut c_void, NcclAllReduce>(symbol(nccl, "ncclAllReduce")?),
+            })
+        }
+    }
+
+    fn launch(&self, device_us: u32) {
+        // SAFETY: the double reads no pointer argument.
+        unsafe {
+            (self.launch)(
+                std::ptr::null_mut(),
+                device_us,
+                1,
+                1,
+                128,
+                1,
+                1,
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            );
+        }
+    }
+
+    fn synchronize(&self) {
+        // SAFETY: the double ignores the stream.
+        unsafe { (self.sync)(std::ptr::null_mut()) };
+    }
+
+    fn all_reduce(&self, send: &[f32], recv: &mut [f32], comm: *mut c_void) {
+        // SAFETY: both buffers hold `send.len()` floats and outlive the call (it returns when
+        // every rank has finished with them).
+        unsafe {
+            (self.all_reduce)(
+                send.as_ptr().cast(),
+                recv.as_mut_ptr().cast(),
+                send.len().min(recv.len()),
+                7,
+                0,
+                comm,
+                std::ptr::null_mut(),
+            )
+        };
+    }
+
+    fn comm(&self, nranks: i32, rank: i32) -> Result<*mut c_void, String> {
+        let mut comm = std::ptr::null_mut();
+        let mut id = [0 as c_char; 128];
+        // SAFETY: valid out-pointer and id buffer.
+        let rc = unsafe { (self.comm_init)(&mut comm, nranks, id.as_mut_ptr(), rank) };
+        if rc != 0 {
+            return Err(format!("ncclCommInitRank failed: {rc}"));
+        }
+        Ok(comm)
+    }
+}
+
+/// The DataLoader worker: decodes (spins ~1 ms) and writes 64 KiB batches into the pipe; it
+/// blocks in write while the pipe is full, i.e. outside the data-loading phase.
+fn worker(fd: c_int) -> ! {
+    // SAFETY: single-threaded child of a fork; plain syscalls.
+    unsafe {
+        let name = CString::new("pt_data_worker").unwrap_or_default();
+        libc::prctl(libc::PR_SET_NAME, name.as_ptr());
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    let mut batch = vec![0u8; BATCH];
+    let mut seed = 0x9e3779b97f4a7c15u64;
+    loop {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(1) {
+            for b in batch.iter_mut().take(4096) {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                *b = (seed >> 56) as u8;
+            }
+        }
+        let mut written = 0;
+        while written < BATCH {
+            // SAFETY: writing from a live buffer of BATCH bytes.
+            let n = unsafe { libc::write(fd, batch[written..].as_ptr().cast(), BATCH - written) };
+            if n <= 0 {
+                // SAFETY: leaving the child without running the parent's destructors.
+                unsafe { libc::_exit(0) };
+            }
+            written += n as usize;
+        }
+        std::thread::sleep(Duration::from_millis(4));
+    }
+}
+
+/// NCCL rank 1: one collective per round the main thread (rank 0) starts.
+#[derive(Default)]
+struct Rounds {
+    requested: u64,
+    stop: bool,
+}
+
+struct Samples(Vec<(usize, f64)>);
+
+impl Samples {
+    fn add(&mut self, phase: usize, started: Instant) {
+        self.0.push((phase, started.elapsed().as_secs_f64() * 1000.0));
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let mut out = serde_json::Map::new();
+        for (i, name) in PHASES.iter().enumerate() {
+            let mut v: Vec<f64> = self.0.iter().filter(|(p, _)| *p == i).map(|(_, ms)| *ms).collect();
+            v.sort_by(f64::total_cmp);
+            let q = |q: f64| v.get(((v.len().max(1) - 1) as f64 * q).round() as usize).copied();
+            out.insert(name.to_string(), serde_json::json!({ "n": v.len(), "p50_ms": q(0.5), "p99_ms": q(0.99) }));
+        }
+        serde_json::Value::Object(out)
+    }
+}
+
+/// One Adam-style update over `params` (the optimizer step's arithmetic).
+fn adam(params: &mut [f32], m: &mut [f32], v: &mut [f32], step: i32) {
+    let (b1, b2, lr, eps) = (0.9f32, 0.999f32, 1e-3f32, 1e-8f32);
+    let (c1, c2) = (1.0 - b1.powi(step), 1.0 - b2.powi(step));
+    for i in 0..params.len() {
+        let g = params[i] * 1e-3 + 1e-4;
+        m[i] = b1 * m[i] + (1.0 - b1) * g;
+        v[i] = b2 * v[i] + (1.0 - b2) * g * g;
+        params[i] -= lr * (m[i] / c1) / ((v[i] / c2).sqrt() + eps);
+    }
+}
+
+fn run(args: Args) -> Result<(), String> {
+    // The worker is forked before any thread exists.
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: a two-int array for pipe2.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+    }
+    let (read_fd, write_fd) = (fds[0], fds[1]);
+    // SAFETY: valid fd; a failure only leaves the default pipe size.
+    unsafe { libc::fcntl(write_fd, libc::F_SETPIPE_SZ, BATCH as c_int) };
+    // SAFETY: no other thread exists yet; the child only uses its own memory and syscalls.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+    }
+    if child == 0 {
+        // SAFETY: closing the child's copy of the read end.
+        unsafe { libc::close(read_fd) };
+        worker(write_fd);
+    }
+    // SAFETY: closing the parent's copy of the write end.
+    unsafe { libc::close(write_fd) };
+
+    let doubles = Arc::new(Doubles::load(&args.doubles)?);
+    // SAFETY: the double's cuInit takes flags only.
+    unsafe { (doubles.cu_init)(0) };
+    let comm0 = doubles.comm(2, 0)?;
+    let comm1 = doubles.comm(2, 1)? as usize;
+    let rounds = Arc::new((Mutex::new(Rounds::default()), Condvar::new()));
+    let rank1 = {
+        let (doubles, rounds) = (doubles.clone(), rounds.clone());
+        std::thread::Builder::new()
+            .name("nccl-rank1".into())
+            .spawn(move || {
+                let send = vec![1.0f32; ALLREDUCE_FLOATS];
+                let mut recv = vec![0.0f32; ALLREDUCE_FLOATS];
+                let mut done = 0u64;
+                loop {
+                    {
+                        let (lock, cv) = &*rounds;
+                        let mut r = lock.lock().unwrap_or_else(|e| e.into_inner());
+                        while r.requested == done && !r.stop {
+                            r = cv.wait(r).unwrap_or_else(|e| e.into_inner());
+                        }
+                        if r.requested == done && r.stop {
+                            return;
+                        }
+                    }
+                    doubles.all_reduce(&send, &mut recv, comm1 as *mut c_void);
+                    done += 1;
+                }
+            })
+            .map_err(|e| format!("spawn nccl-rank1: {e}"))?
+    };
+
+    // Calibrate the optimizer step to ~2 ms of arithmetic on an idle CPU.
+    let mut n = 16 * 1024;
+    let (mut params, mut m, mut v) = (vec![0.5f32; n], vec![0f32; n], vec![0f32; n]);
+    // The fastest of a few runs: a busy CPU must not make the steps short.
+    let per_element = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            adam(&mut params, &mut m, &mut v, 1);
+            t.elapsed().as_secs_f64() / n as f64
+        })
+        .fold(f64::INFINITY, f64::min);
+    n = ((0.002 / per_element.max(1e-10)) as usize).clamp(1024, 1 << 24);
+    params.resize(n, 0.5);
+    m.resize(n, 0.0);
+    v.resize(n, 0.0);
+
+    let scratch_file = std::env::temp_dir().join(format!("ml-workload-{}.bin", std::process::id()));
+    std::fs::write(&scratch_file, vec![3u8; 4096]).map_err(|e| format!("scratch file: {e}"))?;
+    let mut log: Box<dyn Write> = match &args.log {
+        Some(path) => Box::new(std::fs::File::create(path).map_err(|e| format!("--log {}: {e}", path.display()))?),
+        None => Box::new(std::io::stdout()),
+    };
+    if let Some(ready) = &args.ready {
+        std::fs::write(ready, std::process::id().to_string()).map_err(|e| format!("--ready: {e}"))?;
+    }
+
+    let pid = std::process::id();
+    let tid = gettid();
+    let mut samples = Samples(Vec::new());
+    let mut batch = vec![0u8; BATCH];
+    let send = vec![1.0f32; ALLREDUCE_FLOATS];
+    let mut recv = vec![0.0f32; ALLREDUCE_FLOATS];
+    let mut step = 0;
+    let mut last_launch = Instant::now();
+    let phase_len = Duration::from_millis(args.phase_ms);
+    for _ in 0..args.cycles {
+        for (phase, name) in PHASES.iter().enumerate() {
+            let start_ms = now_ms();
+            let start = Instant::now();
+            let mut batches = 0u64;
+            while start.elapsed() < phase_len {
+                let t = Instant::now();
+                match phase {
+                    0 => {
+                        let mut got = 0;
+                        while got < BATCH {
+                            // SAFETY: reading into a live buffer of BATCH bytes.
+                            let r = unsafe { libc::read(read_fd, batch[got..].as_mut_ptr().cast(), BATCH - got) };
+                            if r <= 0 {
+                                return Err("the DataLoader worker went away".into());
+                            }
+                            got += r as usize;
+                        }
+                        batches += 1;
+                        if batches.is_multiple_of(10) {
+                            let _ = std::fs::read(&scratch_file);
+                        }
+                    }
+                    1 => {
+                        for _ in 0..20 {
+                            doubles.launch(200);
+                        }
+                        doubles.synchronize();
+                    }
+                    2 => {
+                        {
+                            let (lock, cv) = &*rounds;
+                            lock.lock().unwrap_or_else(|e| e.into_inner()).requested += 1;
+                            cv.notify_all();
+                        }
+                        doubles.all_reduce(&send, &mut recv, comm0);
+                    }
+                    _ => {
+                        step += 1;
+                        adam(&mut params, &mut m, &mut v, step);
+                        // A small kernel every 2 ms at most, however long a step takes here.
+                        if last_launch.elapsed() >= Duration::from_millis(2) {
+                            doubles.launch(10);
+                            last_launch = Instant::now();
+                        }
+                    }
+                }
+                samples.add(phase, t);
+            }
+            let line = serde_json::json!({
+                "phase": name, "start_ms": start_ms, "end_ms": now_ms(), "pid": pid, "tid": tid,
+            });
+            writeln!(log, "{line}").and_then(|()| log.flush()).map_err(|e| format!("--log: {e}"))?;
+        }
+    }
+    doubles.synchronize();
+    {
+        let (lock, cv) = &*rounds;
+        lock.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
+        cv.notify_all();
+    }
+    let _ = rank1.join();
+    // SAFETY: closing the read end ends the worker (EPIPE); then reap it.
+    unsafe {
+        libc::close(read_fd);
+        libc::waitpid(child, std::ptr::null_mut(), 0);
+    }
+    let _ = std::fs::remove_file(&scratch_file);
+    if let Some(path) = &args.stats {
+        std::fs::write(path, samples.json().to_string()).map_err(|e| format!("--stats: {e}"))?;
+    }
+    Ok(())
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("ml-workload: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(args) {
+        eprintln!("ml-workload: {e}");
+        std::process::exit(2);
+    }
+}
