@@ -359,3 +359,71 @@ async fn two_browsers_see_each_others_acknowledgements_live() -> Result<()> {
     let _ = b.close().await;
     outcome
 }
+
+/// The ML workload, reaped with its DataLoader worker on drop.
+struct Workload(Child);
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = Command::new("pkill").args(["-KILL", "-P", &self.0.id().to_string()]).status();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
+    const WAIT: Duration = Duration::from_secs(30);
+    let daemon = Daemon::start(DaemonOptions {
+        interval_ms: 500,
+        config: "[scheduler]\nwindow_ms = 100\nscan_interval_ms = 200\n".into(),
+        ..DaemonOptions::default()
+    })?;
+    let workload = Workload(
+        Command::new(ringside_tests::workload_binary())
+            .args(["--phase-ms", "700", "--cycles", "6"])
+            .arg("--log")
+            .arg("/dev/null")
+            .spawn()
+            .context("start ml-workload")?,
+    );
+    let pid = workload.0.id();
+    let driver = Driver::start()?;
+    let profile = Scratch::new("chromium-profile");
+    let downloads = Scratch::new("downloads");
+    let client = browser(&driver, &profile.0, &downloads.0).await?;
+    let outcome = async {
+        client.goto(&daemon.console_url).await?;
+        eventually("the scheduler's mode", WAIT, || async {
+            Ok(text_of(&client, "#sched-mode").await?.filter(|t| t == "observe"))
+        })
+        .await?;
+        // The job's timeline fills with several phases as the workload goes through them.
+        let timeline = format!(".ml-process[data-pid='{pid}'] svg.timeline rect");
+        eventually("a timeline with three phases or more", WAIT, || async {
+            let mut classes = std::collections::BTreeSet::new();
+            for rect in client.find_all(Locator::Css(&timeline)).await? {
+                classes.extend(rect.attr("class").await?.filter(|c| !c.contains("unknown")));
+            }
+            Ok((classes.len() >= 3).then_some(()))
+        })
+        .await?;
+        let row = text_of(&client, &format!("#scheduler-panel tr[data-tid='{pid}']")).await?;
+        assert!(row.is_some_and(|r| r.contains("ml-workload")), "the main thread has a row in the table");
+        let worker = text_of(&client, "#scheduler-panel .ml-processes").await?.unwrap_or_default();
+        assert!(worker.contains("pt_data_worker") && worker.contains("worker of job"), "{worker}");
+        let programs = text_of(&client, "#scheduler-panel .programs summary").await?.unwrap_or_default();
+        assert!(programs.contains("BPF programs"), "{programs}");
+        std::fs::write(artifacts().join("scheduler.png"), client.screenshot().await?)?;
+        anyhow::Ok(())
+    }
+    .await;
+    if outcome.is_err() {
+        if let Ok(png) = client.screenshot().await {
+            let _ = std::fs::write(artifacts().join("scheduler-failure.png"), png);
+        }
+    }
+    let _ = client.close().await;
+    drop(workload);
+    outcome
+}

@@ -6,10 +6,11 @@
 //!   library pinned to the exact `wasm-bindgen` version in Cargo.lock) into `frontend/dist/`.
 //! - `run [-- ARGS]`: setup, console, release build of `ringsided`, then runs it with ARGS.
 //! - `test`: setup --test, console, every test of the workspace (unit, end-to-end, browser).
-//! - `bench [ring|daemon]`: the ring queue against rtrb and crossbeam-channel, and what the idle
-//!   daemon costs (see `docs/performance.md`).
+//! - `bench [ring|daemon|sched]`: the ring queue against rtrb and crossbeam-channel, what the
+//!   idle daemon costs, and the scheduler's probe overhead and effect (see `docs/performance.md`).
 
 mod bench;
+mod sched_bench;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -62,10 +63,15 @@ fn run() -> Result<()> {
                 cargo(&["build", "--release", "-p", "ringside-daemon"])?;
                 bench::run(&root)?;
             }
+            if matches!(which, "all" | "sched") {
+                setup(false)?;
+                cargo(&["build", "--release", "-p", "ringside-daemon", "-p", "ringside-workload"])?;
+                sched_bench::run(&root, root.join("target/release/ml-workload"))?;
+            }
             Ok(())
         }
         _ => {
-            eprintln!("usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | bench [ring|daemon]>");
+            eprintln!("usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | bench [ring|daemon|sched]>");
             std::process::exit(2);
         }
     }
