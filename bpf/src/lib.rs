@@ -49,6 +49,9 @@ pub struct ThreadStats {
     pub on_cpu_since_ns: u64,
     pub runnable_since_ns: u64,
     pub io_since_ns: u64,
+    /// A tracked thread blocked in a classified syscall: (SYS_KIND, since); its time is added
+    /// to the call counters when it wakes up.
+    pub blocked: (u32, u64),
 }
 
 /// CLOCK_MONOTONIC now, the clock of the BPF side's timestamps.
@@ -105,17 +108,19 @@ pub struct MlThreadStats {
 }
 
 impl MlThreadStats {
-    /// The counters as of `now_ns` (monotonic), the calls in progress included: a read or a
-    /// synchronize that blocks for longer than a window still shows in that window.
-    pub fn at(&self, now_ns: u64) -> MlThreadStats {
+    /// The counters as of `now_ns` (monotonic), the calls and waits in progress included (the
+    /// thread's `blocked` state from [`ThreadStats`]): a read or a synchronize that blocks for
+    /// longer than a window still shows in that window.
+    pub fn at(&self, now_ns: u64, blocked: (u32, u64)) -> MlThreadStats {
         let mut s = *self;
-        let (kind, since) = self.sys_in_progress;
-        let spent = in_progress(since, now_ns);
-        match kind {
-            1 => s.futex_wait_ns += spent,
-            2 => s.read_ns += spent,
-            3 => s.nv_ioctl_ns += spent,
-            _ => {}
+        for (kind, since) in [self.sys_in_progress, blocked] {
+            let spent = in_progress(since, now_ns);
+            match kind {
+                1 => s.futex_wait_ns += spent,
+                2 => s.read_ns += spent,
+                3 => s.nv_ioctl_ns += spent,
+                _ => {}
+            }
         }
         let (kind, since) = self.call_in_progress;
         let spent = in_progress(since, now_ns);
@@ -356,11 +361,19 @@ impl SchedProbe {
 
     /// Loads and attaches, trying the given modes in order (tests force a fallback mode).
     pub fn load_with(modes: &[AttachMode]) -> Result<SchedProbe, ProbeError> {
+        Self::load_with_options(modes, false)
+    }
+
+    /// `syscall_tracepoints`: count every futex/read/ioctl call of tracked processes with the
+    /// syscall tracepoints, rather than the waits they block in (seen at context switches).
+    /// Exact, but any enabled syscall tracepoint sends every task on the node through the slow
+    /// syscall path (see `docs/performance.md`).
+    pub fn load_with_options(modes: &[AttachMode], syscall_tracepoints: bool) -> Result<SchedProbe, ProbeError> {
         ensure_tracefs();
         let mut refused: Vec<(AttachMode, String)> = Vec::new();
         let mut last = None;
         for &mode in modes {
-            match Self::try_mode(mode, &refused) {
+            match Self::try_mode(mode, &refused, syscall_tracepoints) {
                 Ok(probe) => return Ok(probe),
                 Err(e @ ProbeError::PermissionDenied(_)) => return Err(e),
                 Err(e) => {
@@ -372,7 +385,11 @@ impl SchedProbe {
         Err(last.unwrap_or(ProbeError::Failed { stage: "loaded", detail: "no attach mode was tried".into() }))
     }
 
-    fn try_mode(mode: AttachMode, refused: &[(AttachMode, String)]) -> Result<SchedProbe, ProbeError> {
+    fn try_mode(
+        mode: AttachMode,
+        refused: &[(AttachMode, String)],
+        syscall_tracepoints: bool,
+    ) -> Result<SchedProbe, ProbeError> {
         // The skeleton borrows its object storage for as long as it lives; a probe lives for
         // the daemon's run, so the few bytes are leaked deliberately (once per attempt).
         let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
@@ -382,6 +399,9 @@ impl SchedProbe {
             let name = prog.name().to_string_lossy().into_owned();
             let other_mode = prefixes.iter().any(|p| name.starts_with(p)) && !name.starts_with(mode.prefix());
             prog.set_autoload(!other_mode);
+        }
+        if let Some(bss) = open.maps.bss_data.as_deref_mut() {
+            bss.syscall_tracepoints = syscall_tracepoints;
         }
         let skel = open.load().map_err(failed("loaded"))?;
 
@@ -405,25 +425,37 @@ impl SchedProbe {
             });
         }
         // Syscall accounting is worth having but not worth failing for.
-        for (point, prog_name) in SYSCALL_POINTS {
-            let attached = find(prog_name)
-                .ok_or_else(|| format!("program {prog_name} missing"))
-                .and_then(|p| p.attach_tracepoint(TracepointCategory::Syscalls, point).map_err(|e| format!("{e:#}")));
-            let (state, detail) = match attached {
-                Ok(link) => {
-                    links.push(link);
-                    ("attached", None)
-                }
-                Err(why) => ("failed", Some(why)),
+        if syscall_tracepoints {
+            for (point, prog_name) in SYSCALL_POINTS {
+                let attached = find(prog_name).ok_or_else(|| format!("program {prog_name} missing")).and_then(|p| {
+                    p.attach_tracepoint(TracepointCategory::Syscalls, point).map_err(|e| format!("{e:#}"))
+                });
+                let (state, detail) = match attached {
+                    Ok(link) => {
+                        links.push(link);
+                        ("attached", None)
+                    }
+                    Err(why) => ("failed", Some(why)),
+                };
+                programs.push(ProgramStatus {
+                    name: point.into(),
+                    attach: "tracepoint".into(),
+                    state: state.into(),
+                    detail,
+                });
+            }
+        } else {
+            let (state, detail) = match mode {
+                AttachMode::TpBtf => ("attached", None),
+                _ => ("failed", Some(format!("needs tp_btf (task registers); attached as {}", mode.as_str()))),
             };
             programs.push(ProgramStatus {
-                name: point.into(),
-                attach: "tracepoint".into(),
+                name: "syscall waits (futex, read, NVIDIA ioctl)".into(),
+                attach: "sched_switch".into(),
                 state: state.into(),
-                detail,
+                detail: detail.map(String::from),
             });
         }
-
         let queue = Arc::new(Mutex::new(EventQueue::default()));
         let mut builder = RingBufferBuilder::new();
         for map in [&skel.maps.events, &skel.maps.runq_events] {
@@ -492,6 +524,7 @@ impl SchedProbe {
             on_cpu_since_ns: raw.last_in_ns,
             runnable_since_ns: raw.runnable_since_ns,
             io_since_ns: raw.io_since_ns,
+            blocked: (raw.blocked_kind, raw.blocked_since_ns),
         })
     }
 

@@ -5,7 +5,7 @@ use std::os::fd::AsRawFd;
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use ringside_bpf::{AttachMode, EventKind};
+use ringside_bpf::{AttachMode, EventKind, MlThreadStats, SchedProbe};
 
 mod common;
 use common::*;
@@ -33,16 +33,10 @@ fn every_attach_mode_counts_on_cpu_time_like_the_kernel() {
     }
 }
 
-#[test]
-fn tracked_threads_account_reads_futex_waits_and_nvidia_ioctls() {
-    let probe = load_with(&AttachMode::ALL);
-    let failed: Vec<_> = probe.programs().into_iter().filter(|p| p.state == "failed").collect();
-    assert!(failed.is_empty(), "syscall tracepoints attach: {failed:?}");
-    probe.track(std::process::id(), std::process::id()).unwrap();
-
-    // Blocked in read() on a pipe for ~150 ms, then 3000 bytes arrive.
+/// A thread blocked ~150 ms in read() on a pipe until 3000 bytes arrive, and one waiting
+/// ~150 ms on a condition variable (a futex wait): their call counters, read while they live.
+fn block_in_read_and_futex(probe: &SchedProbe) -> (MlThreadStats, MlThreadStats) {
     let (mut reader, mut writer) = std::io::pipe().unwrap();
-    // Threads stay alive until their counters are read: an exited thread's entry is deleted.
     let (tx, rx) = mpsc::channel();
     let (release, released) = mpsc::channel::<()>();
     let reading = std::thread::spawn(move || {
@@ -55,14 +49,10 @@ fn tracked_threads_account_reads_futex_waits_and_nvidia_ioctls() {
     writer.write_all(&[7u8; 3000]).unwrap();
     let (reader_tid, n) = rx.recv().unwrap();
     assert_eq!(n, 3000);
-    let stats = probe.ml_thread(reader_tid).expect("the reading thread has call counters");
+    let read_stats = probe.ml_thread(reader_tid).expect("the reading thread has call counters");
     release.send(()).unwrap();
     reading.join().unwrap();
-    assert!(stats.read_ns >= 120_000_000, "blocked ~150 ms in read, counted {} ns", stats.read_ns);
-    assert_eq!(stats.read_bytes, 3000);
-    assert!(stats.reads >= 1);
 
-    // Waiting ~150 ms on a condition variable is a futex wait.
     let pair = Arc::new((Mutex::new(false), Condvar::new()));
     let waiter_pair = pair.clone();
     let (tx, rx) = mpsc::channel();
@@ -81,22 +71,49 @@ fn tracked_threads_account_reads_futex_waits_and_nvidia_ioctls() {
     *pair.0.lock().unwrap() = true;
     pair.1.notify_all();
     let waiter_tid = rx.recv().unwrap();
-    let stats = probe.ml_thread(waiter_tid).expect("the waiting thread has call counters");
+    let wait_stats = probe.ml_thread(waiter_tid).expect("the waiting thread has call counters");
     release.send(()).unwrap();
     waiting.join().unwrap();
-    assert!(stats.futex_wait_ns >= 120_000_000, "waited ~150 ms, counted {} ns", stats.futex_wait_ns);
+    (read_stats, wait_stats)
+}
+
+#[test]
+fn waits_of_tracked_threads_are_classified_at_the_context_switch() {
+    let probe = load_with(&AttachMode::ALL);
+    let status = probe.programs().into_iter().find(|p| p.attach == "sched_switch").expect("listed");
+    assert_eq!(status.state, "attached", "{status:?}");
+    probe.track(std::process::id(), std::process::id()).unwrap();
+    let (read, wait) = block_in_read_and_futex(&probe);
+    assert!(read.read_ns >= 120_000_000, "blocked ~150 ms in read, counted {} ns", read.read_ns);
+    assert!(read.reads >= 1 && read.futex_wait_ns < 20_000_000, "{read:?}");
+    assert!(wait.futex_wait_ns >= 120_000_000, "waited ~150 ms, counted {} ns", wait.futex_wait_ns);
+    assert!(wait.read_ns < 20_000_000, "{wait:?}");
+    // A process that is not tracked gets no entry.
+    probe.untrack(std::process::id());
+    assert!(probe.ml_thread_ids().iter().all(|t| probe.ml_thread(*t).is_some_and(|s| s.tgid == std::process::id())));
+}
+
+#[test]
+fn syscall_tracepoints_count_every_call_bytes_and_nvidia_ioctls() {
+    let probe = SchedProbe::load_with_options(&AttachMode::ALL, true).expect("root");
+    let failed: Vec<_> = probe.programs().into_iter().filter(|p| p.state == "failed").collect();
+    assert!(failed.is_empty(), "syscall tracepoints attach: {failed:?}");
+    probe.track(std::process::id(), std::process::id()).unwrap();
+    let (read, wait) = block_in_read_and_futex(&probe);
+    assert!(read.read_ns >= 120_000_000, "{read:?}");
+    assert_eq!(read.read_bytes, 3000);
+    assert!(wait.futex_wait_ns >= 120_000_000, "{wait:?}");
 
     // An ioctl on a character device named like NVIDIA's (here the null device's numbers: the
     // driver answers ENOTTY, which is fine: the call is what is counted).
     let dir = std::env::temp_dir().join(format!("ringside-nv-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let node = dir.join("nvidia0");
-    let _ = std::fs::remove_file(&node);
-    let status = std::process::Command::new("mknod").arg(&node).args(["c", "1", "3"]).status().unwrap();
-    assert!(status.success(), "mknod (root needed)");
-    let other = dir.join("other0");
-    let _ = std::fs::remove_file(&other);
-    assert!(std::process::Command::new("mknod").arg(&other).args(["c", "1", "3"]).status().unwrap().success());
+    let (node, other) = (dir.join("nvidia0"), dir.join("other0"));
+    for path in [&node, &other] {
+        let _ = std::fs::remove_file(path);
+        let made = std::process::Command::new("mknod").arg(path).args(["c", "1", "3"]).status().unwrap();
+        assert!(made.success(), "mknod (root needed)");
+    }
     let nvidia = std::fs::File::open(&node).unwrap();
     let plain = std::fs::File::open(&other).unwrap();
     let me = tid();
@@ -111,12 +128,6 @@ fn tracked_threads_account_reads_futex_waits_and_nvidia_ioctls() {
     let stats = probe.ml_thread(me).expect("this thread has call counters");
     assert_eq!(stats.nv_ioctls, 5, "only the ioctls on the nvidia-named device count");
     let _ = std::fs::remove_dir_all(&dir);
-
-    // A process that is not tracked gets no entry.
-    let child = std::process::Command::new("cat").arg("/proc/self/stat").output().unwrap();
-    assert!(child.status.success());
-    probe.untrack(std::process::id());
-    assert!(probe.ml_thread_ids().iter().all(|t| probe.ml_thread(*t).is_some_and(|s| s.tgid == std::process::id())));
 }
 
 #[test]

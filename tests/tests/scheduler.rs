@@ -37,7 +37,9 @@ async fn as_root_the_scheduler_observes_threads() -> anyhow::Result<()> {
     assert_eq!(scheduler["mode"], "observe");
     assert_eq!(scheduler["attach_mode"], "tp_btf", "the best attach mode this kernel offers");
     let programs = scheduler["programs"].as_array().expect("programs listed");
-    for name in ["sched_switch", "sched_wakeup", "sched_process_fork", "sched_process_exit", "sys_enter_read"] {
+    let waits = programs.iter().find(|p| p["attach"] == "sched_switch").expect("syscall waits listed");
+    assert_eq!(waits["state"], "attached", "{waits}");
+    for name in ["sched_switch", "sched_wakeup", "sched_process_fork", "sched_process_exit"] {
         let program = programs.iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("{name} listed"));
         assert_eq!(program["state"], "attached", "{program}");
     }

@@ -12,12 +12,18 @@ struct thread_stats {
 	__u64 runnable_since_ns;/* when it became runnable; 0 while not waiting */
 	__u64 io_since_ns;      /* when it blocked in I/O wait (in_iowait); 0 otherwise */
 	__u64 iowait_ns;        /* time blocked in I/O wait (block I/O) */
+	__u64 blocked_since_ns; /* tracked threads: when it blocked in a classified syscall */
+	__u32 blocked_kind;     /* SYS_KIND_* of that syscall; 0 if none */
 	__u32 tgid;
-	__u32 pad;
 };
 
 /* What a tracked (ML) thread does in system and library calls, keyed by thread id in the
- * `ml_threads` map; only threads of tracked processes have an entry. */
+ * `ml_threads` map; only threads of tracked processes have an entry.
+ *
+ * Syscalls are classified when the thread blocks in one (sched_switch reads the syscall number
+ * and arguments from its registers): the counts and times below are of *blocking* waits, which
+ * costs nothing outside context switches. With `syscall_tracepoints` set, the syscall
+ * tracepoints count every call instead, at the price of the slow syscall path for every task. */
 struct ml_thread_stats {
 	__u64 futex_wait_ns;    /* time in futex waits (FUTEX_WAIT*, LOCK_PI) */
 	__u64 futex_waits;
@@ -47,7 +53,7 @@ struct ml_thread_stats {
 enum sys_kind {
 	SYS_KIND_NONE = 0,
 	SYS_KIND_FUTEX = 1,
-	SYS_KIND_READ = 2,
+	SYS_KIND_READ = 2,      /* the read family, and poll/select/epoll waits (waiting for input) */
 	SYS_KIND_NV_IOCTL = 3,
 };
 

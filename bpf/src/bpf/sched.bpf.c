@@ -76,6 +76,9 @@ struct {
 	__type(value, __u64);
 } lost SEC(".maps");
 
+/* Set by user space: count syscalls with the syscall tracepoints rather than at blocking. */
+bool syscall_tracepoints = false;
+
 /* Make the skeleton generate the Rust types of the values that cross. */
 struct thread_stats thread_stats_layout = {};
 struct ml_thread_stats ml_thread_stats_layout = {};
@@ -104,12 +107,41 @@ static __always_inline struct thread_stats *stats_of(__u32 tid, __u32 tgid, bool
 	return bpf_map_lookup_elem(&threads, &tid);
 }
 
+static __always_inline void end_blocking(struct thread_stats *s, __u32 tid, __u64 now)
+{
+	if (!s->blocked_kind)
+		return;
+	struct ml_thread_stats *m = bpf_map_lookup_elem(&ml_threads, &tid);
+	if (m && s->blocked_since_ns) {
+		__u64 spent = now - s->blocked_since_ns;
+		switch (s->blocked_kind) {
+		case SYS_KIND_FUTEX:
+			m->futex_wait_ns += spent;
+			m->futex_waits += 1;
+			break;
+		case SYS_KIND_READ:
+			m->read_ns += spent;
+			m->reads += 1;
+			break;
+		case SYS_KIND_NV_IOCTL:
+			m->nv_ioctl_ns += spent;
+			m->nv_ioctls += 1;
+			break;
+		}
+	}
+	s->blocked_kind = SYS_KIND_NONE;
+	s->blocked_since_ns = 0;
+}
+
+static __always_inline struct ml_thread_stats *ml_entry(__u32 tid, __u32 tgid);
+
 static __always_inline void on_runnable(__u32 tid, __u32 tgid, bool exiting)
 {
 	struct thread_stats *s = stats_of(tid, tgid, exiting);
 	if (!s)
 		return;
 	__u64 now = bpf_ktime_get_ns();
+	end_blocking(s, tid, now);
 	if (s->io_since_ns) {
 		s->iowait_ns += now - s->io_since_ns;
 		s->io_since_ns = 0;
@@ -137,10 +169,66 @@ static __always_inline void emit_runq(__u32 tid, __u32 tgid, __u64 now, __u64 wa
 	bpf_ringbuf_submit(e, 0);
 }
 
+
+/* Syscall numbers of the waits that are classified. */
+#if defined(__TARGET_ARCH_x86)
+#define NR_READ 0
+#define NR_POLL 7
+#define NR_IOCTL 16
+#define NR_PREAD64 17
+#define NR_READV 19
+#define NR_SELECT 23
+#define NR_RECVFROM 45
+#define NR_RECVMSG 47
+#define NR_FUTEX 202
+#define NR_EPOLL_WAIT 232
+#define NR_PSELECT6 270
+#define NR_PPOLL 271
+#define NR_EPOLL_PWAIT 281
+#define NR_PREADV 295
+#define NR_RECVMMSG 299
+#define NR_PREADV2 327
+#define NR_EPOLL_PWAIT2 441
+#define NR_FUTEX_WAITV 449
+#define SYSCALL_NR(regs) BPF_CORE_READ(regs, orig_ax)
+#define SYSCALL_ARG0(regs) BPF_CORE_READ(regs, di)
+#define SYSCALL_ARG1(regs) BPF_CORE_READ(regs, si)
+#define CAN_CLASSIFY 1
+#elif defined(__TARGET_ARCH_arm64)
+#define NR_READ 63
+#define NR_POLL -1
+#define NR_IOCTL 29
+#define NR_PREAD64 67
+#define NR_READV 65
+#define NR_SELECT -1
+#define NR_RECVFROM 207
+#define NR_RECVMSG 212
+#define NR_FUTEX 98
+#define NR_EPOLL_WAIT -1
+#define NR_PSELECT6 72
+#define NR_PPOLL 73
+#define NR_EPOLL_PWAIT 22
+#define NR_PREADV 69
+#define NR_RECVMMSG 243
+#define NR_PREADV2 286
+#define NR_EPOLL_PWAIT2 441
+#define NR_FUTEX_WAITV 449
+#define SYSCALL_NR(regs) BPF_CORE_READ(regs, syscallno)
+#define SYSCALL_ARG0(regs) BPF_CORE_READ(regs, orig_x0)
+#define SYSCALL_ARG1(regs) BPF_CORE_READ(regs, regs[1])
+#define CAN_CLASSIFY 1
+#else
+#define CAN_CLASSIFY 0
+#endif
+
+static bool is_nvidia_file_of(struct task_struct *task, __u64 fd);
+
 /* tgid 0 for a side whose process is not known here (tracepoint variant): an existing entry
  * keeps its own, a new one gets it when the thread next runs as `current`. */
+
+/* prev_kind: the SYS_KIND_* of the syscall `prev` blocks in (0 if none or not classified). */
 static __always_inline void on_switch(__u32 prev_tid, __u32 prev_tgid, long prev_state, bool prev_iowait,
-				      __u32 next_tid, __u32 next_tgid, bool next_exiting)
+				      __u32 prev_kind, __u32 next_tid, __u32 next_tgid, bool next_exiting)
 {
 	__u64 now = bpf_ktime_get_ns();
 	/* Thread 0 is each CPU's idle task: not a thread of anyone's. */
@@ -162,12 +250,17 @@ static __always_inline void on_switch(__u32 prev_tid, __u32 prev_tgid, long prev
 				p->runnable_since_ns = 0;
 				if (prev_iowait)
 					p->io_since_ns = now;
+				if (prev_kind && ml_entry(prev_tid, prev_tgid)) {
+					p->blocked_kind = prev_kind;
+					p->blocked_since_ns = now;
+				}
 			}
 		}
 	}
 	if (next_tid) {
 		struct thread_stats *n = stats_of(next_tid, next_tgid, next_exiting);
 		if (n) {
+			end_blocking(n, next_tid, now);
 			if (n->io_since_ns) {
 				n->iowait_ns += now - n->io_since_ns;
 				n->io_since_ns = 0;
@@ -251,7 +344,8 @@ static __always_inline void on_exit(__u32 tid, __u32 tgid, const char *comm)
 		     unsigned int prev_state)                                                      \
 	{                                                                                          \
 		bool iowait = BPF_CORE_READ_BITFIELD_PROBED(prev, in_iowait);                      \
-		on_switch(TASK_TID(prev), TASK_TGID(prev), prev_state, iowait, TASK_TID(next),     \
+		__u32 blocked = prefix##_blocking_kind(prev, prev_state);                         \
+		on_switch(TASK_TID(prev), TASK_TGID(prev), prev_state, iowait, blocked, TASK_TID(next), \
 			  TASK_TGID(next), TASK_EXITING(next));                                    \
 		return 0;                                                                          \
 	}                                                                                          \
@@ -273,6 +367,45 @@ static __always_inline void on_exit(__u32 tid, __u32 tgid, const char *comm)
 		on_exit(TASK_TID(task), TASK_TGID(task), task->comm);                              \
 		return 0;                                                                          \
 	}
+
+/* What a tracked task switched out blocked in, from its user registers (tp_btf: the kernel's
+ * BTF-typed pt_regs). Only for tracked processes and only if the tracepoints do not count. */
+static __always_inline __u32 btf_blocking_kind(struct task_struct *prev, unsigned int prev_state)
+{
+#if CAN_CLASSIFY
+	if (prev_state == TASK_RUNNING_STATE || syscall_tracepoints)
+		return SYS_KIND_NONE;
+	__u32 tgid = TASK_TGID(prev);
+	if (!bpf_map_lookup_elem(&tracked, &tgid))
+		return SYS_KIND_NONE;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
+	if (!regs)
+		return SYS_KIND_NONE;
+	long nr = SYSCALL_NR(regs);
+	if (nr == NR_FUTEX) {
+		__u32 cmd = SYSCALL_ARG1(regs) & FUTEX_CMD_MASK;
+		bool waits = cmd == FUTEX_WAIT || cmd == FUTEX_WAIT_BITSET || cmd == FUTEX_LOCK_PI ||
+			     cmd == FUTEX_LOCK_PI2 || cmd == FUTEX_WAIT_REQUEUE_PI;
+		return waits ? SYS_KIND_FUTEX : SYS_KIND_NONE;
+	}
+	if (nr == NR_FUTEX_WAITV)
+		return SYS_KIND_FUTEX;
+	if (nr == NR_READ || nr == NR_PREAD64 || nr == NR_READV || nr == NR_PREADV || nr == NR_PREADV2 ||
+	    nr == NR_RECVFROM || nr == NR_RECVMSG || nr == NR_RECVMMSG || nr == NR_POLL || nr == NR_PPOLL ||
+	    nr == NR_SELECT || nr == NR_PSELECT6 || nr == NR_EPOLL_WAIT || nr == NR_EPOLL_PWAIT ||
+	    nr == NR_EPOLL_PWAIT2)
+		return SYS_KIND_READ;
+	if (nr == NR_IOCTL && is_nvidia_file_of(prev, SYSCALL_ARG0(regs)))
+		return SYS_KIND_NV_IOCTL;
+#endif
+	return SYS_KIND_NONE;
+}
+
+/* raw_tp programs may not read another task's registers: no classification there. */
+static __always_inline __u32 raw_blocking_kind(struct task_struct *prev, unsigned int prev_state)
+{
+	return SYS_KIND_NONE;
+}
 
 SCHED_PROGRAMS("tp_btf", btf)
 SCHED_PROGRAMS("raw_tp", raw)
@@ -304,7 +437,7 @@ int tp_switch(struct trace_event_raw_sched_switch *ctx)
 	/* `current` is still the previous task here. */
 	struct task_struct *prev = (struct task_struct *)bpf_get_current_task();
 	bool iowait = BPF_CORE_READ_BITFIELD_PROBED(prev, in_iowait);
-	on_switch(ctx->prev_pid, current_tgid(), ctx->prev_state, iowait, ctx->next_pid, 0, false);
+	on_switch(ctx->prev_pid, current_tgid(), ctx->prev_state, iowait, SYS_KIND_NONE, ctx->next_pid, 0, false);
 	return 0;
 }
 
@@ -341,10 +474,9 @@ int tp_exit(void *ctx)
 
 /* ---- tracked processes: syscalls ---- */
 
-static __always_inline struct ml_thread_stats *ml_current(void)
+/* The call counters of a thread of a tracked process, created on first use; 0 otherwise. */
+static __always_inline struct ml_thread_stats *ml_entry(__u32 tid, __u32 tgid)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32, tid = (__u32)id;
 	if (!bpf_map_lookup_elem(&tracked, &tgid))
 		return 0;
 	struct ml_thread_stats *s = bpf_map_lookup_elem(&ml_threads, &tid);
@@ -357,6 +489,12 @@ static __always_inline struct ml_thread_stats *ml_current(void)
 	if (!s)
 		count_lost(LOST_ML_THREADS);
 	return s;
+}
+
+static __always_inline struct ml_thread_stats *ml_current(void)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	return ml_entry((__u32)id, id >> 32);
 }
 
 static __always_inline void sys_begin(__u32 kind)
@@ -386,10 +524,9 @@ int sys_enter_read(void *ctx)
 	return 0;
 }
 
-/* Is `fd` of the current process an NVIDIA device file (/dev/nvidia0, nvidiactl, nvidia-uvm)? */
-static __always_inline bool is_nvidia_fd(__u64 fd)
+/* Is `fd` of `task` an NVIDIA device file (/dev/nvidia0, nvidiactl, nvidia-uvm)? */
+static bool is_nvidia_file_of(struct task_struct *task, __u64 fd)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
 	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
 		return false;
@@ -415,7 +552,7 @@ int sys_enter_ioctl(struct trace_event_raw_sys_enter *ctx)
 	__u32 tgid = current_tgid();
 	if (!bpf_map_lookup_elem(&tracked, &tgid))
 		return 0;
-	if (is_nvidia_fd(ctx->args[0]))
+	if (is_nvidia_file_of((struct task_struct *)bpf_get_current_task(), ctx->args[0]))
 		sys_begin(SYS_KIND_NV_IOCTL);
 	return 0;
 }

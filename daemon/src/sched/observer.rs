@@ -31,6 +31,8 @@ pub struct ObserverConfig {
     pub scan_interval: Duration,
     pub policy: PolicyTable,
     pub ml_patterns: Vec<String>,
+    /// Syscalls counted by the syscall tracepoints (else: blocking waits at context switches).
+    pub syscall_tracepoints: bool,
     pub proc_root: PathBuf,
     pub sys_root: PathBuf,
 }
@@ -92,6 +94,14 @@ pub struct Observer {
 
 fn read_trimmed(path: impl AsRef<Path>) -> Option<String> {
     std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+}
+
+/// `rchar` of a `/proc/.../io` file: bytes the task read with read-family syscalls.
+fn read_chars(path: &Path) -> u64 {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| t.lines().find_map(|l| l.strip_prefix("rchar:")).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0)
 }
 
 fn share(ns: u64, window_ns: u64) -> f64 {
@@ -341,10 +351,16 @@ impl Observer {
             for &tid in &tids {
                 seen_tids.insert(tid);
                 let now_ns = ringside_bpf::monotonic_ns();
-                let counters = Counters::from_probe(
-                    self.probe.thread(tid).map(|s| s.at(now_ns)).as_ref(),
-                    self.probe.ml_thread(tid).map(|s| s.at(now_ns)).as_ref(),
+                let sched = self.probe.thread(tid);
+                let blocked = sched.map(|s| s.blocked).unwrap_or_default();
+                let mut counters = Counters::from_probe(
+                    sched.map(|s| s.at(now_ns)).as_ref(),
+                    self.probe.ml_thread(tid).map(|s| s.at(now_ns, blocked)).as_ref(),
                 );
+                // Bytes read, from the kernel's own per-thread I/O accounting.
+                if !self.config.syscall_tracepoints {
+                    counters.read_bytes = read_chars(&task_dir.join(tid.to_string()).join("io"));
+                }
                 let task = self.tasks.entry(tid).or_insert_with(|| Task {
                     pid,
                     comm: read_trimmed(task_dir.join(tid.to_string()).join("comm")).unwrap_or_default(),

@@ -323,7 +323,7 @@ mod tests {
             sys_in_progress: (2, now - 20_000_000),
             ..MlThreadStats::default()
         };
-        let c = Counters::from_probe(Some(&sched.at(now)), Some(&calls.at(now)));
+        let c = Counters::from_probe(Some(&sched.at(now)), Some(&calls.at(now, (0, 0))));
         assert_eq!((c.on_cpu_ns, c.sync_ns, c.read_ns), (50_000_000, 30_000_010, 20_000_000));
     }
 }

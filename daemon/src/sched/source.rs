@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ringside_bpf::SchedProbe;
+use ringside_bpf::{AttachMode, SchedProbe};
 use ringside_shared::SchedulerTelemetry;
 
 use super::observer::{Observer, ObserverConfig, Published};
@@ -30,6 +30,9 @@ pub struct SchedulerConfig {
     pub window_ms: u64,
     /// How often to look for new ML processes and libraries.
     pub scan_interval_ms: u64,
+    /// Count every futex/read/ioctl call of ML processes with the syscall tracepoints, rather
+    /// than the waits they block in. Exact, but it slows every syscall of every task on the node.
+    pub syscall_tracepoints: bool,
     pub policy: PolicyTable,
 }
 
@@ -41,6 +44,7 @@ impl Default for SchedulerConfig {
             mode: "observe".into(),
             window_ms: 100,
             scan_interval_ms: 1000,
+            syscall_tracepoints: false,
             policy: PolicyTable::default(),
         }
     }
@@ -77,13 +81,15 @@ impl SchedulerSource {
     /// Loads the probe and starts the observer; a failure is kept and reported on every tick,
     /// not fatal.
     pub fn start(config: &SchedulerConfig, numa_nodes: u32, total_cpus: u32) -> SchedulerSource {
-        let running = SchedProbe::load().map_err(|e| e.to_string()).and_then(|probe| {
+        let probe = SchedProbe::load_with_options(&AttachMode::ALL, config.syscall_tracepoints);
+        let running = probe.map_err(|e| e.to_string()).and_then(|probe| {
             let observer_config = ObserverConfig {
                 enforce: config.mode == "enforce",
                 window: Duration::from_millis(config.window_ms),
                 scan_interval: Duration::from_millis(config.scan_interval_ms),
                 policy: config.policy.clone(),
                 ml_patterns: config.ml_patterns.clone(),
+                syscall_tracepoints: config.syscall_tracepoints,
                 proc_root: PathBuf::from("/proc"),
                 sys_root: PathBuf::from("/sys"),
             };
