@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
@@ -592,12 +593,34 @@ impl SchedProbe {
 
     /// Marks a process as tracked, as part of the ML job led by `job` (its own pid for a
     /// job's main process). Its future children are tracked from birth by the BPF side.
-    pub fn track(&self, tgid: u32, job: u32) -> Result<(), ProbeError> {
-        self.skel.maps.tracked.update(&tgid.to_ne_bytes(), &job.to_ne_bytes(), MapFlags::ANY).map_err(failed("updated"))
+    pub fn track(&mut self, tgid: u32, job: u32) -> Result<(), ProbeError> {
+        let known = self.skel.maps.tracked.lookup(&tgid.to_ne_bytes(), MapFlags::ANY).ok().flatten();
+        if known.as_deref() == Some(&job.to_ne_bytes()[..]) {
+            return Ok(());
+        }
+        self.skel
+            .maps
+            .tracked
+            .update(&tgid.to_ne_bytes(), &job.to_ne_bytes(), MapFlags::ANY)
+            .map_err(failed("updated"))?;
+        self.tracked_changed();
+        Ok(())
     }
 
-    pub fn untrack(&self, tgid: u32) {
-        let _ = self.skel.maps.tracked.delete(&tgid.to_ne_bytes());
+    pub fn untrack(&mut self, tgid: u32) {
+        if self.skel.maps.tracked.delete(&tgid.to_ne_bytes()).is_ok() {
+            self.tracked_changed();
+        }
+    }
+
+    /// Tells the BPF side to re-read the `tracked` flags it caches per thread.
+    fn tracked_changed(&mut self) {
+        if let Some(data) = self.skel.maps.data_data.as_deref_mut() {
+            // SAFETY: the field lives in the object's mmapped .data for the skeleton's life; the
+            // BPF side increments it atomically too, so user space must as well.
+            let generation = unsafe { &*(&mut data.tracked_generation as *mut u32 as *const AtomicU32) };
+            generation.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     /// Tracked processes: (tgid, job).

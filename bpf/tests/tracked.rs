@@ -79,7 +79,7 @@ fn block_in_read_and_futex(probe: &SchedProbe) -> (MlThreadStats, MlThreadStats)
 
 #[test]
 fn waits_of_tracked_threads_are_classified_at_the_context_switch() {
-    let probe = load_with(&AttachMode::ALL);
+    let mut probe = load_with(&AttachMode::ALL);
     let status = probe.programs().into_iter().find(|p| p.attach == "sched_switch").expect("listed");
     assert_eq!(status.state, "attached", "{status:?}");
     probe.track(std::process::id(), std::process::id()).unwrap();
@@ -95,7 +95,7 @@ fn waits_of_tracked_threads_are_classified_at_the_context_switch() {
 
 #[test]
 fn syscall_tracepoints_count_every_call_bytes_and_nvidia_ioctls() {
-    let probe = SchedProbe::load_with_options(&AttachMode::ALL, true).expect("root");
+    let mut probe = SchedProbe::load_with_options(&AttachMode::ALL, true).expect("root");
     let failed: Vec<_> = probe.programs().into_iter().filter(|p| p.state == "failed").collect();
     assert!(failed.is_empty(), "syscall tracepoints attach: {failed:?}");
     probe.track(std::process::id(), std::process::id()).unwrap();

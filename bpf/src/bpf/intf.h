@@ -15,6 +15,8 @@ struct thread_stats {
 	__u64 blocked_since_ns; /* tracked threads: when it blocked in a classified syscall */
 	__u32 blocked_kind;     /* SYS_KIND_* of that syscall; 0 if none */
 	__u32 tgid;
+	__u32 tracked;          /* its process is tracked, as of `tracked_gen` */
+	__u32 tracked_gen;      /* the `tracked_generation` that flag was read at */
 };
 
 /* What a tracked (ML) thread does in system and library calls, keyed by thread id in the

@@ -78,6 +78,9 @@ struct {
 
 /* Set by user space: count syscalls with the syscall tracepoints rather than at blocking. */
 bool syscall_tracepoints = false;
+/* Bumped whenever `tracked` changes (by user space, and by the fork and exit programs), so a
+ * thread's cached `tracked` flag is re-read only then, not on every context switch. */
+__u32 tracked_generation = 1;
 
 /* Make the skeleton generate the Rust types of the values that cross. */
 struct thread_stats thread_stats_layout = {};
@@ -105,6 +108,17 @@ static __always_inline struct thread_stats *stats_of(__u32 tid, __u32 tgid, bool
 	if (bpf_map_update_elem(&threads, &tid, &zero, BPF_NOEXIST) && bpf_map_lookup_elem(&threads, &tid) == 0)
 		count_lost(LOST_THREADS);
 	return bpf_map_lookup_elem(&threads, &tid);
+}
+
+static __always_inline bool is_tracked(struct thread_stats *s)
+{
+	__u32 generation = tracked_generation;
+	if (s->tracked_gen != generation) {
+		__u32 tgid = s->tgid;
+		s->tracked = tgid && bpf_map_lookup_elem(&tracked, &tgid) != 0;
+		s->tracked_gen = generation;
+	}
+	return s->tracked;
 }
 
 static __always_inline void end_blocking(struct thread_stats *s, __u32 tid, __u64 now)
@@ -152,8 +166,6 @@ static __always_inline void on_runnable(__u32 tid, __u32 tgid, bool exiting)
 
 static __always_inline void emit_runq(__u32 tid, __u32 tgid, __u64 now, __u64 wait)
 {
-	if (!bpf_map_lookup_elem(&tracked, &tgid))
-		return;
 	struct event *e = bpf_ringbuf_reserve(&runq_events, sizeof(*e), 0);
 	if (!e) {
 		count_lost(LOST_RUNQ);
@@ -226,9 +238,13 @@ static bool is_nvidia_file_of(struct task_struct *task, __u64 fd);
 /* tgid 0 for a side whose process is not known here (tracepoint variant): an existing entry
  * keeps its own, a new one gets it when the thread next runs as `current`. */
 
-/* prev_kind: the SYS_KIND_* of the syscall `prev` blocks in (0 if none or not classified). */
+static __always_inline __u32 btf_blocking_kind(struct task_struct *prev);
+
+/* classify: find the syscall a tracked `prev_task` blocks in (tp_btf only: it reads the task's
+ * registers). A constant at each call site, so other variants never contain that code. */
 static __always_inline void on_switch(__u32 prev_tid, __u32 prev_tgid, long prev_state, bool prev_iowait,
-				      __u32 prev_kind, __u32 next_tid, __u32 next_tgid, bool next_exiting)
+				      struct task_struct *prev_task, bool classify, __u32 next_tid, __u32 next_tgid,
+				      bool next_exiting)
 {
 	__u64 now = bpf_ktime_get_ns();
 	/* Thread 0 is each CPU's idle task: not a thread of anyone's. */
@@ -250,9 +266,12 @@ static __always_inline void on_switch(__u32 prev_tid, __u32 prev_tgid, long prev
 				p->runnable_since_ns = 0;
 				if (prev_iowait)
 					p->io_since_ns = now;
-				if (prev_kind && ml_entry(prev_tid, prev_tgid)) {
-					p->blocked_kind = prev_kind;
-					p->blocked_since_ns = now;
+				if (classify && !syscall_tracepoints && is_tracked(p)) {
+					__u32 kind = btf_blocking_kind(prev_task);
+					if (kind && ml_entry(prev_tid, p->tgid)) {
+						p->blocked_kind = kind;
+						p->blocked_since_ns = now;
+					}
 				}
 			}
 		}
@@ -268,7 +287,7 @@ static __always_inline void on_switch(__u32 prev_tid, __u32 prev_tgid, long prev
 			if (n->runnable_since_ns) {
 				__u64 wait = now - n->runnable_since_ns;
 				n->runq_wait_ns += wait;
-				if (n->tgid)
+				if (is_tracked(n))
 					emit_runq(next_tid, n->tgid, now, wait);
 			}
 			n->runnable_since_ns = 0;
@@ -305,6 +324,7 @@ static __always_inline void on_fork(__u32 parent_tgid, __u32 child_tid, __u32 ch
 	if (root) {
 		__u32 job = *root;
 		bpf_map_update_elem(&tracked, &child_tgid, &job, BPF_ANY);
+		__sync_fetch_and_add(&tracked_generation, 1);
 		inherited = 1;
 	}
 	emit(EVENT_FORK, child_tid, child_tgid, parent_tgid, inherited, comm);
@@ -315,13 +335,22 @@ static __always_inline void on_exit(__u32 tid, __u32 tgid, const char *comm)
 	bpf_map_delete_elem(&threads, &tid);
 	bpf_map_delete_elem(&ml_threads, &tid);
 	if (tid == tgid) {
-		bpf_map_delete_elem(&tracked, &tgid);
+		if (bpf_map_delete_elem(&tracked, &tgid) == 0)
+			__sync_fetch_and_add(&tracked_generation, 1);
 		emit(EVENT_EXIT, tid, tgid, 0, 0, comm);
 	}
 }
 
 /* ---- tp_btf and raw_tp: task pointers, read with CO-RE ---- */
 
+/* tp_btf reads task fields directly (BTF-typed pointers: plain loads); raw_tp goes through
+ * bpf_probe_read_kernel. */
+#define READ_btf(t, field) ((t)->field)
+#define READ_raw(t, field) BPF_CORE_READ(t, field)
+#define IOWAIT_btf(t) BPF_CORE_READ_BITFIELD(t, in_iowait)
+#define IOWAIT_raw(t) BPF_CORE_READ_BITFIELD_PROBED(t, in_iowait)
+#define CLASSIFY_btf CAN_CLASSIFY
+#define CLASSIFY_raw 0
 #define TASK_TID(t) ((__u32)BPF_CORE_READ(t, pid))
 #define TASK_TGID(t) ((__u32)BPF_CORE_READ(t, tgid))
 #define TASK_EXITING(t) ((BPF_CORE_READ(t, flags) & PF_EXITING) != 0)
@@ -330,23 +359,25 @@ static __always_inline void on_exit(__u32 tid, __u32 tgid, const char *comm)
 	SEC(kind "/sched_wakeup")                                                                  \
 	int BPF_PROG(prefix##_wakeup, struct task_struct *task)                                    \
 	{                                                                                          \
-		on_runnable(TASK_TID(task), TASK_TGID(task), TASK_EXITING(task));                  \
+		on_runnable(READ_##prefix(task, pid), READ_##prefix(task, tgid),                   \
+			    (READ_##prefix(task, flags) & PF_EXITING) != 0);                       \
 		return 0;                                                                          \
 	}                                                                                          \
 	SEC(kind "/sched_wakeup_new")                                                              \
 	int BPF_PROG(prefix##_wakeup_new, struct task_struct *task)                                \
 	{                                                                                          \
-		on_runnable(TASK_TID(task), TASK_TGID(task), TASK_EXITING(task));                  \
+		on_runnable(READ_##prefix(task, pid), READ_##prefix(task, tgid),                   \
+			    (READ_##prefix(task, flags) & PF_EXITING) != 0);                       \
 		return 0;                                                                          \
 	}                                                                                          \
 	SEC(kind "/sched_switch")                                                                  \
 	int BPF_PROG(prefix##_switch, bool preempt, struct task_struct *prev, struct task_struct *next, \
 		     unsigned int prev_state)                                                      \
 	{                                                                                          \
-		bool iowait = BPF_CORE_READ_BITFIELD_PROBED(prev, in_iowait);                      \
-		__u32 blocked = prefix##_blocking_kind(prev, prev_state);                         \
-		on_switch(TASK_TID(prev), TASK_TGID(prev), prev_state, iowait, blocked, TASK_TID(next), \
-			  TASK_TGID(next), TASK_EXITING(next));                                    \
+		bool iowait = prev_state != TASK_RUNNING_STATE && IOWAIT_##prefix(prev);           \
+		on_switch(READ_##prefix(prev, pid), READ_##prefix(prev, tgid), prev_state, iowait, prev, \
+			  CLASSIFY_##prefix, READ_##prefix(next, pid), READ_##prefix(next, tgid),   \
+			  (READ_##prefix(next, flags) & PF_EXITING) != 0);                         \
 		return 0;                                                                          \
 	}                                                                                          \
 	SEC(kind "/sched_process_fork")                                                            \
@@ -369,15 +400,10 @@ static __always_inline void on_exit(__u32 tid, __u32 tgid, const char *comm)
 	}
 
 /* What a tracked task switched out blocked in, from its user registers (tp_btf: the kernel's
- * BTF-typed pt_regs). Only for tracked processes and only if the tracepoints do not count. */
-static __always_inline __u32 btf_blocking_kind(struct task_struct *prev, unsigned int prev_state)
+ * BTF-typed pt_regs). */
+static __always_inline __u32 btf_blocking_kind(struct task_struct *prev)
 {
 #if CAN_CLASSIFY
-	if (prev_state == TASK_RUNNING_STATE || syscall_tracepoints)
-		return SYS_KIND_NONE;
-	__u32 tgid = TASK_TGID(prev);
-	if (!bpf_map_lookup_elem(&tracked, &tgid))
-		return SYS_KIND_NONE;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
 	if (!regs)
 		return SYS_KIND_NONE;
@@ -398,12 +424,6 @@ static __always_inline __u32 btf_blocking_kind(struct task_struct *prev, unsigne
 	if (nr == NR_IOCTL && is_nvidia_file_of(prev, SYSCALL_ARG0(regs)))
 		return SYS_KIND_NV_IOCTL;
 #endif
-	return SYS_KIND_NONE;
-}
-
-/* raw_tp programs may not read another task's registers: no classification there. */
-static __always_inline __u32 raw_blocking_kind(struct task_struct *prev, unsigned int prev_state)
-{
 	return SYS_KIND_NONE;
 }
 
@@ -437,7 +457,7 @@ int tp_switch(struct trace_event_raw_sched_switch *ctx)
 	/* `current` is still the previous task here. */
 	struct task_struct *prev = (struct task_struct *)bpf_get_current_task();
 	bool iowait = BPF_CORE_READ_BITFIELD_PROBED(prev, in_iowait);
-	on_switch(ctx->prev_pid, current_tgid(), ctx->prev_state, iowait, SYS_KIND_NONE, ctx->next_pid, 0, false);
+	on_switch(ctx->prev_pid, current_tgid(), ctx->prev_state, iowait, prev, false, ctx->next_pid, 0, false);
 	return 0;
 }
 
