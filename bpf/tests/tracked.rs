@@ -200,3 +200,42 @@ fn run_queue_waits_of_tracked_threads_are_sampled() {
     assert!(waits.iter().any(|w| *w > 1_000_000), "some waited over 1 ms on a crowded CPU: {waits:?}");
     assert!(events.iter().filter(|e| matches!(e.kind, EventKind::RunqWait { .. })).all(|e| e.tgid == me));
 }
+
+#[test]
+fn ten_thousand_short_lived_children_of_a_tracked_process_leave_nothing_behind() {
+    let mut probe = load_with(&AttachMode::ALL);
+    let me = std::process::id();
+    probe.track(me, me).unwrap();
+    let _ = probe.drain_events();
+    let mut children = std::collections::HashSet::new();
+    let (mut forks, mut exits) = (0, 0);
+    for i in 0..10_000 {
+        // SAFETY: the child calls only _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed at {i}");
+        if pid == 0 {
+            unsafe { libc::_exit(0) };
+        }
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        children.insert(pid as u32);
+        if i % 500 == 499 {
+            for e in probe.drain_events().iter().filter(|e| children.contains(&e.tgid)) {
+                match e.kind {
+                    EventKind::Fork { parent_tgid, inherited } => {
+                        assert!(parent_tgid == me && inherited, "{e:?}");
+                        forks += 1;
+                    }
+                    EventKind::Exit => exits += 1,
+                    _ => {}
+                }
+            }
+        }
+    }
+    assert_eq!((forks, exits), (10_000, 10_000), "every fork and exit reported");
+    assert_eq!(probe.lost().events, 0);
+    let leftovers: Vec<_> = probe.threads().into_iter().filter(|t| children.contains(&t.tid)).collect();
+    assert!(leftovers.is_empty(), "no entries for exited children: {leftovers:?}");
+    assert!(probe.tracked().iter().all(|(pid, _)| !children.contains(pid)), "exited children untracked");
+    assert!(probe.ml_thread_ids().iter().all(|t| !children.contains(t)));
+}

@@ -71,7 +71,9 @@ fn run() -> Result<()> {
             Ok(())
         }
         _ => {
-            eprintln!("usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | bench [ring|daemon|sched]>");
+            eprintln!(
+                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | bench [ring|daemon|sched]>"
+            );
             std::process::exit(2);
         }
     }

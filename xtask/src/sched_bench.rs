@@ -162,11 +162,7 @@ fn noise() -> Result<Vec<Stopped>> {
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
     (0..cpus * 2)
         .map(|_| {
-            Command::new("sh")
-                .args(["-c", "while :; do :; done"])
-                .spawn()
-                .map(Stopped)
-                .context("start a busy loop")
+            Command::new("sh").args(["-c", "while :; do :; done"]).spawn().map(Stopped).context("start a busy loop")
         })
         .collect()
 }
