@@ -40,8 +40,11 @@ fn short(phase: Phase) -> &'static str {
 
 #[component]
 fn Timeline(process: MlProcessInfo, now_ms: u64) -> impl IntoView {
-    let from = now_ms.saturating_sub(TIMELINE_SPAN_MS);
-    let x = move |t: u64| (t.saturating_sub(from)) as f64 * 1000.0 / TIMELINE_SPAN_MS as f64;
+    // The last two minutes, or the process's whole life while it is younger (at least 10 s).
+    let first = process.timeline.first().map(|s| s.start_ms).unwrap_or(now_ms);
+    let from = now_ms.saturating_sub(TIMELINE_SPAN_MS).max(first.min(now_ms.saturating_sub(10_000)));
+    let span = now_ms.saturating_sub(from).max(1);
+    let x = move |t: u64| (t.saturating_sub(from)) as f64 * 1000.0 / span as f64;
     let rects = process
         .timeline
         .iter()

@@ -375,6 +375,7 @@ impl Drop for Workload {
 async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
     const WAIT: Duration = Duration::from_secs(30);
     let daemon = Daemon::start(DaemonOptions {
+        token: None,
         interval_ms: 500,
         config: "[scheduler]\nwindow_ms = 100\nscan_interval_ms = 200\n".into(),
         ..DaemonOptions::default()

@@ -110,6 +110,25 @@ static __always_inline struct thread_stats *stats_of(__u32 tid, __u32 tgid, bool
 	return bpf_map_lookup_elem(&threads, &tid);
 }
 
+/* One syscall of `kind` that took `spent` ns. */
+static __always_inline void add_wait(struct ml_thread_stats *m, __u32 kind, __u64 spent)
+{
+	switch (kind) {
+	case SYS_KIND_FUTEX:
+		m->futex_wait_ns += spent;
+		m->futex_waits += 1;
+		break;
+	case SYS_KIND_READ:
+		m->read_ns += spent;
+		m->reads += 1;
+		break;
+	case SYS_KIND_NV_IOCTL:
+		m->nv_ioctl_ns += spent;
+		m->nv_ioctls += 1;
+		break;
+	}
+}
+
 static __always_inline bool is_tracked(struct thread_stats *s)
 {
 	__u32 generation = tracked_generation;
@@ -126,23 +145,8 @@ static __always_inline void end_blocking(struct thread_stats *s, __u32 tid, __u6
 	if (!s->blocked_kind)
 		return;
 	struct ml_thread_stats *m = bpf_map_lookup_elem(&ml_threads, &tid);
-	if (m && s->blocked_since_ns) {
-		__u64 spent = now - s->blocked_since_ns;
-		switch (s->blocked_kind) {
-		case SYS_KIND_FUTEX:
-			m->futex_wait_ns += spent;
-			m->futex_waits += 1;
-			break;
-		case SYS_KIND_READ:
-			m->read_ns += spent;
-			m->reads += 1;
-			break;
-		case SYS_KIND_NV_IOCTL:
-			m->nv_ioctl_ns += spent;
-			m->nv_ioctls += 1;
-			break;
-		}
-	}
+	if (m && s->blocked_since_ns)
+		add_wait(m, s->blocked_kind, now - s->blocked_since_ns);
 	s->blocked_kind = SYS_KIND_NONE;
 	s->blocked_since_ns = 0;
 }
@@ -586,23 +590,9 @@ int sys_exit_any(struct trace_event_raw_sys_exit *ctx)
 	struct ml_thread_stats *s = bpf_map_lookup_elem(&ml_threads, &tid);
 	if (!s || !s->sys_since_ns)
 		return 0;
-	__u64 spent = bpf_ktime_get_ns() - s->sys_since_ns;
-	switch (s->sys_kind) {
-	case SYS_KIND_FUTEX:
-		s->futex_wait_ns += spent;
-		s->futex_waits += 1;
-		break;
-	case SYS_KIND_READ:
-		s->read_ns += spent;
-		s->reads += 1;
-		if (ctx->ret > 0)
-			s->read_bytes += ctx->ret;
-		break;
-	case SYS_KIND_NV_IOCTL:
-		s->nv_ioctl_ns += spent;
-		s->nv_ioctls += 1;
-		break;
-	}
+	add_wait(s, s->sys_kind, bpf_ktime_get_ns() - s->sys_since_ns);
+	if (s->sys_kind == SYS_KIND_READ && ctx->ret > 0)
+		s->read_bytes += ctx->ret;
 	s->sys_since_ns = 0;
 	s->sys_kind = SYS_KIND_NONE;
 	return 0;
