@@ -454,7 +454,7 @@ impl SchedProbe {
                 name: "syscall waits (futex, read, NVIDIA ioctl)".into(),
                 attach: "sched_switch".into(),
                 state: state.into(),
-                detail: detail.map(String::from),
+                detail,
             });
         }
         let queue = Arc::new(Mutex::new(EventQueue::default()));

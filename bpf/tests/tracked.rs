@@ -26,7 +26,10 @@ fn every_attach_mode_counts_on_cpu_time_like_the_kernel() {
             let _ = done_rx.recv();
         });
         let (worker_tid, truth) = rx.recv().unwrap();
-        let seen = probe.thread(worker_tid).unwrap_or_else(|| panic!("{mode:?}: thread not seen")).on_cpu_ns;
+        // The worker may still be on its CPU (between reporting and blocking): count the
+        // stretch in progress too.
+        let stats = probe.thread(worker_tid).unwrap_or_else(|| panic!("{mode:?}: thread not seen"));
+        let seen = stats.at(ringside_bpf::monotonic_ns()).on_cpu_ns;
         assert_on_cpu_matches(mode.as_str(), seen, truth, steal_ns() - steal_before);
         done_tx.send(()).unwrap();
         worker.join().unwrap();
