@@ -6,7 +6,7 @@ use std::time::Duration;
 use ringside_bpf::{ProbeError, SchedProbe};
 
 mod common;
-use common::{assert_on_cpu_matches, own_cpu_ns, spin_for, steal_ns, tid};
+use common::{assert_on_cpu_matches, exclusive, own_cpu_ns, spin_for, steal_ns, tid};
 
 fn load() -> SchedProbe {
     match SchedProbe::load() {
@@ -30,6 +30,7 @@ fn on_thread(work: impl FnOnce() + Send + 'static) -> (u32, mpsc::Sender<()>, st
 
 #[test]
 fn counts_on_cpu_time_and_switches_of_real_threads() {
+    let _one = exclusive();
     let probe = load();
     let steal_before = steal_ns();
     // Each thread reports the kernel's own on-CPU figure for itself, the ground truth.
@@ -62,6 +63,7 @@ fn counts_on_cpu_time_and_switches_of_real_threads() {
 
 #[test]
 fn crowded_cpus_show_run_queue_wait_and_preemption() {
+    let _one = exclusive();
     let probe = load();
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
     // Three spinning threads per CPU, all at once: each must wait for a CPU.
@@ -95,6 +97,7 @@ fn crowded_cpus_show_run_queue_wait_and_preemption() {
 
 #[test]
 fn exited_threads_leave_no_entries() {
+    let _one = exclusive();
     let probe = load();
     let mut tids = Vec::new();
     for _ in 0..10_000 {

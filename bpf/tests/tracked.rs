@@ -12,6 +12,7 @@ use common::*;
 
 #[test]
 fn every_attach_mode_counts_on_cpu_time_like_the_kernel() {
+    let _one = exclusive();
     for mode in AttachMode::ALL {
         let probe = load_with(&[mode]);
         let steal_before = steal_ns();
@@ -30,7 +31,8 @@ fn every_attach_mode_counts_on_cpu_time_like_the_kernel() {
         // stretch in progress too.
         let stats = probe.thread(worker_tid).unwrap_or_else(|| panic!("{mode:?}: thread not seen"));
         let seen = stats.at(ringside_bpf::monotonic_ns()).on_cpu_ns;
-        assert_on_cpu_matches(mode.as_str(), seen, truth, steal_ns() - steal_before);
+        let what = format!("{} (skipped runs {:?})", mode.as_str(), probe.skipped_runs());
+        assert_on_cpu_matches(&what, seen, truth, steal_ns() - steal_before);
         done_tx.send(()).unwrap();
         worker.join().unwrap();
     }
@@ -82,6 +84,7 @@ fn block_in_read_and_futex(probe: &SchedProbe) -> (MlThreadStats, MlThreadStats)
 
 #[test]
 fn waits_of_tracked_threads_are_classified_at_the_context_switch() {
+    let _one = exclusive();
     let mut probe = load_with(&AttachMode::ALL);
     let status = probe.programs().into_iter().find(|p| p.attach == "sched_switch").expect("listed");
     assert_eq!(status.state, "attached", "{status:?}");
@@ -98,6 +101,7 @@ fn waits_of_tracked_threads_are_classified_at_the_context_switch() {
 
 #[test]
 fn syscall_tracepoints_count_every_call_bytes_and_nvidia_ioctls() {
+    let _one = exclusive();
     let mut probe = SchedProbe::load_with_options(&AttachMode::ALL, true).expect("root");
     let failed: Vec<_> = probe.programs().into_iter().filter(|p| p.state == "failed").collect();
     assert!(failed.is_empty(), "syscall tracepoints attach: {failed:?}");
@@ -135,6 +139,7 @@ fn syscall_tracepoints_count_every_call_bytes_and_nvidia_ioctls() {
 
 #[test]
 fn children_of_a_tracked_process_are_tracked_from_birth_and_their_lifecycle_is_reported() {
+    let _one = exclusive();
     let mut probe = load_with(&AttachMode::ALL);
     let me = std::process::id();
     probe.track(me, me).unwrap();
@@ -172,6 +177,7 @@ fn children_of_a_tracked_process_are_tracked_from_birth_and_their_lifecycle_is_r
 
 #[test]
 fn run_queue_waits_of_tracked_threads_are_sampled() {
+    let _one = exclusive();
     let mut probe = load_with(&AttachMode::ALL);
     let me = std::process::id();
     probe.track(me, me).unwrap();
@@ -206,6 +212,7 @@ fn run_queue_waits_of_tracked_threads_are_sampled() {
 
 #[test]
 fn ten_thousand_short_lived_children_of_a_tracked_process_leave_nothing_behind() {
+    let _one = exclusive();
     let mut probe = load_with(&AttachMode::ALL);
     let me = std::process::id();
     probe.track(me, me).unwrap();

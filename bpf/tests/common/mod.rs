@@ -5,6 +5,14 @@ use std::time::{Duration, Instant};
 
 use ringside_bpf::{AttachMode, ProbeError, SchedProbe};
 
+/// One probe test at a time in a test binary. Probes loaded side by side disturb each other's
+/// counts (seen with the syscall tracepoints of one and the tracepoint-mode programs of
+/// another); the daemon loads one.
+pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// This thread's kernel thread id, from `/proc/thread-self` (`PID/task/TID`).
 pub fn tid() -> u32 {
     let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
