@@ -341,7 +341,7 @@ pub struct MlProcessInfo {
     pub probed_libraries: Vec<String>,
     /// Time per phase since it was first seen, up to the end of the latest window.
     pub phase_ms: PhaseValues<u64>,
-    /// Recent phase history, oldest first.
+    /// Recent phase history (the last two minutes, at most 600 spans), oldest first.
     pub timeline: Vec<PhaseSpan>,
 }
 

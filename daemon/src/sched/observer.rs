@@ -20,9 +20,10 @@ use super::policy::{self, Enforcer, PolicyTable};
 
 /// Run-queue samples kept per thread for its percentiles.
 const RUNQ_SAMPLES: usize = 512;
-/// Timeline kept per process.
-const TIMELINE_MS: u64 = 10 * 60 * 1000;
-const MAX_SPANS: usize = 4000;
+/// Timeline kept per process: what the console draws. It travels in every update, so it is
+/// bounded in time and in spans (a process flapping every window makes one span per window).
+const TIMELINE_MS: u64 = 2 * 60 * 1000;
+const MAX_SPANS: usize = 600;
 
 #[derive(Debug, Clone)]
 pub struct ObserverConfig {
