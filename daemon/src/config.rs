@@ -582,6 +582,28 @@ mod tests {
     }
 
     #[test]
+    fn scheduler_section_is_checked() {
+        let file = write(
+            "[scheduler]\nmode = \"enforce\"\nwindow_ms = 50\n[scheduler.policy.optimizer_step]\nnice = -10\nslice_us = 500\n",
+        );
+        let config = Config::load(&cli(&["--config", file.0.to_str().unwrap()]), None).unwrap();
+        assert_eq!((config.scheduler.mode.as_str(), config.scheduler.window_ms), ("enforce", 50));
+        assert_eq!(config.scheduler.policy.optimizer_step.nice, -10);
+        assert_eq!(config.scheduler.policy.optimizer_step.cpus, "gpu_node", "unset keys keep their defaults");
+        assert_eq!(config.scheduler.policy.data_loading.nice, -5, "unset phases keep theirs");
+        for (text, expected) in [
+            ("[scheduler]\nmode = \"enforced\"\n", "\"observe\" or \"enforce\""),
+            ("[scheduler]\nwindow_ms = 5\n", "window_ms = 5"),
+            ("[scheduler.policy.gpu_compute]\nnice = 40\n", "[scheduler.policy.gpu_compute] nice = 40"),
+            ("[scheduler]\nwindows_ms = 100\n", "windows_ms"),
+        ] {
+            let bad = write(text);
+            let message = Config::load(&cli(&["--config", bad.0.to_str().unwrap()]), None).unwrap_err().to_string();
+            assert!(message.contains(expected), "{text}: {message}");
+        }
+    }
+
+    #[test]
     fn rules_alerts_and_alertmanager_sections() {
         let file = write(
             "[alerts]\nclear_for_ms = 5000\n\n[alertmanager]\nurl = \"http://127.0.0.1:9093\"\n\n[[rules]]\nname = \"hot\"\nmetric = \"host.load1\"\nop = \">\"\nthreshold = 8\nfor = \"1m\"\nseverity = \"warning\"\n",
