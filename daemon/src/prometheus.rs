@@ -231,6 +231,51 @@ pub fn render(state: &NodeState) -> String {
         for phase in Phase::ALL {
             e.sample("zernel_scheduler_phase_time_pct", &[("phase", phase.as_str())], s.phase_time_pct.get(phase));
         }
+        e.family("ringside_scheduler_lost_total", "counter", "Records the BPF probe could not keep, by kind.");
+        for (kind, value) in [
+            ("events", s.lost.events),
+            ("runq_samples", s.lost.runq_samples),
+            ("threads", s.lost.threads),
+            ("ml_threads", s.lost.ml_threads),
+            ("skipped_runs", s.lost.skipped_runs),
+        ] {
+            e.sample("ringside_scheduler_lost_total", &[("kind", kind)], value as f64);
+        }
+        // One series per ML process (few per node): which phase it is in, and its time per phase.
+        e.family("ringside_scheduler_process_phase", "gauge", "1 for the phase an ML process is in now.");
+        for p in &s.processes {
+            let (pid, job) = (p.pid.to_string(), p.job.to_string());
+            for phase in Phase::ALL {
+                let labels = [
+                    ("pid", pid.as_str()),
+                    ("job", job.as_str()),
+                    ("comm", p.comm.as_str()),
+                    ("phase", phase.as_str()),
+                ];
+                e.sample("ringside_scheduler_process_phase", &labels, if p.phase == phase { 1.0 } else { 0.0 });
+            }
+        }
+        e.family(
+            "ringside_scheduler_process_phase_seconds_total",
+            "counter",
+            "Time an ML process spent in each phase.",
+        );
+        for p in &s.processes {
+            let (pid, job) = (p.pid.to_string(), p.job.to_string());
+            for phase in Phase::ALL {
+                let labels = [
+                    ("pid", pid.as_str()),
+                    ("job", job.as_str()),
+                    ("comm", p.comm.as_str()),
+                    ("phase", phase.as_str()),
+                ];
+                e.sample(
+                    "ringside_scheduler_process_phase_seconds_total",
+                    &labels,
+                    p.phase_ms.get(phase) as f64 / 1000.0,
+                );
+            }
+        }
     }
 
     if !snapshot.kernels.is_empty() {

@@ -136,6 +136,12 @@ async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
         .with_context(|| format!("the DataLoader worker belongs to the job: {processes:?}"))?;
     assert_eq!((worker["role"].as_str(), worker["comm"].as_str()), (Some("worker"), Some("pt_data_worker")));
 
+    // Prometheus sees the job too, and the exposition stays valid with per-process series.
+    let metrics = daemon.get("/metrics").await?.text().await?;
+    let series = format!("ringside_scheduler_process_phase_seconds_total{{pid=\"{pid}\",job=\"{pid}\"");
+    assert!(metrics.contains(&series), "{metrics}");
+    promtool_accepts(&metrics)?;
+
     // Keep the latest timeline until the workload ends (an exited process leaves the snapshot).
     let mut timeline = Vec::new();
     let mut main_nice = Vec::new();
@@ -185,6 +191,29 @@ async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
     wait_for(&daemon, "the exited workload leaving the table", 5, |s| process(s, pid).is_none()).await?;
     let metrics = daemon.get("/metrics").await?.text().await?;
     assert!(metrics.contains("zernel_scheduler_phase_time_pct{phase=\"gpu_compute\"}"), "{metrics}");
+    Ok(())
+}
+
+fn promtool_accepts(text: &str) -> Result<()> {
+    use std::io::Write;
+    let promtool = ["/usr/bin/promtool", "/usr/local/bin/promtool"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .context("promtool is missing: `cargo xtask setup --test` installs it (Debian package prometheus)")?;
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child.stdin.take().context("stdin")?.write_all(text.as_bytes())?;
+    let output = child.wait_with_output()?;
+    anyhow::ensure!(
+        output.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
     Ok(())
 }
 
