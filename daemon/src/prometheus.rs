@@ -242,38 +242,35 @@ pub fn render(state: &NodeState) -> String {
             e.sample("ringside_scheduler_lost_total", &[("kind", kind)], value as f64);
         }
         // One series per ML process (few per node): which phase it is in, and its time per phase.
-        e.family("ringside_scheduler_process_phase", "gauge", "1 for the phase an ML process is in now.");
-        for p in &s.processes {
-            let (pid, job) = (p.pid.to_string(), p.job.to_string());
-            for phase in Phase::ALL {
-                let labels = [
-                    ("pid", pid.as_str()),
-                    ("job", job.as_str()),
-                    ("comm", p.comm.as_str()),
-                    ("phase", phase.as_str()),
-                ];
-                e.sample("ringside_scheduler_process_phase", &labels, if p.phase == phase { 1.0 } else { 0.0 });
-            }
-        }
-        e.family(
-            "ringside_scheduler_process_phase_seconds_total",
-            "counter",
-            "Time an ML process spent in each phase.",
-        );
-        for p in &s.processes {
-            let (pid, job) = (p.pid.to_string(), p.job.to_string());
-            for phase in Phase::ALL {
-                let labels = [
-                    ("pid", pid.as_str()),
-                    ("job", job.as_str()),
-                    ("comm", p.comm.as_str()),
-                    ("phase", phase.as_str()),
-                ];
-                e.sample(
-                    "ringside_scheduler_process_phase_seconds_total",
-                    &labels,
-                    p.phase_ms.get(phase) as f64 / 1000.0,
-                );
+        type PerPhase = fn(&ringside_shared::MlProcessInfo, Phase) -> f64;
+        let families: [(&str, &str, &str, PerPhase); 2] = [
+            ("ringside_scheduler_process_phase", "gauge", "1 for the phase an ML process is in now.", |p, phase| {
+                if p.phase == phase {
+                    1.0
+                } else {
+                    0.0
+                }
+            }),
+            (
+                "ringside_scheduler_process_phase_seconds_total",
+                "counter",
+                "Time an ML process spent in each phase.",
+                |p, phase| p.phase_ms.get(phase) as f64 / 1000.0,
+            ),
+        ];
+        for (name, kind, help, value) in families {
+            e.family(name, kind, help);
+            for p in &s.processes {
+                let (pid, job) = (p.pid.to_string(), p.job.to_string());
+                for phase in Phase::ALL {
+                    let labels = [
+                        ("pid", pid.as_str()),
+                        ("job", job.as_str()),
+                        ("comm", p.comm.as_str()),
+                        ("phase", phase.as_str()),
+                    ];
+                    e.sample(name, &labels, value(p, phase));
+                }
             }
         }
     }

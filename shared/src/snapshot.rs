@@ -236,6 +236,16 @@ impl<T: Copy> PhaseValues<T> {
             Phase::Unknown => self.unknown,
         }
     }
+
+    pub fn get_mut(&mut self, phase: Phase) -> &mut T {
+        match phase {
+            Phase::DataLoading => &mut self.data_loading,
+            Phase::GpuCompute => &mut self.gpu_compute,
+            Phase::NcclCollective => &mut self.nccl_collective,
+            Phase::OptimizerStep => &mut self.optimizer_step,
+            Phase::Unknown => &mut self.unknown,
+        }
+    }
 }
 
 /// The scheduler's telemetry, with the reference scheduler's field names.

@@ -25,9 +25,7 @@ pub fn daemon_binary() -> PathBuf {
     if let Some(path) = std::env::var_os("RINGSIDED_BIN") {
         return PathBuf::from(path);
     }
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"));
-    let path = target.join("debug/ringsided");
+    let path = target_dir().join("debug/ringsided");
     assert!(path.exists(), "{} is missing: run the tests with `cargo xtask test`", path.display());
     path
 }
@@ -35,11 +33,75 @@ pub fn daemon_binary() -> PathBuf {
 /// `ml-workload`, the labelled training loop (workspace debug build; `cargo test --workspace`
 /// builds it with the `ringside-workload` package).
 pub fn workload_binary() -> PathBuf {
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"));
-    let path = target.join("debug/ml-workload");
+    let path = target_dir().join("debug/ml-workload");
     assert!(path.exists(), "{} is missing: run the tests with `cargo xtask test`", path.display());
     path
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// A running `ml-workload`, reaped with its DataLoader worker on drop.
+pub struct Workload(pub Child);
+
+impl Workload {
+    /// Starts it with `phase_ms` phases for `cycles` cycles, its ground truth in
+    /// `dir/truth.jsonl`, and waits until it is set up (`dir/ready`).
+    pub fn start(dir: &Path, phase_ms: u64, cycles: u32) -> Result<Workload> {
+        let child = Command::new(workload_binary())
+            .args(["--phase-ms", &phase_ms.to_string(), "--cycles", &cycles.to_string()])
+            .arg("--log")
+            .arg(dir.join("truth.jsonl"))
+            .arg("--ready")
+            .arg(dir.join("ready"))
+            .stdout(Stdio::null())
+            .spawn()
+            .context("start ml-workload")?;
+        let workload = Workload(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !dir.join("ready").exists() {
+            anyhow::ensure!(Instant::now() < deadline, "ml-workload did not get ready in 10 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(workload)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = Command::new("pkill").args(["-KILL", "-P", &self.0.id().to_string()]).status();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Prometheus' own linter (`promtool check metrics`) on an exposition.
+pub fn promtool_check(text: &str) -> Result<()> {
+    use std::io::Write;
+    let promtool = ["/usr/bin/promtool", "/usr/local/bin/promtool"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .context("promtool is missing: `cargo xtask setup --test` installs it (Debian package prometheus)")?;
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child.stdin.take().context("stdin")?.write_all(text.as_bytes())?;
+    let output = child.wait_with_output()?;
+    anyhow::ensure!(
+        output.status.success(),
+        "promtool check metrics failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
 }
 
 /// A scratch directory under the target dir, removed on drop.

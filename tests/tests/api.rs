@@ -230,26 +230,6 @@ async fn metrics_are_valid_prometheus_text() -> anyhow::Result<()> {
     assert!(canary.rsplit(' ').next().unwrap().parse::<f64>().unwrap() >= 1.0, "{canary}");
 
     // And Prometheus' own linter accepts it.
-    let promtool =
-        ["/usr/bin/promtool", "/usr/local/bin/promtool"].into_iter().find(|p| std::path::Path::new(p).exists());
-    let promtool =
-        promtool.expect("promtool is missing: `cargo xtask setup --test` installs it (Debian package prometheus)");
-    let mut child = std::process::Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()?;
-    {
-        use std::io::Write;
-        child.stdin.take().unwrap().write_all(text.as_bytes())?;
-    }
-    let output = child.wait_with_output()?;
-    assert!(
-        output.status.success(),
-        "promtool check metrics failed:\n{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    ringside_tests::promtool_check(&text)?;
     Ok(())
 }

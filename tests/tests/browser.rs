@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use fantoccini::{Client, ClientBuilder, Locator};
-use ringside_tests::{workspace_root, Daemon, DaemonOptions, Scratch, LOW_MEMORY_THRESHOLDS};
+use ringside_tests::{workspace_root, Daemon, DaemonOptions, Scratch, Workload, LOW_MEMORY_THRESHOLDS};
 
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// A rule that raises a critical alert from the host's real memory use.
@@ -360,17 +360,6 @@ async fn two_browsers_see_each_others_acknowledgements_live() -> Result<()> {
     outcome
 }
 
-/// The ML workload, reaped with its DataLoader worker on drop.
-struct Workload(Child);
-
-impl Drop for Workload {
-    fn drop(&mut self) {
-        let _ = Command::new("pkill").args(["-KILL", "-P", &self.0.id().to_string()]).status();
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test]
 async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
     const WAIT: Duration = Duration::from_secs(30);
@@ -380,15 +369,9 @@ async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
         config: "[scheduler]\nwindow_ms = 100\nscan_interval_ms = 200\n".into(),
         ..DaemonOptions::default()
     })?;
-    let workload = Workload(
-        Command::new(ringside_tests::workload_binary())
-            .args(["--phase-ms", "700", "--cycles", "6"])
-            .arg("--log")
-            .arg("/dev/null")
-            .spawn()
-            .context("start ml-workload")?,
-    );
-    let pid = workload.0.id();
+    let workload_dir = Scratch::new("workload");
+    let workload = Workload::start(&workload_dir.0, 700, 6)?;
+    let pid = workload.pid();
     let driver = Driver::start()?;
     let profile = Scratch::new("chromium-profile");
     let downloads = Scratch::new("downloads");

@@ -4,11 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ringside_tests::{Daemon, DaemonOptions, Scratch};
+use ringside_tests::{Daemon, DaemonOptions, Scratch, Workload};
 use serde_json::Value;
 
 const PHASES: [&str; 4] = ["data_loading", "gpu_compute", "nccl_collective", "optimizer_step"];
@@ -20,42 +19,6 @@ static ONE_DAEMON: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn scheduler_config(mode: &str) -> String {
     format!("[scheduler]\nmode = \"{mode}\"\nwindow_ms = {WINDOW_MS}\nscan_interval_ms = 200\n")
-}
-
-/// The workload, reaped (with its DataLoader worker) when dropped.
-struct Workload(Child);
-
-impl Workload {
-    fn start(dir: &Path, phase_ms: u64, cycles: u32) -> Result<Workload> {
-        let child = Command::new(ringside_tests::workload_binary())
-            .args(["--phase-ms", &phase_ms.to_string(), "--cycles", &cycles.to_string()])
-            .arg("--log")
-            .arg(dir.join("truth.jsonl"))
-            .arg("--ready")
-            .arg(dir.join("ready"))
-            .stdout(Stdio::null())
-            .spawn()
-            .context("start ml-workload")?;
-        let workload = Workload(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !dir.join("ready").exists() {
-            anyhow::ensure!(Instant::now() < deadline, "ml-workload did not get ready in 10 s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(workload)
-    }
-
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl Drop for Workload {
-    fn drop(&mut self) {
-        let _ = Command::new("pkill").args(["-KILL", "-P", &self.0.id().to_string()]).status();
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn process(snapshot: &Value, pid: u32) -> Option<&Value> {
@@ -140,7 +103,7 @@ async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
     let metrics = daemon.get("/metrics").await?.text().await?;
     let series = format!("ringside_scheduler_process_phase_seconds_total{{pid=\"{pid}\",job=\"{pid}\"");
     assert!(metrics.contains(&series), "{metrics}");
-    promtool_accepts(&metrics)?;
+    ringside_tests::promtool_check(&metrics)?;
 
     // Keep the latest timeline until the workload ends (an exited process leaves the snapshot).
     let mut timeline = Vec::new();
@@ -191,29 +154,6 @@ async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
     wait_for(&daemon, "the exited workload leaving the table", 5, |s| process(s, pid).is_none()).await?;
     let metrics = daemon.get("/metrics").await?.text().await?;
     assert!(metrics.contains("zernel_scheduler_phase_time_pct{phase=\"gpu_compute\"}"), "{metrics}");
-    Ok(())
-}
-
-fn promtool_accepts(text: &str) -> Result<()> {
-    use std::io::Write;
-    let promtool = ["/usr/bin/promtool", "/usr/local/bin/promtool"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .context("promtool is missing: `cargo xtask setup --test` installs it (Debian package prometheus)")?;
-    let mut child = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    child.stdin.take().context("stdin")?.write_all(text.as_bytes())?;
-    let output = child.wait_with_output()?;
-    anyhow::ensure!(
-        output.status.success(),
-        "promtool check metrics: {}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
     Ok(())
 }
 

@@ -38,7 +38,7 @@ fn usage(pid: u32) -> Result<(u64, u64)> {
     Ok((cpu_ns, rss))
 }
 
-fn free_port() -> Result<u16> {
+pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 

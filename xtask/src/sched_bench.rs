@@ -37,7 +37,7 @@ impl Drop for Stopped {
 }
 
 fn start_daemon(root: &Path, mode: &str, scratch: &Path) -> Result<Stopped> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = crate::bench::free_port()?;
     let config = scratch.join(format!("ringside-{mode}.toml"));
     std::fs::write(&config, format!("[scheduler]\nmode = \"{mode}\"\n"))?;
     let child = Command::new(root.join("target/release/ringsided"))

@@ -15,7 +15,7 @@ use ringside_shared::{
 };
 
 use super::ml::{MlDetector, MlReason, DEFAULT_LIBRARIES};
-use super::phase::{add_time, Counters, Evidence, Hysteresis, Role};
+use super::phase::{Counters, Evidence, Hysteresis, Role};
 use super::policy::{self, Enforcer, PolicyTable};
 
 /// Run-queue samples kept per thread for its percentiles.
@@ -382,8 +382,8 @@ impl Observer {
                 task.evidence = Evidence::of(&task.last, window_ns, role);
                 evidence.add(&task.evidence);
                 let changed = task.phase.step(&task.evidence, window_ns);
-                add_time(&mut task.phase_ms, task.phase.phase, window_ms);
-                add_time(&mut self.total_phase_ms, task.phase.phase, window_ms);
+                *task.phase_ms.get_mut(task.phase.phase) += window_ms;
+                *self.total_phase_ms.get_mut(task.phase.phase) += window_ms;
                 if let Some(phase) = changed {
                     self.transitions += 1;
                     self.decide(tid, phase, end_ms);
@@ -396,7 +396,7 @@ impl Observer {
                 process.phase_since_ms = start_ms;
             }
             let phase = process.phase.phase;
-            add_time(&mut process.phase_ms, phase, window_ms);
+            *process.phase_ms.get_mut(phase) += window_ms;
             match process.timeline.back_mut() {
                 Some(span) if span.phase == phase && span.end_ms >= start_ms.saturating_sub(1) => span.end_ms = end_ms,
                 _ => process.timeline.push_back(PhaseSpan { phase, start_ms, end_ms }),
@@ -494,11 +494,15 @@ impl Observer {
     fn publish(&self) {
         let mut distribution = PhaseValues::<u64>::default();
         for task in self.tasks.values() {
-            add_time(&mut distribution, task.phase.phase, 1);
+            *distribution.get_mut(task.phase.phase) += 1;
         }
         let total: u64 = Phase::ALL.iter().map(|p| self.total_phase_ms.get(*p)).sum();
-        let pct =
-            |phase: Phase| if total == 0 { 0.0 } else { self.total_phase_ms.get(phase) as f64 * 100.0 / total as f64 };
+        let mut phase_time_pct = PhaseValues::<f64>::default();
+        for phase in Phase::ALL {
+            if total > 0 {
+                *phase_time_pct.get_mut(phase) = self.total_phase_ms.get(phase) as f64 * 100.0 / total as f64;
+            }
+        }
         let mut tasks: Vec<(&u32, &Task)> = self.tasks.iter().collect();
         tasks.sort_by_key(|(tid, t)| {
             (std::cmp::Reverse(t.last.on_cpu_ns + t.last.read_ns + t.last.sync_ns + t.last.nccl_ns), **tid)
@@ -579,13 +583,7 @@ impl Observer {
             decisions_made: self.decisions_made,
             phase_transitions: self.transitions,
             phase_distribution: distribution,
-            phase_time_pct: PhaseValues {
-                data_loading: pct(Phase::DataLoading),
-                gpu_compute: pct(Phase::GpuCompute),
-                nccl_collective: pct(Phase::NcclCollective),
-                optimizer_step: pct(Phase::OptimizerStep),
-                unknown: pct(Phase::Unknown),
-            },
+            phase_time_pct,
             numa_nodes: 0,
             total_cpus: 0,
             mode: if self.config.enforce { "enforce" } else { "observe" }.into(),

@@ -21,7 +21,7 @@
 //! sum of its threads'.
 
 use ringside_bpf::{MlThreadStats, ThreadStats};
-use ringside_shared::{Phase, PhaseValues};
+use ringside_shared::Phase;
 
 /// Launch rate above which a thread's CPU time is spent feeding the GPU.
 pub const FEEDING_LAUNCHES_PER_S: f64 = 2000.0;
@@ -220,17 +220,6 @@ impl Hysteresis {
             }
             _ => None,
         }
-    }
-}
-
-/// Time accounted per phase.
-pub fn add_time(values: &mut PhaseValues<u64>, phase: Phase, ms: u64) {
-    match phase {
-        Phase::DataLoading => values.data_loading += ms,
-        Phase::GpuCompute => values.gpu_compute += ms,
-        Phase::NcclCollective => values.nccl_collective += ms,
-        Phase::OptimizerStep => values.optimizer_step += ms,
-        Phase::Unknown => values.unknown += ms,
     }
 }
 
