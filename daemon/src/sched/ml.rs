@@ -104,6 +104,12 @@ impl MlDetector {
         None
     }
 
+    /// Drops what is known of `pid`, so the next scan looks at it afresh: an `exec` keeps the
+    /// pid and start time but may make a process ML.
+    pub fn forget(&mut self, pid: u32) {
+        self.seen.remove(&pid);
+    }
+
     /// Looks at every process and returns the ML ones (with their descendants).
     pub fn scan(&mut self) -> Vec<MlProcess> {
         let mut alive = HashMap::new();

@@ -87,7 +87,6 @@ pub struct Observer {
     /// Phase time of every ML thread seen, exited ones included.
     total_phase_ms: PhaseValues<u64>,
     last_scan: Option<Instant>,
-    rescan_soon: bool,
     thread_count: usize,
     skipped_runs: u64,
     published: Arc<Mutex<Published>>,
@@ -124,7 +123,6 @@ impl Observer {
             transitions: 0,
             total_phase_ms: PhaseValues::default(),
             last_scan: None,
-            rescan_soon: false,
             thread_count: 0,
             skipped_runs: 0,
             published,
@@ -163,10 +161,9 @@ impl Observer {
     pub fn window(&mut self, window_ns: u64, start_ms: u64, end_ms: u64) {
         self.handle_events();
         let scan_due = self.last_scan.is_none_or(|t| t.elapsed() >= self.config.scan_interval);
-        if scan_due || self.rescan_soon {
+        if scan_due {
             self.scan();
             self.last_scan = Some(Instant::now());
-            self.rescan_soon = false;
             self.thread_count = self.probe.thread_count();
             self.skipped_runs = self.probe.skipped_runs().iter().map(|(_, n)| n).sum();
         }
@@ -208,8 +205,9 @@ impl Observer {
                     if let Some(p) = self.processes.get_mut(&event.tgid) {
                         p.comm = event.comm.clone();
                     }
-                    // A new program may be ML: look at it soon rather than at the next scan.
-                    self.rescan_soon = true;
+                    // A new program may be ML: the next scan looks at it afresh. (Not a scan
+                    // now: every exec on the node would trigger one.)
+                    self.detector.forget(event.tgid);
                 }
                 EventKind::Exit => self.remove_process(event.tgid),
             }
