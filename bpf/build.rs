@@ -20,15 +20,19 @@ fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let bpf_dir = manifest.join("src/bpf");
     println!("cargo:rerun-if-env-changed=RINGSIDE_CLANG");
-    for file in ["sched.bpf.c", "intf.h", "vmlinux.h"] {
+    for file in ["sched.bpf.c", "intf.h", "vmlinux.h", "scx.bpf.c", "scx_intf.h", "vmlinux_scx.h"] {
         println!("cargo:rerun-if-changed={}", bpf_dir.join(file).display());
     }
-    libbpf_cargo::SkeletonBuilder::new()
-        .source(bpf_dir.join("sched.bpf.c"))
-        .clang(clang())
-        .clang_args([format!("-I{}", bpf_dir.display())])
-        .build_and_generate(out.join("sched.skel.rs"))
-        .unwrap_or_else(|e| {
-            panic!("building the BPF programs failed: {e:#}\n(needs clang-19 or $RINGSIDE_CLANG, libelf-dev and zlib1g-dev: `cargo xtask setup`)")
-        });
+    // sched.bpf.c: the observation programs; scx.bpf.c: the sched_ext scheduler (its own
+    // vmlinux header: the host's kernel has no sched_ext types).
+    for name in ["sched", "scx"] {
+        libbpf_cargo::SkeletonBuilder::new()
+            .source(bpf_dir.join(format!("{name}.bpf.c")))
+            .clang(clang())
+            .clang_args([format!("-I{}", bpf_dir.display())])
+            .build_and_generate(out.join(format!("{name}.skel.rs")))
+            .unwrap_or_else(|e| {
+                panic!("building the BPF programs ({name}.bpf.c) failed: {e:#}\n(needs clang-19 or $RINGSIDE_CLANG, libelf-dev and zlib1g-dev: `cargo xtask setup`)")
+            });
+    }
 }

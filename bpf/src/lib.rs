@@ -23,6 +23,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder, TracepointCategory, UprobeOpts};
 
 mod elf;
+pub mod scx;
 
 mod skel {
     #![allow(clippy::all, non_camel_case_types, non_snake_case, dead_code, unused_imports)]

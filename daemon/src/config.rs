@@ -47,6 +47,10 @@ pub struct Cli {
     /// (role `operator` or `viewer`). Env RINGSIDE_TOKEN gives a single token itself.
     #[arg(long)]
     pub token_file: Option<PathBuf>,
+    /// What carries out the scheduler's decisions: auto (sched_ext where the kernel has it,
+    /// else setattr), scx, setattr or observe [default: observe; `[scheduler] backend`].
+    #[arg(long, env = "RINGSIDE_SCHED_BACKEND")]
+    pub sched_backend: Option<String>,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -297,17 +301,24 @@ impl Config {
             value: format!("{} entries", kernels.len()),
             why,
         })?;
-        file.scheduler.check().map_err(|why| ConfigError::Invalid {
-            key: "scheduler",
-            value: "[scheduler]".into(),
-            why,
-        })?;
+        let mut scheduler = file.scheduler;
+        if let Some(backend) = &cli.sched_backend {
+            scheduler.backend = Some(backend.clone());
+        }
+        scheduler.check().map_err(|why| ConfigError::Invalid { key: "scheduler", value: "[scheduler]".into(), why })?;
         let rules = rules::compile(file.rules, &file_text)
             .map_err(|message| ConfigError::Parse { path: file_path.clone(), message })?;
         let data_dir = cli.data_dir.clone().or(file.data_dir).unwrap_or_else(default_data_dir);
-        let token_file = cli.token_file.clone().or(file.token_file);
         let single = |secret: String| vec![Credential { name: SINGLE_TOKEN_NAME.into(), secret, role: Role::Operator }];
-        let (tokens, token_origin) = match (env_token.filter(|t| !t.is_empty()), token_file) {
+        // Flag, then environment, then file: `--token-file` beats RINGSIDE_TOKEN, which beats
+        // the file's `token_file`.
+        let env_token = env_token.filter(|t| !t.is_empty());
+        let (env_token, token_file) = match (&cli.token_file, env_token) {
+            (Some(flag), _) => (None, Some(flag.clone())),
+            (None, Some(token)) => (Some(token), None),
+            (None, None) => (None, file.token_file),
+        };
+        let (tokens, token_origin) = match (env_token, token_file) {
             (Some(token), _) => {
                 check_secret(&token).map_err(|why| ConfigError::Invalid {
                     key: "token",
@@ -331,7 +342,7 @@ impl Config {
             rules,
             alertmanager: file.alertmanager,
             kernels,
-            scheduler: file.scheduler,
+            scheduler,
             tokens,
             token_origin,
         })
@@ -555,6 +566,16 @@ mod tests {
         assert_eq!(config.thresholds.drop_rate_error, 0.05);
         assert_eq!(config.tokens[0].secret, "a-token-from-the-env");
         assert_eq!(config.token_origin, TokenOrigin::Environment);
+        // The flag beats the environment, as every other flag does.
+        let token = write(
+            "ana:0123456789abcdef0123
+wall:bbbbbbbbbbbbbbbb2:viewer
+",
+        );
+        let config =
+            Config::load(&cli(&["--token-file", token.0.to_str().unwrap()]), Some("a-token-from-the-env".into()))
+                .unwrap();
+        assert_eq!((config.tokens.len(), config.token_origin), (2, TokenOrigin::File));
     }
 
     #[test]
@@ -591,9 +612,15 @@ mod tests {
         assert_eq!(config.scheduler.policy.optimizer_step.nice, -10);
         assert_eq!(config.scheduler.policy.optimizer_step.cpus, "gpu_node", "unset keys keep their defaults");
         assert_eq!(config.scheduler.policy.data_loading.nice, -5, "unset phases keep theirs");
+        assert_eq!(config.scheduler.backend(), "auto", "enforce without a backend: the best one there is");
+        let flagged = Config::load(&cli(&["--config", file.0.to_str().unwrap(), "--sched-backend", "setattr"]), None);
+        assert_eq!(flagged.unwrap().scheduler.backend(), "setattr", "the flag overrides the file");
+        let wrong = Config::load(&cli(&["--sched-backend", "cfs"]), None).unwrap_err().to_string();
+        assert!(wrong.contains("\"cfs\" must be one of auto, scx, setattr, observe"), "{wrong}");
         for (text, expected) in [
             ("[scheduler]\nmode = \"enforced\"\n", "\"observe\" or \"enforce\""),
             ("[scheduler]\nwindow_ms = 5\n", "window_ms = 5"),
+            ("[scheduler]\nbackend = \"bpf\"\n", "auto, scx, setattr, observe"),
             ("[scheduler.policy.gpu_compute]\nnice = 40\n", "[scheduler.policy.gpu_compute] nice = 40"),
             ("[scheduler]\nwindows_ms = 100\n", "windows_ms"),
         ] {

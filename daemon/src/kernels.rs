@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use ringside_kernels::builtin;
-use ringside_kernels::{Backpressure, LaunchOptions, RingKernel};
+use ringside_kernels::{Backend, Backpressure, Kernel, KernelError, LaunchOptions};
 use ringside_shared::{KernelState, KernelStateChange};
 use serde::Deserialize;
 
@@ -147,7 +147,7 @@ pub fn check_all(configs: &[KernelConfig]) -> Result<(), String> {
 pub struct KernelSource {
     name: String,
     config: KernelConfig,
-    kernel: RingKernel,
+    kernel: Kernel,
     last_state: KernelState,
     /// Why the kernel does not run as configured (e.g. CUDA asked for, CPU used).
     note: Option<String>,
@@ -160,10 +160,17 @@ pub struct KernelSource {
 impl KernelSource {
     pub fn launch(config: KernelConfig) -> Result<KernelSource, String> {
         let options = config.check()?;
-        let handler = builtin::build(&config.kernel).ok_or_else(|| format!("unknown kernel {}", config.kernel))?;
-        let note = (config.backend == "cuda")
-            .then(|| "cuda unavailable: this build has no CUDA backend yet; running on the CPU backend".to_string());
-        let kernel = RingKernel::launch(config.id.clone(), handler, options).map_err(|e| e.to_string())?;
+        let backend = if config.backend == "cuda" { Backend::Cuda } else { Backend::Cpu };
+        // A kernel asked for on CUDA that cannot run there still runs, on the CPU, and says why.
+        let (kernel, note) = match Kernel::launch(config.id.clone(), &config.kernel, backend, options) {
+            Ok(kernel) => (kernel, None),
+            Err(e @ (KernelError::CudaUnavailable(_) | KernelError::Cuda(_))) => {
+                let kernel = Kernel::launch(config.id.clone(), &config.kernel, Backend::Cpu, options)
+                    .map_err(|e| e.to_string())?;
+                (kernel, Some(format!("{e}; running on the CPU backend")))
+            }
+            Err(e) => return Err(e.to_string()),
+        };
         kernel.activate().map_err(|e| e.to_string())?;
         if let Some(note) = &note {
             tracing::warn!(kernel = config.id, "{note}");
@@ -339,11 +346,24 @@ mod tests {
     }
 
     #[test]
-    fn cuda_asked_for_is_said_to_run_on_the_cpu() {
+    fn cuda_asked_for_runs_there_or_says_why_it_runs_on_the_cpu() {
         let mut config = KernelConfig::canary();
         config.backend = "cuda".into();
         let mut source = KernelSource::launch(config).unwrap();
-        let status = source.collect(&mut Sample::new(1)).unwrap();
-        assert!(matches!(status, SourceStatus::Degraded(ref why) if why.starts_with("cuda unavailable")), "{status:?}");
+        let mut sample = Sample::new(1);
+        let status = source.collect(&mut sample).unwrap();
+        match ringside_kernels::cuda::probe() {
+            // A GPU node: the canary runs on the device.
+            Ok(_) => {
+                assert_eq!(sample.kernels[0].backend, ringside_shared::KernelBackend::Cuda);
+                assert_eq!(status, SourceStatus::Up);
+            }
+            Err(why) => {
+                assert_eq!(sample.kernels[0].backend, ringside_shared::KernelBackend::Cpu);
+                let expected = format!("{why}; running on the CPU backend");
+                assert!(expected.starts_with("cuda unavailable: "), "{expected}");
+                assert_eq!(status, SourceStatus::Degraded(expected));
+            }
+        }
     }
 }

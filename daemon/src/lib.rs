@@ -96,7 +96,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let db = alerts::db::AlertDb::open(&db_path).context("cannot open the alert store")?;
     let store = alerts::store::AlertStore::open(config.alerts.lifecycle(), Some(db))
         .map_err(|e| anyhow::anyhow!("cannot load alerts from {}: {e}", db_path.display()))?;
-    let rules = alerts::rules::RuleEngine::new(config.rules.clone());
+    let mut rules = alerts::rules::RuleEngine::new(config.rules.clone());
+    rules.resume(store.active());
     let settings = state::Settings {
         interval_ms: config.interval_ms,
         window_ms: config.window_ms,

@@ -241,6 +241,27 @@ pub fn render(state: &NodeState) -> String {
         ] {
             e.sample("ringside_scheduler_lost_total", &[("kind", kind)], value as f64);
         }
+        e.family("ringside_scheduler_backend", "gauge", "1 for what carries out decisions (observe, setattr, scx).");
+        e.sample("ringside_scheduler_backend", &[("backend", s.backend.as_str())], 1.0);
+        if let Some(x) = &s.scx {
+            e.family("ringside_scheduler_scx_running", "gauge", "1 while Ringside's sched_ext scheduler runs.");
+            e.sample("ringside_scheduler_scx_running", &[], if x.running { 1.0 } else { 0.0 });
+            e.family("ringside_scheduler_scx_events_total", "counter", "Events of the sched_ext scheduler, by kind.");
+            let c = &x.counters;
+            for (kind, value) in [
+                ("enqueued", c.enqueued),
+                ("decided", c.decided),
+                ("direct", c.direct),
+                ("dispatched", c.dispatched),
+                ("stolen", c.stolen),
+                ("preempted", c.preempted),
+                ("latency_runs", c.latency_runs),
+                ("feeder_runs", c.feeder_runs),
+                ("fallbacks", c.fallbacks),
+            ] {
+                e.sample("ringside_scheduler_scx_events_total", &[("kind", kind)], value as f64);
+            }
+        }
         // One series per ML process (few per node): which phase it is in, and its time per phase.
         type PerPhase = fn(&ringside_shared::MlProcessInfo, Phase) -> f64;
         let families: [(&str, &str, &str, PerPhase); 2] = [

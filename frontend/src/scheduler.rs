@@ -107,6 +107,7 @@ fn summary(s: &SchedulerTelemetry) -> impl IntoView {
     view! {
         <div class="sched-summary">
             <div><span class="stat-label">"Mode"</span><b id="sched-mode">{s.mode.clone()}</b></div>
+            <div><span class="stat-label">"Backend"</span><b id="sched-backend">{if s.backend.is_empty() { "–".to_string() } else { s.backend.clone() }}</b></div>
             <div><span class="stat-label">"Probe"</span><b>{s.attach_mode.clone().unwrap_or_else(|| "–".into())}</b></div>
             <div><span class="stat-label">"Window"</span><b>{format!("{} ms", s.window_ms)}</b></div>
             <div><span class="stat-label">"ML threads · all"</span><b>{format!("{} · {}", s.ml_tasks, s.total_tracked_tasks)}</b></div>
@@ -169,6 +170,40 @@ fn decisions_list(s: &SchedulerTelemetry, now_ms: u64) -> impl IntoView {
     view! { <ul class="decisions">{items}</ul> }
 }
 
+/// The sched_ext scheduler: the kernel's state, the ops name, why it stopped, its counters.
+fn scx_panel(s: &SchedulerTelemetry) -> impl IntoView {
+    s.scx.clone().map(|x| {
+        let c = &x.counters;
+        let counters = [
+            ("enqueued", c.enqueued, "queued on a node's dispatch queue"),
+            ("decided", c.decided, "of which carried a decision of the daemon"),
+            ("direct", c.direct, "put straight on an idle CPU at wake-up"),
+            ("dispatched", c.dispatched, "taken from the CPU's own node queue"),
+            ("stolen", c.stolen, "taken from another node's queue"),
+            ("preempted", c.preempted, "latency threads that preempted a running task at wake-up"),
+            ("latency runs", c.latency_runs, "times a data-loading or optimizer thread ran"),
+            ("feeder runs", c.feeder_runs, "times a GPU-feeding thread ran"),
+            ("fallbacks", c.fallbacks, "decisions that could not be followed as written"),
+        ]
+        .into_iter()
+        .map(|(name, value, help)| view! { <div title=help><span class="stat-label">{name}</span><b>{value.to_string()}</b></div> })
+        .collect_view();
+        let state = if x.running { "running".to_string() } else { format!("not running (sched_ext {})", x.state) };
+        view! {
+            <div class="scx" id="scx-status">
+                <h3>"sched_ext"</h3>
+                <p>
+                    <b class=if x.running { "scx-running" } else { "scx-stopped" }>{state}</b>
+                    {x.ops.clone().map(|ops| format!(" · ops {ops}")).unwrap_or_default()}
+                    {format!(" · {} node queues · {} threads with a decision", x.nodes, x.decided_threads)}
+                </p>
+                {x.error.clone().map(|e| view! { <p class="sched-status" role="status">{e}</p> })}
+                <div class="sched-summary">{counters}</div>
+            </div>
+        }
+    })
+}
+
 fn programs_table(s: &SchedulerTelemetry) -> impl IntoView {
     let failed = s.programs.iter().filter(|p| p.state != "attached").count();
     let rows = s
@@ -212,6 +247,7 @@ pub fn SchedulerPanel() -> impl IntoView {
             let processes = s.processes.iter().cloned().map(|p| process_row(p, now_ms)).collect_view();
             view! {
                 {summary(&s)}
+                {scx_panel(&s)}
                 <h3>"ML processes"</h3>
                 {if s.processes.is_empty() {
                     view! { <p class="empty">"No ML process on this node now."</p> }.into_any()

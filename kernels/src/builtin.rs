@@ -6,6 +6,8 @@
 //!   with `[count: u64][mean, p50, p90, p99, max: f32]`.
 //! - `saxpy`: input `[a: f32][x0, y0, x1, y1, ...: f32]`; answers `a * x + y` for each pair, a
 //!   throughput kernel.
+//!
+//! The CUDA backend runs twins of these (`kernels/cuda/*.cu`) that answer byte for byte the same.
 
 use crate::runtime::KernelHandler;
 use crate::telemetry::LatencyHistogram;
@@ -46,9 +48,22 @@ impl KernelHandler for Echo {
     }
 }
 
+/// Why a built-in kernel refused a message; both backends say it in these words.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+pub enum MessageError {
+    #[error("{0} bytes is not a whole number of f32 values")]
+    NotWholeF32(usize),
+    #[error("stats takes finite, non-negative samples; got {0}")]
+    StatsSample(f32),
+    #[error("saxpy needs a, then x, y pairs")]
+    SaxpyNoA,
+    #[error("saxpy needs x, y pairs after a")]
+    SaxpyUnpaired,
+}
+
 fn f32s(bytes: &[u8]) -> Result<impl Iterator<Item = f32> + '_, String> {
     if !bytes.len().is_multiple_of(4) {
-        return Err(format!("{} bytes is not a whole number of f32 values", bytes.len()));
+        return Err(MessageError::NotWholeF32(bytes.len()).to_string());
     }
     Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
 }
@@ -64,7 +79,7 @@ pub struct Stats {
 }
 
 /// Fixed-point scale of the histogram: 3 decimal places.
-const STATS_SCALE: f32 = 1000.0;
+pub(crate) const STATS_SCALE: f32 = 1000.0;
 
 impl Stats {
     pub fn summary(&self) -> StatsSummary {
@@ -125,7 +140,7 @@ impl KernelHandler for Stats {
     fn process(&mut self, input: &[u8], output: &mut Vec<u8>) -> Result<(), String> {
         for sample in f32s(input)? {
             if !sample.is_finite() || sample < 0.0 {
-                return Err(format!("stats takes finite, non-negative samples; got {sample}"));
+                return Err(MessageError::StatsSample(sample).to_string());
             }
             self.histogram.record((sample * STATS_SCALE) as u64);
             self.count += 1;
@@ -146,9 +161,9 @@ impl KernelHandler for Saxpy {
 
     fn process(&mut self, input: &[u8], output: &mut Vec<u8>) -> Result<(), String> {
         let mut values = f32s(input)?;
-        let a = values.next().ok_or("saxpy needs a, then x, y pairs")?;
+        let a = values.next().ok_or_else(|| MessageError::SaxpyNoA.to_string())?;
         if !(input.len() / 4 - 1).is_multiple_of(2) {
-            return Err("saxpy needs x, y pairs after a".into());
+            return Err(MessageError::SaxpyUnpaired.to_string());
         }
         while let (Some(x), Some(y)) = (values.next(), values.next()) {
             output.extend_from_slice(&(a * x + y).to_le_bytes());

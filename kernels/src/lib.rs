@@ -2,16 +2,23 @@
 //! ([`ring`]), with a lifecycle and control block ([`runtime`]), telemetry they write
 //! themselves ([`telemetry`]), and the built-in kernels ([`builtin`]).
 //!
-//! The CPU backend runs each kernel on its own thread. A CUDA backend (persistent kernels
-//! compiled by NVRTC, rings in pinned device-mapped memory) is not part of this crate yet; a
-//! kernel configured for CUDA runs on the CPU backend and says so.
+//! Two backends run them behind one handle ([`backend::Kernel`]): the CPU backend
+//! ([`runtime::RingKernel`]) runs each kernel on its own thread; the CUDA backend
+//! ([`cuda::CudaKernel`]) runs each as one persistent GPU launch, compiled by NVRTC at start-up
+//! from `kernels/cuda/*.cu`, polling rings in pinned host memory mapped into the device and
+//! writing its telemetry into a control block there. Where CUDA cannot run, launching on it is
+//! [`KernelError::CudaUnavailable`] with the reason; the caller picks the CPU instead.
 //!
-//! Architecture invariant: depends on `ringside-shared` only (for the telemetry vocabulary);
-//! no tokio, no daemon types.
+//! Architecture invariant: depends on `ringside-shared` (for the telemetry vocabulary) and
+//! `cudarc` (loaded at run time, so a build needs no CUDA); no tokio, no daemon types.
 
+pub mod backend;
 pub mod builtin;
+pub mod cuda;
 pub mod ring;
 pub mod runtime;
 pub mod telemetry;
 
+pub use backend::{Backend, Kernel};
+pub use cuda::CudaKernel;
 pub use runtime::{Backpressure, KernelError, KernelHandler, LaunchOptions, RingKernel, Terminate};

@@ -17,6 +17,11 @@
 //! (48 bits of nanoseconds, wrapping every 3.2 days; [`elapsed_ns`] subtracts modulo 2^48).
 //! Keeping it to one word matters: a cross-core queue is bound by the cache lines it moves,
 //! so the header is paid for in throughput on every message.
+//!
+//! Where the indices and slots live is [`RingMemory`]'s business: the heap for two threads
+//! ([`ring`]), or pinned memory mapped into a GPU, whose kernel is the other end (the CUDA
+//! backend). The ends are generic over it, so the heap ring compiles to the same code as if
+//! it were the only kind.
 
 use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,8 +31,8 @@ use std::sync::Arc;
 pub const SLOT_HEADER: usize = 8;
 /// Largest message a ring carries (its length must fit the header's 16 bits).
 pub const MAX_MESSAGE: usize = 65_535;
-const TIME_BITS: u32 = 48;
-const TIME_MASK: u64 = (1 << TIME_BITS) - 1;
+pub(crate) const TIME_BITS: u32 = 48;
+pub(crate) const TIME_MASK: u64 = (1 << TIME_BITS) - 1;
 
 /// Nanoseconds from a header's enqueue time (48 bits) to `now_ns`.
 #[inline]
@@ -35,10 +40,31 @@ pub fn elapsed_ns(enqueued: u64, now_ns: u64) -> u64 {
     now_ns.wrapping_sub(enqueued) & TIME_MASK
 }
 
+/// Where a ring's two indices and its slots live: [`HeapRing`] for rings between threads, or
+/// memory a device reaches too (the CUDA backend's mapped pinned memory). Producer and consumer
+/// are generic over it, so each kind is compiled on its own and the heap ring pays nothing for
+/// the other.
+///
+/// # Safety
+/// `slots()` must point to `(mask() + 1) * slot_size()` bytes, 8-byte aligned, that stay valid
+/// (and are touched by nothing but this ring's two ends) while `self` lives; `slot_size()` must
+/// be a multiple of 8 of at least [`SLOT_HEADER`] + the ends' message size; `mask() + 1` must be
+/// a power of two. `head` and `tail` start at 0.
+pub unsafe trait RingMemory: Send + Sync {
+    /// Next slot to write; written only by the producer.
+    fn head(&self) -> &AtomicU64;
+    /// Next slot to read; written only by the consumer.
+    fn tail(&self) -> &AtomicU64;
+    fn slots(&self) -> *mut u8;
+    fn mask(&self) -> u64;
+    fn slot_size(&self) -> usize;
+}
+
 #[repr(align(128))]
 struct CacheLine(AtomicU64);
 
-struct Shared {
+/// A ring's memory on the heap, shared by two threads.
+pub struct HeapRing {
     head: CacheLine,
     tail: CacheLine,
     slots: Box<[UnsafeCell<u8>]>,
@@ -48,23 +74,54 @@ struct Shared {
 
 // SAFETY: slot bytes are written only by the one producer while the slot is free and read only
 // by the one consumer after it is published; the Release/Acquire pairs above order the two.
-unsafe impl Sync for Shared {}
-unsafe impl Send for Shared {}
+unsafe impl Sync for HeapRing {}
+unsafe impl Send for HeapRing {}
 
-impl Shared {
-    #[inline]
-    fn capacity(&self) -> u64 {
-        self.mask + 1
+// SAFETY: `slots` holds capacity * slot_size bytes (built by `ring`, which checks the sizes);
+// Box<[u8]>'s data is at least 1-aligned only, so `ring` rounds slot_size to 8 and copies with
+// unaligned accesses.
+unsafe impl RingMemory for HeapRing {
+    #[inline(always)]
+    fn head(&self) -> &AtomicU64 {
+        &self.head.0
     }
+    #[inline(always)]
+    fn tail(&self) -> &AtomicU64 {
+        &self.tail.0
+    }
+    #[inline(always)]
+    fn slots(&self) -> *mut u8 {
+        // UnsafeCell<u8> has the layout of u8.
+        UnsafeCell::raw_get(self.slots.as_ptr())
+    }
+    #[inline(always)]
+    fn mask(&self) -> u64 {
+        self.mask
+    }
+    #[inline(always)]
+    fn slot_size(&self) -> usize {
+        self.slot_size
+    }
+}
 
-    /// Pointer to slot `index`'s first byte.
-    #[inline]
-    fn slot(&self, index: u64) -> *mut u8 {
-        let offset = (index & self.mask) as usize * self.slot_size;
-        // SAFETY: `index & mask` < capacity, so the slot lies inside `slots`
-        // (capacity * slot_size bytes); UnsafeCell<u8> has the layout of u8.
-        unsafe { UnsafeCell::raw_get(self.slots.as_ptr().add(offset)) }
-    }
+#[inline(always)]
+fn capacity_of<M: RingMemory>(memory: &M) -> u64 {
+    memory.mask() + 1
+}
+
+/// Pointer to slot `index`'s first byte.
+#[inline(always)]
+fn slot_of<M: RingMemory>(memory: &M, index: u64) -> *mut u8 {
+    let offset = (index & memory.mask()) as usize * memory.slot_size();
+    // SAFETY: `index & mask` < capacity, so the slot lies inside the slots
+    // (capacity * slot_size bytes, per `RingMemory`'s contract).
+    unsafe { memory.slots().add(offset) }
+}
+
+/// Packs a slot header: payload length and the enqueue time's low 48 bits.
+#[inline(always)]
+pub(crate) fn pack_header(len: usize, enqueued_ns: u64) -> u64 {
+    (len as u64) << TIME_BITS | (enqueued_ns & TIME_MASK)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -75,41 +132,48 @@ pub enum RingError {
     MessageSize(usize),
 }
 
-/// Creates a ring of `capacity` slots of `message_size` payload bytes.
-pub fn ring(capacity: usize, message_size: usize) -> Result<(Producer, Consumer), RingError> {
+/// Bytes per slot: the header and the payload, rounded to 8 so headers are naturally aligned.
+pub(crate) fn slot_size(message_size: usize) -> usize {
+    (SLOT_HEADER + message_size).div_ceil(8) * 8
+}
+
+/// Checks a ring's capacity (a power of two from 2 to 2^24) and message size (1 to 65535).
+pub fn check_sizes(capacity: usize, message_size: usize) -> Result<(), RingError> {
     if !capacity.is_power_of_two() || !(2..=1 << 24).contains(&capacity) {
         return Err(RingError::Capacity(capacity));
     }
     if !(1..=MAX_MESSAGE).contains(&message_size) {
         return Err(RingError::MessageSize(message_size));
     }
-    // Slots are 8-byte aligned in size so headers are naturally aligned.
-    let slot_size = (SLOT_HEADER + message_size).div_ceil(8) * 8;
+    Ok(())
+}
+
+/// Creates a ring of `capacity` slots of `message_size` payload bytes.
+pub fn ring(capacity: usize, message_size: usize) -> Result<(Producer, Consumer), RingError> {
+    check_sizes(capacity, message_size)?;
+    let slot_size = slot_size(message_size);
     let slots = (0..capacity * slot_size).map(|_| UnsafeCell::new(0)).collect();
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(HeapRing {
         head: CacheLine(AtomicU64::new(0)),
         tail: CacheLine(AtomicU64::new(0)),
         slots,
         mask: capacity as u64 - 1,
         slot_size,
     });
-    Ok((
-        Producer { shared: shared.clone(), head: Cell::new(0), tail_cache: Cell::new(0), message_size },
-        Consumer { shared, tail: Cell::new(0), head_cache: Cell::new(0), message_size },
-    ))
+    Ok((Producer::new(shared.clone(), message_size), Consumer::new(shared, message_size)))
 }
 
 /// The writing end. `Send`, not `Sync`: one thread produces.
-pub struct Producer {
-    shared: Arc<Shared>,
+pub struct Producer<M: RingMemory = HeapRing> {
+    shared: Arc<M>,
     head: Cell<u64>,
     tail_cache: Cell<u64>,
     message_size: usize,
 }
 
 /// The reading end. `Send`, not `Sync`: one thread consumes.
-pub struct Consumer {
-    shared: Arc<Shared>,
+pub struct Consumer<M: RingMemory = HeapRing> {
+    shared: Arc<M>,
     tail: Cell<u64>,
     head_cache: Cell<u64>,
     message_size: usize,
@@ -123,10 +187,15 @@ pub struct Received {
     pub enqueued_ns: u64,
 }
 
-impl Producer {
+impl<M: RingMemory> Producer<M> {
+    /// The producing end of `memory`, whose head is 0. Only one may exist per ring.
+    pub(crate) fn new(memory: Arc<M>, message_size: usize) -> Self {
+        Producer { shared: memory, head: Cell::new(0), tail_cache: Cell::new(0), message_size }
+    }
+
     #[inline]
     pub fn capacity(&self) -> usize {
-        self.shared.capacity() as usize
+        capacity_of(&*self.shared) as usize
     }
 
     pub fn message_size(&self) -> usize {
@@ -136,11 +205,11 @@ impl Producer {
     /// Free slots, reloading the consumer's index only when the cached one says full.
     #[inline]
     fn free(&self) -> u64 {
-        let capacity = self.shared.capacity();
+        let capacity = capacity_of(&*self.shared);
         let head = self.head.get();
         let mut free = capacity - (head - self.tail_cache.get());
         if free == 0 {
-            self.tail_cache.set(self.shared.tail.0.load(Ordering::Acquire));
+            self.tail_cache.set(self.shared.tail().load(Ordering::Acquire));
             free = capacity - (head - self.tail_cache.get());
         }
         free
@@ -149,7 +218,7 @@ impl Producer {
     /// Messages waiting (as the producer sees it).
     #[inline]
     pub fn len(&self) -> usize {
-        (self.head.get() - self.shared.tail.0.load(Ordering::Acquire)) as usize
+        (self.head.get() - self.shared.tail().load(Ordering::Acquire)) as usize
     }
 
     #[inline]
@@ -159,12 +228,12 @@ impl Producer {
 
     #[inline]
     fn write(&self, index: u64, payload: &[u8], enqueued_ns: u64) {
-        let slot = self.shared.slot(index);
+        let slot = slot_of(&*self.shared, index);
         // SAFETY: the slot at `index` is free (index < tail + capacity, checked by the caller)
         // so the consumer does not read it; it spans `slot_size` bytes inside `slots`, and
         // `payload.len() <= message_size` (checked by the callers).
         unsafe {
-            slot.cast::<u64>().write_unaligned((payload.len() as u64) << TIME_BITS | (enqueued_ns & TIME_MASK));
+            slot.cast::<u64>().write_unaligned(pack_header(payload.len(), enqueued_ns));
             copy_words(payload.as_ptr(), slot.add(SLOT_HEADER), payload.len());
         }
     }
@@ -180,7 +249,7 @@ impl Producer {
         let head = self.head.get();
         self.write(head, payload, enqueued_ns);
         self.head.set(head + 1);
-        self.shared.head.0.store(head + 1, Ordering::Release);
+        self.shared.head().store(head + 1, Ordering::Release);
         true
     }
 
@@ -196,16 +265,21 @@ impl Producer {
         }
         if written > 0 {
             self.head.set(head + written);
-            self.shared.head.0.store(head + written, Ordering::Release);
+            self.shared.head().store(head + written, Ordering::Release);
         }
         written as usize
     }
 }
 
-impl Consumer {
+impl<M: RingMemory> Consumer<M> {
+    /// The consuming end of `memory`, whose tail is 0. Only one may exist per ring.
+    pub(crate) fn new(memory: Arc<M>, message_size: usize) -> Self {
+        Consumer { shared: memory, tail: Cell::new(0), head_cache: Cell::new(0), message_size }
+    }
+
     #[inline]
     pub fn capacity(&self) -> usize {
-        self.shared.capacity() as usize
+        capacity_of(&*self.shared) as usize
     }
 
     pub fn message_size(&self) -> usize {
@@ -217,7 +291,7 @@ impl Consumer {
         let tail = self.tail.get();
         let mut available = self.head_cache.get() - tail;
         if available == 0 {
-            self.head_cache.set(self.shared.head.0.load(Ordering::Acquire));
+            self.head_cache.set(self.shared.head().load(Ordering::Acquire));
             available = self.head_cache.get() - tail;
         }
         available
@@ -225,7 +299,7 @@ impl Consumer {
 
     #[inline]
     pub fn len(&self) -> usize {
-        (self.shared.head.0.load(Ordering::Acquire) - self.tail.get()) as usize
+        (self.shared.head().load(Ordering::Acquire) - self.tail.get()) as usize
     }
 
     #[inline]
@@ -235,7 +309,7 @@ impl Consumer {
 
     #[inline]
     fn read(&self, index: u64, out: &mut [u8]) -> Received {
-        let slot = self.shared.slot(index);
+        let slot = slot_of(&*self.shared, index);
         // SAFETY: the slot was published (index < head, loaded with Acquire) and is not
         // rewritten before `tail` passes it; the header was written by `Producer::write`.
         let header = unsafe { slot.cast::<u64>().read_unaligned() };
@@ -257,7 +331,7 @@ impl Consumer {
         let tail = self.tail.get();
         let received = self.read(tail, out);
         self.tail.set(tail + 1);
-        self.shared.tail.0.store(tail + 1, Ordering::Release);
+        self.shared.tail().store(tail + 1, Ordering::Release);
         Some(received)
     }
 
@@ -272,7 +346,7 @@ impl Consumer {
         }
         if count > 0 {
             self.tail.set(tail + count);
-            self.shared.tail.0.store(tail + count, Ordering::Release);
+            self.shared.tail().store(tail + count, Ordering::Release);
         }
         count as usize
     }
@@ -284,7 +358,7 @@ impl Consumer {
 /// # Safety
 /// `src` must be readable and `dst` writable for `len` bytes, and the two must not overlap.
 #[inline(always)]
-unsafe fn copy_words(src: *const u8, dst: *mut u8, len: usize) {
+pub(crate) unsafe fn copy_words(src: *const u8, dst: *mut u8, len: usize) {
     let words = len / 8;
     for i in 0..words {
         // SAFETY: 8 * i + 8 <= len, within both ranges per the contract.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use ringside_shared::{KernelBackend, KernelState, RingKernelMetrics};
 
 use crate::ring::{self, Consumer, Producer, RingError};
-use crate::telemetry::KernelTelemetry;
+use crate::telemetry::{latency_quantiles, KernelTelemetry};
 
 /// Nanoseconds since the first call in this process: the clock both ends of a ring share.
 pub fn now_ns() -> u64 {
@@ -84,6 +84,19 @@ pub enum KernelError {
     TooLarge { len: usize, max: usize },
     #[error("cannot start the kernel thread: {0}")]
     Spawn(String),
+    #[error("unknown kernel {0:?}; built-in kernels: echo, stats, saxpy")]
+    UnknownKernel(String),
+    /// This machine cannot run CUDA kernels (no driver, no device, no NVRTC, an old GPU...).
+    #[error("cuda unavailable: {0}")]
+    CudaUnavailable(String),
+    /// CUDA works here, but this kernel could not be started or run.
+    #[error("cuda kernel failed: {0}")]
+    Cuda(String),
+}
+
+/// A result that does not fit the output ring's slots (it is dropped, and counted so).
+pub(crate) fn result_too_large(len: usize, message_size: usize) -> String {
+    format!("result of {len} bytes exceeds the {message_size}-byte slot")
 }
 
 /// Whether `from -> to` is a lifecycle step.
@@ -110,6 +123,16 @@ const STATES: [KernelState; 7] = [
     KernelState::Terminated,
     KernelState::Failed,
 ];
+
+/// A state's index, as the control words encode it.
+pub(crate) fn state_index(state: KernelState) -> u64 {
+    STATES.iter().position(|s| *s == state).unwrap_or(0) as u64
+}
+
+/// The state at `index` (the low byte of a control word).
+pub(crate) fn state_at(index: u64) -> KernelState {
+    STATES.get(index as usize).copied().unwrap_or(KernelState::Failed)
+}
 
 /// How to end: finish what is queued, or drop it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,12 +162,12 @@ impl Control {
     }
 
     fn decode(word: u64) -> KernelState {
-        STATES[(word & 0xff) as usize]
+        state_at(word & 0xff)
     }
 
     /// Sets the state; returns the new word.
     fn set(&self, state: KernelState) -> u64 {
-        let index = STATES.iter().position(|s| *s == state).unwrap_or(0) as u64;
+        let index = state_index(state);
         let old = self.state.load(Ordering::Relaxed);
         let word = ((old >> 8) + 1) << 8 | index;
         self.state.store(word, Ordering::Release);
@@ -352,14 +375,8 @@ impl RingKernel {
     /// The kernel's telemetry in the daemon's vocabulary.
     pub fn metrics(&self) -> RingKernelMetrics {
         let t = &self.telemetry;
-        // A quantile is its bucket's midpoint: keep it within the exact extremes.
         let (min, max) = (t.min_latency_ns(), t.max_latency_ns.load(Ordering::Relaxed));
-        let q: Vec<Option<u64>> = t
-            .histogram
-            .quantiles(&[0.5, 0.9, 0.99, 0.999])
-            .into_iter()
-            .map(|v| v.map(|v| v.clamp(min.unwrap_or(0), max.max(min.unwrap_or(0)))))
-            .collect();
+        let q = latency_quantiles(&t.histogram.counts(), min, max);
         let slots = 2 * self.options.queue_capacity * (ring::SLOT_HEADER + self.options.message_size);
         RingKernelMetrics {
             id: self.id.clone(),
@@ -468,7 +485,7 @@ impl Worker {
                 return;
             }
             if result.len() > *message_size {
-                telemetry.set_error(format!("result of {} bytes exceeds the {message_size}-byte slot", result.len()));
+                telemetry.set_error(result_too_large(result.len(), *message_size));
                 telemetry.dropped.fetch_add(1, Ordering::Relaxed);
                 return;
             }

@@ -7,8 +7,8 @@ use std::sync::Mutex;
 
 /// Sub-buckets per power of two: values are kept to within 1/16 (6.25 %) of themselves, and
 /// exactly below 16 ns — sub-microsecond resolution where latencies are small.
-const SUB_BITS: u32 = 4;
-const SUB: usize = 1 << SUB_BITS;
+pub(crate) const SUB_BITS: u32 = 4;
+pub(crate) const SUB: usize = 1 << SUB_BITS;
 /// Powers of two covered: up to 2^40 ns (about 18 minutes); larger values land in the last bucket.
 const POWERS: usize = 41;
 pub const BUCKETS: usize = POWERS * SUB;
@@ -84,6 +84,23 @@ pub fn quantiles_of(counts: &[u64], qs: &[f64]) -> Vec<Option<u64>> {
         .collect()
 }
 
+/// p50, p90, p99 and p99.9 from bucket counts, each kept within the exact extremes (a quantile
+/// is its bucket's midpoint, which can lie beyond them).
+pub fn latency_quantiles(counts: &[u64], min: Option<u64>, max: u64) -> [Option<u64>; 4] {
+    let low = min.unwrap_or(0);
+    let q = quantiles_of(counts, &[0.5, 0.9, 0.99, 0.999]);
+    [0, 1, 2, 3].map(|i| q[i].map(|v| v.clamp(low, max.max(low))))
+}
+
+/// `dropped / (processed + dropped)`, 0 before any message.
+pub fn drop_rate(processed: u64, dropped: u64) -> f64 {
+    if processed + dropped == 0 {
+        0.0
+    } else {
+        dropped as f64 / (processed + dropped) as f64
+    }
+}
+
 /// Counters of one kernel.
 pub struct KernelTelemetry {
     pub processed: AtomicU64,
@@ -142,13 +159,7 @@ impl KernelTelemetry {
 
     /// `dropped / (processed + dropped)`, 0 before any message.
     pub fn drop_rate(&self) -> f64 {
-        let processed = self.processed.load(Ordering::Relaxed);
-        let dropped = self.dropped.load(Ordering::Relaxed);
-        if processed + dropped == 0 {
-            0.0
-        } else {
-            dropped as f64 / (processed + dropped) as f64
-        }
+        drop_rate(self.processed.load(Ordering::Relaxed), self.dropped.load(Ordering::Relaxed))
     }
 }
 

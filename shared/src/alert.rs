@@ -45,10 +45,13 @@ pub enum AlertType {
     SourceFailure,
     /// A rule from the `[[rules]]` of the config; `Alert::rule` names it.
     Rule,
+    /// The kernel stopped the sched_ext scheduler (watchdog, error, sysrq); the daemon fell back
+    /// to setting nice values and affinity.
+    SchedulerEjected,
 }
 
 impl AlertType {
-    pub const ALL: [AlertType; 7] = [
+    pub const ALL: [AlertType; 8] = [
         AlertType::HighDropRate,
         AlertType::HighLatency,
         AlertType::QueueNearFull,
@@ -56,6 +59,7 @@ impl AlertType {
         AlertType::MemoryPressure,
         AlertType::SourceFailure,
         AlertType::Rule,
+        AlertType::SchedulerEjected,
     ];
 
     pub fn parse(text: &str) -> Option<AlertType> {
@@ -71,6 +75,7 @@ impl AlertType {
             AlertType::MemoryPressure => "memory_pressure",
             AlertType::SourceFailure => "source_failure",
             AlertType::Rule => "rule",
+            AlertType::SchedulerEjected => "scheduler_ejected",
         }
     }
 }

@@ -249,7 +249,7 @@ impl<T: Copy> PhaseValues<T> {
 }
 
 /// The scheduler's telemetry, with the reference scheduler's field names.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SchedulerTelemetry {
     pub total_tracked_tasks: u64,
     pub ml_tasks: u64,
@@ -287,6 +287,70 @@ pub struct SchedulerTelemetry {
     /// What the probe could not record (cumulative).
     #[serde(default)]
     pub lost: ProbeLosses,
+    /// What carries out decisions: `observe` (nothing, decisions are recorded), `setattr` (nice
+    /// value, policy and CPU affinity of each thread) or `scx` (the sched_ext scheduler).
+    #[serde(default)]
+    pub backend: String,
+    /// The sched_ext scheduler, where the `scx` backend was asked for (also after it stopped).
+    #[serde(default)]
+    pub scx: Option<ScxStatus>,
+}
+
+/// The sched_ext backend: the kernel's view and the scheduler's own counters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ScxStatus {
+    /// `/sys/kernel/sched_ext/state`: `enabled`, `disabled`, ...; `unavailable` without sched_ext.
+    pub state: String,
+    /// The registered scheduler's name (`/sys/kernel/sched_ext/root/ops`), if any.
+    pub ops: Option<String>,
+    /// Whether ours is the one running.
+    pub running: bool,
+    /// NUMA nodes it keeps a dispatch queue for.
+    pub nodes: u32,
+    /// Threads with a decision in its map.
+    pub decided_threads: u64,
+    /// Cumulative counters of the scheduler (summed over CPUs).
+    pub counters: ScxCounters,
+    /// Why it is not running: unavailable, failed to load, or stopped by the kernel.
+    pub error: Option<String>,
+    /// How it stopped, once the kernel stopped it.
+    pub exit: Option<ScxExitInfo>,
+}
+
+/// Counters the sched_ext scheduler keeps per CPU.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ScxCounters {
+    /// Tasks queued on a node's dispatch queue.
+    pub enqueued: u64,
+    /// ... of which had a decision of the daemon.
+    pub decided: u64,
+    /// Put straight on an idle CPU at wake-up.
+    pub direct: u64,
+    /// Taken from the CPU's own node queue.
+    pub dispatched: u64,
+    /// Taken from another node's queue (work stealing).
+    pub stolen: u64,
+    /// Latency-class threads (data loading, optimizer) that preempted a running task on wake-up.
+    pub preempted: u64,
+    /// Times a latency-class thread went on a CPU.
+    pub latency_runs: u64,
+    /// Times a GPU-feeding thread went on a CPU.
+    pub feeder_runs: u64,
+    /// Decisions that could not be followed as written (their node does not exist, their
+    /// preemption target was not allowed).
+    pub fallbacks: u64,
+}
+
+/// How the sched_ext scheduler stopped.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ScxExitInfo {
+    pub at_ms: UnixMillis,
+    /// The kernel's exit kind: `unregistered`, `sysrq`, `error`, `error_bpf`, `watchdog_stall`...
+    pub kind: String,
+    pub reason: String,
+    pub message: String,
+    /// Stopped by the kernel (or an operator's sysrq), not by the daemon.
+    pub ejected: bool,
 }
 
 impl SchedulerTelemetry {

@@ -230,6 +230,17 @@ pub(crate) fn snapshot() -> Snapshot {
                 cpus: String::new(),
             }],
             lost: ProbeLosses::default(),
+            backend: "scx".into(),
+            scx: Some(ScxStatus {
+                state: "enabled".into(),
+                ops: Some("ringside".into()),
+                running: true,
+                nodes: 1,
+                decided_threads: 3,
+                counters: ScxCounters { enqueued: 10, decided: 4, preempted: 2, ..ScxCounters::default() },
+                error: None,
+                exit: None,
+            }),
         }),
         kernels: vec![kernel()],
         window: WindowAggregates {

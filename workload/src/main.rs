@@ -17,6 +17,9 @@
 //! `--log`: one JSON line per phase, `{"phase","start_ms","end_ms","pid","tid"}` (Unix ms);
 //! `--ready`: written with the pid once set up; `--stats`: per-phase iteration times (p50/p99)
 //! as JSON at the end.
+//!
+//! `ml-workload --pingpong N` instead measures context switches: a byte bounced N times between
+//! two threads through two pipes, printing `{"round_trips":N,"us_per_round_trip":…}`.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::io::Write;
@@ -54,6 +57,7 @@ struct Args {
     log: Option<PathBuf>,
     ready: Option<PathBuf>,
     stats: Option<PathBuf>,
+    pingpong: Option<u32>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -64,6 +68,7 @@ fn parse_args() -> Result<Args, String> {
         log: None,
         ready: None,
         stats: None,
+        pingpong: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -75,6 +80,9 @@ fn parse_args() -> Result<Args, String> {
             "--log" => args.log = Some(value()?.into()),
             "--ready" => args.ready = Some(value()?.into()),
             "--stats" => args.stats = Some(value()?.into()),
+            "--pingpong" => {
+                args.pingpong = Some(value()?.parse().map_err(|e| format!("--pingpong: {e}"))?);
+            }
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -433,6 +441,33 @@ fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
+/// Mean round trip (µs) of a byte bounced between two threads through two pipes: two context
+/// switches per round trip when both threads share a CPU, two wake-ups otherwise.
+fn pipe_pingpong(round_trips: u32) -> std::io::Result<f64> {
+    use std::io::Read;
+    // Main -> echo on the first pipe, echo -> main on the second.
+    let (mut to_echo_read, mut to_echo) = std::io::pipe()?;
+    let (mut from_echo, mut from_echo_write) = std::io::pipe()?;
+    let echo = std::thread::spawn(move || {
+        let mut byte = [0u8; 1];
+        while to_echo_read.read_exact(&mut byte).is_ok() {
+            if from_echo_write.write_all(&byte).is_err() {
+                break;
+            }
+        }
+    });
+    let start = Instant::now();
+    let mut byte = [7u8; 1];
+    for _ in 0..round_trips {
+        to_echo.write_all(&byte)?;
+        from_echo.read_exact(&mut byte)?;
+    }
+    let elapsed = start.elapsed();
+    drop(to_echo);
+    let _ = echo.join();
+    Ok(elapsed.as_secs_f64() * 1e6 / f64::from(round_trips))
+}
+
 fn main() {
     let args = match parse_args() {
         Ok(args) => args,
@@ -441,6 +476,16 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if let Some(round_trips) = args.pingpong {
+        match pipe_pingpong(round_trips.max(1)) {
+            Ok(us) => println!("{{\"round_trips\":{round_trips},\"us_per_round_trip\":{us:.3}}}"),
+            Err(e) => {
+                eprintln!("ml-workload: ping-pong: {e}");
+                std::process::exit(2);
+            }
+        }
+        return;
+    }
     if let Err(e) = run(args) {
         eprintln!("ml-workload: {e}");
         std::process::exit(2);

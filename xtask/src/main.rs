@@ -5,12 +5,18 @@
 //! - `console`: builds the console (wasm32, `wasm-release` profile) and runs wasm-bindgen (as a
 //!   library pinned to the exact `wasm-bindgen` version in Cargo.lock) into `frontend/dist/`.
 //! - `run [-- ARGS]`: setup, console, release build of `ringsided`, then runs it with ARGS.
-//! - `test`: setup --test, console, every test of the workspace (unit, end-to-end, browser).
-//! - `bench [ring|daemon|sched]`: the ring queue against rtrb and crossbeam-channel, what the
-//!   idle daemon costs, and the scheduler's probe overhead and effect (see `docs/performance.md`).
+//! - `test`: setup --test, console, every test of the workspace (unit, end-to-end, browser),
+//!   then `vm-test`.
+//! - `vm-test`: the sched_ext scheduler in a guest kernel under qemu (see [`vm`]).
+//! - `vm-header`: refreshes `bpf/src/bpf/vmlinux_scx.h` from the guest kernel build.
+//! - `bench [ring|gpu|daemon|sched|guest]`: the ring queue against rtrb and crossbeam-channel,
+//!   the persistent CUDA kernel against launches per message (skipped without a GPU), what
+//!   the idle daemon costs, the scheduler's probe overhead and effect, and the sched_ext
+//!   scheduler against setattr and the kernel's default in the guest (see `docs/performance.md`).
 
 mod bench;
 mod sched_bench;
+mod vm;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -53,11 +59,18 @@ fn run() -> Result<()> {
             Ok(())
         }
         Some("test") => test(&root),
+        Some("vm-test") => vm::run(&root, &guest_options(&args, false)),
+        Some("vm-header") => vm::update_header(&root),
         Some("bench") => {
             let which = args.get(1).map(String::as_str).unwrap_or("all");
             if matches!(which, "all" | "ring") {
                 // The ring against rtrb and crossbeam-channel, side by side (kernels/benches/ring.rs).
                 cargo(&["bench", "-p", "ringside-kernels", "--bench", "ring"])?;
+            }
+            if matches!(which, "all" | "gpu") {
+                // The persistent CUDA kernel against a launch per message and a CUDA graph
+                // (kernels/benches/gpu.rs); without a GPU it says why and succeeds.
+                cargo(&["bench", "-p", "ringside-kernels", "--bench", "gpu"])?;
             }
             if matches!(which, "all" | "daemon") {
                 cargo(&["build", "--release", "-p", "ringside-daemon"])?;
@@ -68,14 +81,27 @@ fn run() -> Result<()> {
                 cargo(&["build", "--release", "-p", "ringside-daemon", "-p", "ringside-workload"])?;
                 sched_bench::run(&root, root.join("target/release/ml-workload"))?;
             }
+            if which == "guest" {
+                vm::run(&root, &guest_options(&args, true))?;
+            }
             Ok(())
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | bench [ring|daemon|sched]>"
+                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | vm-test | vm-header | bench [ring|gpu|daemon|sched|guest]>"
             );
             std::process::exit(2);
         }
+    }
+}
+
+/// Guest run settings: `RINGSIDE_VM_PHASE_MS` and `RINGSIDE_VM_CYCLES` size the workload.
+fn guest_options(args: &[String], bench: bool) -> vm::Options {
+    let env = |name: &str, default: u64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    vm::Options {
+        bench: bench || args.iter().any(|a| a == "--bench"),
+        phase_ms: env("RINGSIDE_VM_PHASE_MS", 1500),
+        cycles: env("RINGSIDE_VM_CYCLES", 2) as u32,
     }
 }
 
@@ -88,9 +114,17 @@ fn step(what: &str) {
 }
 
 fn cargo(args: &[&str]) -> Result<()> {
+    cargo_with_env(args, &[])
+}
+
+fn cargo_with_env(args: &[&str], env: &[(&str, &str)]) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     step(&format!("cargo {}", args.join(" ")));
-    let status = Command::new(&cargo).args(args).status().with_context(|| format!("cannot run {cargo}"))?;
+    let status = Command::new(&cargo)
+        .args(args)
+        .envs(env.iter().copied())
+        .status()
+        .with_context(|| format!("cannot run {cargo}"))?;
     if !status.success() {
         bail!("`cargo {}` failed ({status})", args.join(" "));
     }
@@ -127,8 +161,14 @@ fn setup(for_tests: bool) -> Result<()> {
     if for_tests {
         wanted.extend_from_slice(TEST_PACKAGES);
     }
+    install(&wanted)
+}
+
+/// Installs the Debian packages of `wanted` that are missing (as root; else says how).
+fn install(wanted: &[&str]) -> Result<()> {
     let missing: Vec<&str> = wanted
-        .into_iter()
+        .iter()
+        .copied()
         .filter(|p| {
             let out = Command::new("dpkg-query").args(["-W", "-f=${Status}", p]).output();
             !matches!(out, Ok(o) if String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
@@ -272,5 +312,12 @@ fn test(root: &Path) -> Result<()> {
     // Cargo builds `ringsided` (embedding the console just built) before any test runs, since
     // its package has integration tests; the end-to-end tests start that binary. Building it
     // here separately would resolve features differently and compile the dependencies twice.
-    cargo(&["test", "--workspace", "--no-fail-fast"])
+    let tests = cargo(&["test", "--workspace", "--no-fail-fast"]);
+    // The sched_ext scheduler runs only in a kernel that has sched_ext: a guest's.
+    let guest = vm::run(root, &guest_options(&[], false));
+    match (tests, guest) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
+        (Err(a), Err(b)) => Err(a.context(format!("and the guest test failed too: {b:#}"))),
+    }
 }

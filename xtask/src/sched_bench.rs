@@ -11,7 +11,6 @@
 //!
 //! Rounds: `RINGSIDE_BENCH_ROUNDS` (default 5).
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -56,29 +55,15 @@ fn start_daemon(root: &Path, mode: &str, scratch: &Path) -> Result<Stopped> {
     Ok(Stopped(child))
 }
 
-/// Mean round trip (µs) of a byte bounced between two threads through two pipes.
-fn pipe_pingpong(round_trips: u32) -> Result<f64> {
-    // Main -> echo on the first pipe, echo -> main on the second.
-    let (mut to_echo_read, mut to_echo) = std::io::pipe()?;
-    let (mut from_echo, mut from_echo_write) = std::io::pipe()?;
-    let echo = std::thread::spawn(move || {
-        let mut byte = [0u8; 1];
-        while to_echo_read.read_exact(&mut byte).is_ok() {
-            if from_echo_write.write_all(&byte).is_err() {
-                break;
-            }
-        }
-    });
-    let start = Instant::now();
-    let mut byte = [7u8; 1];
-    for _ in 0..round_trips {
-        to_echo.write_all(&byte)?;
-        from_echo.read_exact(&mut byte)?;
+/// Mean round trip (µs) of a byte bounced between two threads through two pipes
+/// (`ml-workload --pingpong`).
+fn pipe_pingpong(workload: &Path, round_trips: u32) -> Result<f64> {
+    let out = Command::new(workload).arg("--pingpong").arg(round_trips.to_string()).output().context("ml-workload")?;
+    if !out.status.success() {
+        bail!("ml-workload --pingpong failed: {}", String::from_utf8_lossy(&out.stderr));
     }
-    let elapsed = start.elapsed();
-    drop(to_echo);
-    let _ = echo.join();
-    Ok(elapsed.as_secs_f64() * 1e6 / f64::from(round_trips))
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).context("ml-workload --pingpong output")?;
+    value["us_per_round_trip"].as_f64().context("no us_per_round_trip in ml-workload's output")
 }
 
 /// `perf bench sched pipe`'s µs per operation, if perf is installed.
@@ -115,8 +100,8 @@ struct Overhead {
 }
 
 impl Overhead {
-    fn measure(&mut self) -> Result<()> {
-        self.pipe.push(pipe_pingpong(50_000)?);
+    fn measure(&mut self, workload: &Path) -> Result<()> {
+        self.pipe.push(pipe_pingpong(workload, 50_000)?);
         if let Some(v) = perf_pipe() {
             self.perf.push(v);
         }
@@ -125,20 +110,20 @@ impl Overhead {
     }
 }
 
-fn overhead(root: &Path, scratch: &Path, rounds: u32) -> Result<()> {
+fn overhead(root: &Path, scratch: &Path, workload: &Path, rounds: u32) -> Result<()> {
     let (mut off, mut on) = (Overhead::default(), Overhead::default());
     for round in 0..rounds {
         eprintln!("overhead round {}/{rounds}", round + 1);
         // Alternate which goes first, so drift of the machine does not favour one.
         if round % 2 == 0 {
-            off.measure()?;
+            off.measure(workload)?;
         }
         {
             let _daemon = start_daemon(root, "observe", scratch)?;
-            on.measure()?;
+            on.measure(workload)?;
         }
         if round % 2 == 1 {
-            off.measure()?;
+            off.measure(workload)?;
         }
     }
     println!("\n### Probe overhead ({rounds} interleaved rounds, medians)\n");
@@ -226,7 +211,7 @@ pub fn run(root: &Path, workload: PathBuf) -> Result<()> {
     }
     let scratch = std::env::temp_dir().join(format!("ringside-sched-bench-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
-    let result = overhead(root, &scratch, rounds).and_then(|()| effect(root, &scratch, &workload, rounds));
+    let result = overhead(root, &scratch, &workload, rounds).and_then(|()| effect(root, &scratch, &workload, rounds));
     let _ = std::fs::remove_dir_all(&scratch);
     result
 }

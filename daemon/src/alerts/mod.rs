@@ -171,6 +171,27 @@ pub fn conditions(
         }
     }
 
+    // Ejected sched_ext scheduler: a standing condition while the daemon runs on the fallback.
+    if let Some(exit) = sample.scheduler.as_ref().and_then(|s| s.scx.as_ref()).and_then(|x| x.exit.as_ref()) {
+        if exit.ejected {
+            found.push(Condition {
+                alert_type: AlertType::SchedulerEjected,
+                rule: None,
+                labels: BTreeMap::from([("kind".to_string(), exit.kind.clone())]),
+                source: "scheduler:sched_ext".into(),
+                severity: Severity::Critical,
+                value: 1.0,
+                threshold: 0.0,
+                message: format!(
+                    "the kernel stopped the sched_ext scheduler ({}: {}{}); decisions are carried out with setattr",
+                    exit.kind,
+                    exit.reason,
+                    if exit.message.is_empty() { String::new() } else { format!(", {}", exit.message) }
+                ),
+            });
+        }
+    }
+
     for (name, why) in failures {
         found.push(Condition {
             alert_type: AlertType::SourceFailure,
@@ -322,6 +343,22 @@ mod tests {
                 expected
             );
         }
+        let mut ejected = Sample::new(0);
+        ejected.scheduler = Some(ringside_shared::SchedulerTelemetry {
+            scx: Some(ringside_shared::ScxStatus {
+                exit: Some(ringside_shared::ScxExitInfo {
+                    kind: "watchdog_stall".into(),
+                    reason: "runnable task stall".into(),
+                    ejected: true,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let cs = conditions(&t, &ejected, &WindowAggregates::default(), &[]);
+        assert_eq!(severities(&cs, AlertType::SchedulerEjected), vec![Severity::Critical]);
+        assert!(cs[0].message.contains("watchdog_stall: runnable task stall"), "{}", cs[0].message);
         let failures = vec![("bpf".to_string(), "permission denied".to_string())];
         let cs = conditions(&t, &Sample::new(0), &WindowAggregates::default(), &failures);
         assert_eq!(cs[0].source, "source:bpf");

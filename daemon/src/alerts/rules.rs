@@ -291,6 +291,22 @@ impl RuleEngine {
         RuleEngine { rules, holding_since: HashMap::new() }
     }
 
+    /// Picks up where the previous run left off: a rule alert still active in the store had
+    /// held for its `for` already, so if its condition still holds at the first tick it goes on
+    /// firing at once. Without this, a restart would resolve it during the `for` and reopen it
+    /// afterwards, losing its acknowledgement.
+    pub fn resume<'a>(&mut self, active: impl IntoIterator<Item = &'a ringside_shared::Alert>) {
+        for alert in active {
+            let Some(name) = alert.rule.as_deref().filter(|_| alert.alert_type == AlertType::Rule) else {
+                continue;
+            };
+            if let Some((index, rule)) = self.rules.iter().enumerate().find(|(_, r)| r.name == name) {
+                let since = alert.raised_at_ms.saturating_sub(rule.for_ms);
+                self.holding_since.insert((index, alert.source.clone()), since);
+            }
+        }
+    }
+
     pub fn conditions(&mut self, sample: &Sample, window: &WindowAggregates) -> Vec<Condition> {
         let now = sample.taken_at_ms;
         let mut found = Vec::new();
@@ -419,5 +435,47 @@ mod tests {
         assert!(engine.conditions(&host_sample(3000, 50.0), &window).is_empty());
         assert!(engine.conditions(&host_sample(4000, 95.0), &window).is_empty());
         assert_eq!(engine.conditions(&host_sample(6000, 90.0), &window).len(), 1);
+    }
+
+    #[test]
+    fn a_rule_alert_still_active_at_start_fires_at_once_if_it_holds() {
+        let text = "[[rules]]\nname = \"hot\"\nmetric = \"host.cpu_utilization_pct\"\nop = \">=\"\nthreshold = 90\nfor = \"30s\"\nseverity = \"error\"\n";
+        let window = WindowAggregates::default();
+        let mut before = RuleEngine::new(compile_text(text).unwrap());
+        assert!(before.conditions(&host_sample(0, 95.0), &window).is_empty());
+        let fired = before.conditions(&host_sample(30_000, 95.0), &window);
+        assert_eq!(fired.len(), 1);
+        let alert = ringside_shared::Alert {
+            id: 1,
+            alert_type: AlertType::Rule,
+            rule: Some("hot".into()),
+            severity: Severity::Error,
+            source: "host".into(),
+            labels: Default::default(),
+            message: fired[0].message.clone(),
+            value: 95.0,
+            threshold: 90.0,
+            raised_at_ms: 30_000,
+            updated_at_ms: 30_000,
+            resolved_at_ms: None,
+            acknowledgement: None,
+            occurrence: 1,
+            flapping: false,
+            transitions: Vec::new(),
+        };
+        // Restarted: a fresh engine, resumed from the store, goes on firing at its first tick.
+        let mut after = RuleEngine::new(compile_text(text).unwrap());
+        let mut other = alert.clone();
+        other.rule = Some("gone".into());
+        after.resume([&alert, &other]);
+        let fired = after.conditions(&host_sample(40_000, 95.0), &window);
+        assert_eq!(fired.len(), 1, "no 30 s gap after a restart");
+        assert!(fired[0].message.contains("for 40 s"), "{}", fired[0].message);
+        // Once it stops holding, the clock starts afresh as usual.
+        assert!(after.conditions(&host_sample(41_000, 50.0), &window).is_empty());
+        assert!(after.conditions(&host_sample(42_000, 95.0), &window).is_empty());
+        // Without resuming, the restart would leave it without a condition for 30 s.
+        let mut fresh = RuleEngine::new(compile_text(text).unwrap());
+        assert!(fresh.conditions(&host_sample(40_000, 95.0), &window).is_empty());
     }
 }

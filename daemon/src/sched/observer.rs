@@ -9,9 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ringside_bpf::scx::{self, ScxClass, ScxDecision, ScxScheduler};
 use ringside_bpf::{calls_of_library, EventKind, SchedProbe};
 use ringside_shared::{
     Decision, MlProcessInfo, MlTaskInfo, Phase, PhaseSpan, PhaseValues, ProbeLosses, ProbeProgram, SchedulerTelemetry,
+    ScxCounters, ScxExitInfo, ScxStatus,
 };
 
 use super::ml::{MlDetector, MlReason, DEFAULT_LIBRARIES};
@@ -25,9 +27,30 @@ const RUNQ_SAMPLES: usize = 512;
 const TIMELINE_MS: u64 = 2 * 60 * 1000;
 const MAX_SPANS: usize = 600;
 
+/// What carries out the decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// Nothing: decisions are recorded only.
+    Observe,
+    /// Nice value, scheduling policy and CPU affinity of each thread.
+    Setattr,
+    /// The sched_ext scheduler's decision map.
+    Scx,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Observe => "observe",
+            Backend::Setattr => "setattr",
+            Backend::Scx => "scx",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ObserverConfig {
-    pub enforce: bool,
+    pub backend: Backend,
     pub window: Duration,
     pub scan_interval: Duration,
     pub policy: PolicyTable,
@@ -81,6 +104,11 @@ pub struct Observer {
     processes: HashMap<u32, Process>,
     tasks: HashMap<u32, Task>,
     enforcer: Enforcer,
+    backend: Backend,
+    /// The sched_ext scheduler while it runs.
+    scx: Option<ScxScheduler>,
+    /// What the console and `/healthz` show of it (kept after it stopped).
+    scx_status: Option<ScxStatus>,
     decisions: VecDeque<Decision>,
     decisions_made: u64,
     transitions: u64,
@@ -108,9 +136,46 @@ fn share(ns: u64, window_ns: u64) -> f64 {
     (ns as f64 / window_ns.max(1) as f64).min(1.0)
 }
 
+/// The kernel's `enum scx_exit_kind`, by name.
+fn exit_kind_name(kind: i32) -> &'static str {
+    match kind {
+        1 => "done",
+        64 => "unregistered",
+        65 => "unregistered_bpf",
+        66 => "unregistered_kernel",
+        67 => "sysrq",
+        1024 => "error",
+        1025 => "error_bpf",
+        1026 => "watchdog_stall",
+        _ => "unknown",
+    }
+}
+
 impl Observer {
-    pub fn new(probe: SchedProbe, config: ObserverConfig, published: Arc<Mutex<Published>>) -> Observer {
+    /// `scx` is the loaded sched_ext scheduler (backend `scx`), or why it is not there.
+    pub fn new(
+        probe: SchedProbe,
+        config: ObserverConfig,
+        scx: Option<Result<ScxScheduler, String>>,
+        published: Arc<Mutex<Published>>,
+    ) -> Observer {
         let libraries = DEFAULT_LIBRARIES.iter().map(|s| s.to_string()).collect();
+        let mut backend = config.backend;
+        let (scx, scx_status) = match scx {
+            None => (None, None),
+            Some(Ok(scheduler)) => {
+                let status = ScxStatus { nodes: scheduler.nodes(), running: true, ..ScxStatus::default() };
+                (Some(scheduler), Some(status))
+            }
+            Some(Err(why)) => {
+                // Asked for sched_ext and did not get it: carry decisions out the other way.
+                backend = Backend::Setattr;
+                (None, Some(ScxStatus { error: Some(why), ..ScxStatus::default() }))
+            }
+        };
+        if config.backend == Backend::Scx && scx.is_none() {
+            backend = Backend::Setattr;
+        }
         Observer {
             probe,
             detector: MlDetector::new(libraries, config.ml_patterns.clone()),
@@ -118,6 +183,9 @@ impl Observer {
             processes: HashMap::new(),
             tasks: HashMap::new(),
             enforcer: Enforcer::default(),
+            backend,
+            scx,
+            scx_status,
             decisions: VecDeque::new(),
             decisions_made: 0,
             transitions: 0,
@@ -137,6 +205,8 @@ impl Observer {
         while !stop.load(Ordering::Relaxed) {
             let now = Instant::now();
             if next > now {
+                // Between windows too: an ejected scheduler is noticed within 50 ms.
+                self.check_scx();
                 std::thread::sleep((next - now).min(Duration::from_millis(50)));
                 continue;
             }
@@ -144,6 +214,7 @@ impl Observer {
             if next < now {
                 next = now + self.config.window;
             }
+            self.check_scx();
             let elapsed = now.duration_since(last).as_nanos() as u64;
             let now_ms = crate::now_ms();
             self.window(elapsed, last_ms, now_ms);
@@ -151,6 +222,10 @@ impl Observer {
             last_ms = now_ms;
         }
         tracing::debug!("skipped BPF runs: {:?}", self.probe.skipped_runs());
+        if let Some(mut scheduler) = self.scx.take() {
+            let exit = scheduler.unregister();
+            tracing::info!(?exit, "sched_ext scheduler unregistered");
+        }
         let restored = self.enforcer.restore_all();
         if restored > 0 {
             tracing::info!("restored the scheduling settings of {restored} threads");
@@ -255,7 +330,7 @@ impl Observer {
         let gone: Vec<u32> = self.tasks.iter().filter(|(_, t)| t.pid == pid).map(|(tid, _)| *tid).collect();
         for tid in gone {
             self.tasks.remove(&tid);
-            self.enforcer.forget(tid);
+            self.forget_task(tid);
         }
     }
 
@@ -408,7 +483,7 @@ impl Observer {
         let exited: Vec<u32> = self.tasks.keys().copied().filter(|tid| !seen_tids.contains(tid)).collect();
         for tid in exited {
             self.tasks.remove(&tid);
-            self.enforcer.forget(tid);
+            self.forget_task(tid);
         }
     }
 
@@ -457,11 +532,42 @@ impl Observer {
                     (c, Some(node)) if !c.is_empty() => decision.action += &format!(", cpus {c} (node {node})"),
                     _ => decision.action += ", any cpu",
                 }
-                if self.config.enforce {
-                    match self.enforcer.apply(tid, p.nice, p.sched_policy == "batch", &cpus) {
+                match (self.backend, &self.scx) {
+                    (Backend::Scx, Some(scheduler)) => {
+                        let class = match phase {
+                            Phase::DataLoading | Phase::OptimizerStep => ScxClass::Latency,
+                            Phase::GpuCompute => ScxClass::Feeder,
+                            _ => ScxClass::Default,
+                        };
+                        let node = process.numa_node.filter(|_| !cpus.is_empty());
+                        let scx_decision = ScxDecision {
+                            weight: scx::scx_weight(decision.weight),
+                            slice_us: p.slice_us,
+                            node,
+                            class,
+                            phase: Phase::ALL.iter().position(|x| *x == phase).unwrap_or(0) as u32,
+                        };
+                        decision.action = format!(
+                            "sched_ext weight {}, slice {} us, {} class, {}",
+                            scx_decision.weight,
+                            p.slice_us,
+                            match class {
+                                ScxClass::Latency => "latency",
+                                ScxClass::Feeder => "feeder",
+                                ScxClass::Default => "fair",
+                            },
+                            node.map(|n| format!("node {n}")).unwrap_or_else(|| "any node".into())
+                        );
+                        match scheduler.set(tid, &scx_decision) {
+                            Ok(()) => decision.applied = true,
+                            Err(e) => decision.error = Some(e.to_string()),
+                        }
+                    }
+                    (Backend::Setattr, _) => match self.enforcer.apply(tid, p.nice, p.sched_policy == "batch", &cpus) {
                         Ok(()) => decision.applied = true,
                         Err(e) => decision.error = Some(e),
-                    }
+                    },
+                    _ => {}
                 }
             }
             None => {
@@ -470,11 +576,13 @@ impl Observer {
                     return;
                 }
                 decision.action = "restore own settings".into();
-                if self.config.enforce {
-                    match self.enforcer.restore(tid) {
+                match (self.backend, &self.scx) {
+                    (Backend::Scx, Some(scheduler)) => decision.applied = scheduler.clear(tid),
+                    (Backend::Setattr, _) => match self.enforcer.restore(tid) {
                         Ok(restored) => decision.applied = restored,
                         Err(e) => decision.error = Some(e),
-                    }
+                    },
+                    _ => {}
                 }
             }
         }
@@ -487,6 +595,79 @@ impl Observer {
             self.decisions.pop_back();
         }
         self.decisions.push_front(decision);
+    }
+
+    fn forget_task(&mut self, tid: u32) {
+        self.enforcer.forget(tid);
+        if let Some(scheduler) = &self.scx {
+            scheduler.clear(tid);
+        }
+    }
+
+    /// Notices when the kernel has stopped the sched_ext scheduler (watchdog, error, sysrq):
+    /// records why, falls back to setattr and carries out the phases in force that way.
+    fn check_scx(&mut self) {
+        let Some(scheduler) = &self.scx else { return };
+        let Some(exit) = scheduler.exit() else { return };
+        let at_ms = crate::now_ms();
+        let info = ScxExitInfo {
+            at_ms,
+            kind: exit_kind_name(exit.kind).into(),
+            reason: exit.reason.clone(),
+            message: exit.message.clone(),
+            ejected: exit.is_ejection(),
+        };
+        tracing::error!(kind = %info.kind, reason = %info.reason, message = %info.message,
+            "the kernel stopped the sched_ext scheduler; falling back to setattr");
+        let counters = self.scx_counters();
+        if let Some(mut scheduler) = self.scx.take() {
+            scheduler.unregister();
+        }
+        let status = self.scx_status.get_or_insert_with(ScxStatus::default);
+        status.running = false;
+        status.counters = counters;
+        status.error = Some(format!("stopped by the kernel ({}): {}", info.kind, info.reason));
+        status.exit = Some(info);
+        self.backend = Backend::Setattr;
+        let in_force: Vec<(u32, Phase)> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.phase.phase != Phase::Unknown)
+            .map(|(tid, t)| (*tid, t.phase.phase))
+            .collect();
+        for (tid, phase) in in_force {
+            self.decide(tid, phase, at_ms);
+        }
+    }
+
+    fn scx_counters(&self) -> ScxCounters {
+        let Some(scheduler) = &self.scx else {
+            return self.scx_status.as_ref().map(|s| s.counters.clone()).unwrap_or_default();
+        };
+        let c = scheduler.counters();
+        ScxCounters {
+            enqueued: c.enqueued,
+            decided: c.decided,
+            direct: c.direct,
+            dispatched: c.dispatched,
+            stolen: c.stolen,
+            preempted: c.preempted,
+            latency_runs: c.latency_runs,
+            feeder_runs: c.feeder_runs,
+            fallbacks: c.fallbacks,
+        }
+    }
+
+    fn scx_status(&self) -> Option<ScxStatus> {
+        let mut status = self.scx_status.clone()?;
+        status.state = scx::state().unwrap_or_else(|_| "unavailable".into());
+        status.ops = scx::ops_name();
+        if let Some(scheduler) = &self.scx {
+            status.running = status.ops.as_deref() == Some(scx::OPS_NAME) && status.state == "enabled";
+            status.decided_threads = scheduler.decided() as u64;
+            status.counters = self.scx_counters();
+        }
+        Some(status)
     }
 
     fn publish(&self) {
@@ -584,7 +765,7 @@ impl Observer {
             phase_time_pct,
             numa_nodes: 0,
             total_cpus: 0,
-            mode: if self.config.enforce { "enforce" } else { "observe" }.into(),
+            mode: if self.backend == Backend::Observe { "observe" } else { "enforce" }.into(),
             window_ms: self.config.window.as_millis() as u64,
             attach_mode: Some(self.probe.mode().as_str().into()),
             programs,
@@ -598,6 +779,8 @@ impl Observer {
                 ml_threads: lost.ml_threads,
                 skipped_runs: self.skipped_runs,
             },
+            backend: self.backend.as_str().into(),
+            scx: self.scx_status(),
         };
         let degraded = (!failed.is_empty()).then(|| {
             format!(

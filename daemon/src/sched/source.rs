@@ -12,9 +12,10 @@ use std::time::Duration;
 use ringside_bpf::{AttachMode, SchedProbe};
 use ringside_shared::SchedulerTelemetry;
 
-use super::observer::{Observer, ObserverConfig, Published};
+use super::observer::{Backend, Observer, ObserverConfig, Published};
 use super::policy::PolicyTable;
 use crate::pipeline::{MetricsSource, Sample, SourceError, SourceStatus};
+use ringside_bpf::scx::{self, ScxScheduler};
 
 /// `[scheduler]` in the config.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
@@ -24,8 +25,14 @@ pub struct SchedulerConfig {
     pub enabled: bool,
     /// Command-line substrings that mark a process as ML work (besides the libraries it maps).
     pub ml_patterns: Vec<String>,
-    /// `observe` (decide and record) or `enforce` (also apply).
+    /// `observe` (decide and record) or `enforce` (also apply, with the `auto` backend). Kept
+    /// for older configs: `backend` says more.
     pub mode: String,
+    /// What carries out decisions: `observe` (nothing), `setattr` (nice, policy and affinity of
+    /// each thread), `scx` (Ringside's sched_ext scheduler) or `auto` (scx where the kernel has
+    /// sched_ext, else setattr). Unset: `observe`, or `auto` with `mode = "enforce"`.
+    /// `--sched-backend` overrides it.
+    pub backend: Option<String>,
     /// The phase detector's window.
     pub window_ms: u64,
     /// How often to look for new ML processes and libraries.
@@ -42,6 +49,7 @@ impl Default for SchedulerConfig {
             enabled: true,
             ml_patterns: Vec::new(),
             mode: "observe".into(),
+            backend: None,
             window_ms: 100,
             scan_interval_ms: 1000,
             syscall_tracepoints: false,
@@ -50,10 +58,37 @@ impl Default for SchedulerConfig {
     }
 }
 
+pub const BACKENDS: [&str; 4] = ["auto", "scx", "setattr", "observe"];
+
 impl SchedulerConfig {
+    /// The backend asked for: `backend`, else what `mode` implies.
+    pub fn backend(&self) -> &str {
+        match &self.backend {
+            Some(b) => b,
+            None if self.mode == "enforce" => "auto",
+            None => "observe",
+        }
+    }
+
+    /// The backend to use on this kernel, and whether the sched_ext scheduler is to be loaded.
+    fn resolve(&self) -> (Backend, bool) {
+        match self.backend() {
+            "scx" => (Backend::Scx, true),
+            "setattr" => (Backend::Setattr, false),
+            "auto" if scx::available().is_ok() => (Backend::Scx, true),
+            "auto" => (Backend::Setattr, false),
+            _ => (Backend::Observe, false),
+        }
+    }
+
     pub fn check(&self) -> Result<(), String> {
         if !["observe", "enforce"].contains(&self.mode.as_str()) {
             return Err(format!("[scheduler] mode = {:?} must be \"observe\" or \"enforce\"", self.mode));
+        }
+        if let Some(backend) = &self.backend {
+            if !BACKENDS.contains(&backend.as_str()) {
+                return Err(format!("[scheduler] backend = {backend:?} must be one of auto, scx, setattr, observe"));
+            }
         }
         if !(20..=10_000).contains(&self.window_ms) {
             return Err(format!("[scheduler] window_ms = {} must be from 20 to 10000", self.window_ms));
@@ -82,9 +117,18 @@ impl SchedulerSource {
     /// not fatal.
     pub fn start(config: &SchedulerConfig, numa_nodes: u32, total_cpus: u32) -> SchedulerSource {
         let probe = SchedProbe::load_with_options(&AttachMode::ALL, config.syscall_tracepoints);
+        let (backend, load_scx) = config.resolve();
         let running = probe.map_err(|e| e.to_string()).and_then(|probe| {
+            let scx = load_scx.then(|| {
+                let loaded = ScxScheduler::load(std::path::Path::new("/sys")).map_err(|e| e.to_string());
+                match &loaded {
+                    Ok(s) => tracing::info!(nodes = s.nodes(), "sched_ext scheduler {} registered", scx::OPS_NAME),
+                    Err(why) => tracing::warn!("{why}; carrying out decisions with setattr"),
+                }
+                loaded
+            });
             let observer_config = ObserverConfig {
-                enforce: config.mode == "enforce",
+                backend,
                 window: Duration::from_millis(config.window_ms),
                 scan_interval: Duration::from_millis(config.scan_interval_ms),
                 policy: config.policy.clone(),
@@ -95,7 +139,7 @@ impl SchedulerSource {
             };
             let published = Arc::new(Mutex::new(Published::default()));
             let stop = Arc::new(AtomicBool::new(false));
-            let observer = Observer::new(probe, observer_config, published.clone());
+            let observer = Observer::new(probe, observer_config, scx, published.clone());
             let thread_stop = stop.clone();
             let thread = std::thread::Builder::new()
                 .name("sched-observer".into())
@@ -142,9 +186,11 @@ impl MetricsSource for SchedulerSource {
         };
         sample.scheduler =
             Some(SchedulerTelemetry { numa_nodes: self.numa_nodes, total_cpus: self.total_cpus, ..telemetry.clone() });
-        Ok(match &published.degraded {
-            Some(why) => SourceStatus::Degraded(why.clone()),
-            None => SourceStatus::Up,
+        let scx_error = telemetry.scx.as_ref().and_then(|s| s.error.as_deref());
+        Ok(match (&published.degraded, scx_error) {
+            (Some(why), _) => SourceStatus::Degraded(why.clone()),
+            (None, Some(why)) => SourceStatus::Degraded(format!("{why}; decisions carried out with setattr")),
+            (None, None) => SourceStatus::Up,
         })
     }
 }

@@ -23,6 +23,10 @@ pub async fn healthz(State(app): State<SharedApp>) -> Response {
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_s": crate::now_ms().saturating_sub(started) / 1000,
         "components": components,
+        "scheduler": app.state.scheduler_backend().map(|(backend, scx)| serde_json::json!({
+            "backend": backend,
+            "sched_ext": scx,
+        })),
     }))
     .into_response()
 }
