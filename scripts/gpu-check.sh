@@ -3,8 +3,11 @@
 # and prints their figures. Run from anywhere in the repository: scripts/gpu-check.sh
 #
 # Needs the NVIDIA driver (libcuda.so.1) and NVRTC (libnvrtc.so.13 or .12) on the library path;
-# without them every test prints "skipped: cuda unavailable: <why>" and the benchmark says why.
+# The NVRTC major version must not be newer than the driver's CUDA version (NVRTC 13 writes PTX
+# that only a CUDA 13 driver loads). RINGSIDE_REQUIRE_CUDA makes a test fail, not skip, where the
+# device cannot be used.
 set -euo pipefail
+export RINGSIDE_REQUIRE_CUDA=1
 cd "$(dirname "$0")/.."
 
 echo "== device"
@@ -24,4 +27,9 @@ echo "== the daemon's CUDA canary"
 cargo test -p ringside-daemon cuda_asked_for -- --nocapture
 
 echo "== GPU benchmark"
-cargo xtask bench gpu
+out=$(mktemp)
+cargo xtask bench gpu | tee "$out"
+if grep -q "^skipped" "$out"; then
+    echo "gpu-check: the benchmark did not run on a GPU" >&2
+    exit 1
+fi

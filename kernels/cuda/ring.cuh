@@ -328,10 +328,13 @@ __device__ void rs_persistent(ControlBlock* cb, RingIndices* in, unsigned char* 
 
     for (;;) {
         if (threadIdx.x == 0) {
-            // Both loads are in flight together; one fence then acquires what either publishes.
+            // The control word first, with acquire: the host publishes messages (head) before
+            // a stop request (control), so a head read after it is at least as new as the one
+            // the request was made after -- a drain cannot miss what was sent before it, nor
+            // an abort undercount what it drops. The fence then acquires the new slots.
+            u64 control = rs_load_acquire(&cb->control);
             u64 head = rs_load_relaxed(&r.in->head);
-            u64 control = rs_load_relaxed(&cb->control);
-            if (head != head_seen || control != control_seen) {
+            if (head != head_seen) {
                 rs_fence();
             }
             head_seen = head;
@@ -347,8 +350,12 @@ __device__ void rs_persistent(ControlBlock* cb, RingIndices* in, unsigned char* 
             u64 lifecycle = control & 0xff;
             u64 stop = (control >> RS_CONTROL_STOP_SHIFT) & 0xff;
             bool running = lifecycle == RS_STATE_ACTIVE || (stop == RS_STOP_DRAIN && lifecycle == RS_STATE_TERMINATING);
+            // A state outside the lifecycle the loop serves (Failed: the host gave up waiting
+            // for it) means: stop now, whatever is queued.
+            bool alive = lifecycle == RS_STATE_LAUNCHED || lifecycle == RS_STATE_ACTIVE ||
+                         lifecycle == RS_STATE_DEACTIVATED || lifecycle == RS_STATE_TERMINATING;
             u64 op = RS_OP_IDLE;
-            if (stop == RS_STOP_ABORT) {
+            if (stop == RS_STOP_ABORT || !alive) {
                 op = RS_OP_ABORT;
             } else if (running && t.in_tail != head) {
                 op = RS_OP_PROCESS;

@@ -16,6 +16,11 @@ use ringside_shared::{KernelBackend, KernelState};
 /// Runs `test` if this machine can run CUDA kernels, within `limit`; otherwise says why not.
 fn on_gpu(limit: Duration, test: impl FnOnce() + Send + 'static) {
     match cuda::probe() {
+        // On a node that is meant to have a usable GPU (scripts/gpu-check.sh sets this), a
+        // probe that fails is the failure, not a reason to skip.
+        Err(why) if std::env::var_os("RINGSIDE_REQUIRE_CUDA").is_some() => {
+            panic!("RINGSIDE_REQUIRE_CUDA is set and {why}")
+        }
         Err(why) => println!("skipped: {why}"),
         Ok(device) => {
             println!("device: {device}");

@@ -5,12 +5,14 @@
  *   scaled by 100/weight; the dispatch queues are ordered by it. The weight is the decision's
  *   (the daemon's map, keyed by thread id) or the task's own (from its nice value).
  * - One dispatch queue per NUMA node: a task is queued on its decision's node, else on the node
- *   of the CPU it last ran on; a CPU takes from its node's queue and, when that is empty,
- *   steals from the other nodes' queues.
+ *   of the CPU it last ran on unless another node's queue is clearly shorter; a CPU takes from
+ *   its node's queue and, when that is empty, steals from the other nodes' queues.
  * - Latency class (data loading, optimizer step): the decision's short slice, and on wake-up it
  *   preempts the task running on its CPU (SCX_ENQ_PREEMPT on that CPU's local queue) unless
  *   that task is of the latency class too. Feeder class (threads feeding the GPU): the
  *   decision's long slice.
+ * - Other threads of ML jobs preempt a task of no ML job on wake-up when fairness owes them
+ *   the CPU (see takes_cpu).
  * - A task on an idle CPU at wake-up goes straight to it.
  * - Per-CPU counters and the exit reason for the daemon.
  *
@@ -27,7 +29,13 @@ char LICENSE[] SEC("license") = "GPL";
 #define MAX_CPUS 1024
 #define MAX_NODES 64
 #define MAX_DECISIONS 65536
-#define SLICE_DFL_NS 20000000ULL /* SCX_SLICE_DFL */
+/* The slice of a task without a decision: about what EEVDF gives on a small machine (its
+ * 0.75 ms base slice times 1 + log2 of the CPUs, at most 3 ms). SCX_SLICE_DFL's 20 ms makes a
+ * waiting thread of an ML job sit behind a CPU-bound task's whole slice. */
+#define SLICE_DFL_NS 3000000ULL
+/* How far behind the others a task that slept may start: it cannot bank its sleep. */
+#define SLEEP_CREDIT_NS 20000000ULL
+#define WAKEUP_GRAN_NS 1000000ULL
 
 /* 6.12 names */
 void scx_bpf_dispatch(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags) __ksym __weak;
@@ -39,6 +47,7 @@ void scx_bpf_dsq_insert_vtime(struct task_struct *p, u64 dsq_id, u64 slice, u64 
 bool scx_bpf_dsq_move_to_local(u64 dsq_id) __ksym __weak;
 /* both */
 s32 scx_bpf_create_dsq(u64 dsq_id, s32 node) __ksym;
+s32 scx_bpf_dsq_nr_queued(u64 dsq_id) __ksym;
 s32 scx_bpf_select_cpu_dfl(struct task_struct *p, s32 prev_cpu, u64 wake_flags, bool *is_idle) __ksym;
 s32 scx_bpf_task_cpu(const struct task_struct *p) __ksym;
 void scx_bpf_kick_cpu(s32 cpu, u64 flags) __ksym;
@@ -49,10 +58,12 @@ const volatile u32 nr_nodes = 1;
 const volatile u32 nr_cpus = 1;
 const volatile u8 cpu_node[MAX_CPUS];
 
-/* Largest virtual time a task has run at; a task waking after a long sleep starts at most one
- * slice behind it (it cannot bank its sleep). */
+/* Largest virtual time a task has run at; a task waking after a long sleep starts at most
+ * SLEEP_CREDIT_NS behind it (it cannot bank its sleep). */
 u64 vtime_now;
 struct scx_exit_record exit_record;
+/* CPUs per node, counted at init from cpu_node. */
+u32 node_cpus[MAX_NODES];
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -62,9 +73,12 @@ struct {
 } decisions SEC(".maps");
 
 struct cpu_state {
-	u64 started_ns; /* when the running task went on this CPU */
+	u64 started_ns; /* when the running task went on this CPU; 0 while none runs */
+	u64 vtime;      /* its virtual time then */
 	u32 class;      /* its class */
-	u32 pad;
+	u32 weight;     /* its weight */
+	u32 tgid;       /* its process */
+	u32 decided;    /* whether the daemon decided for it */
 };
 
 struct {
@@ -125,6 +139,45 @@ static u32 node_of(s32 cpu)
 	return node < nr_nodes ? node : 0;
 }
 
+static u32 cpus_in(u32 node)
+{
+	u32 n = node_cpus[node & (MAX_NODES - 1)];
+	return n ? n : 1;
+}
+
+/* The node a task without a node of its own is queued on: the node it last ran on, unless
+ * another node's queue is shorter by more than one task per CPU (queues compared per CPU of
+ * their node). Without this, each CPU-bound task stays on the node it first ran on -- a CPU
+ * steals only from an empty queue, and a node whose queue always holds its own running task's
+ * successor never is -- and one node can carry three times the load of another. Only a task
+ * that may run on every CPU is moved. */
+static u32 balanced_node(const struct task_struct *p, u32 home)
+{
+	if (nr_nodes < 2 || (u32)p->nr_cpus_allowed < nr_cpus)
+		return home;
+	s32 queued = scx_bpf_dsq_nr_queued(home);
+	u64 best_queued = queued > 0 ? queued : 0;
+	u64 best_cpus = cpus_in(home);
+	u32 best = home;
+	for (u32 node = 0; node < MAX_NODES; node++) {
+		if (node >= nr_nodes)
+			break;
+		if (node == home)
+			continue;
+		s32 other = scx_bpf_dsq_nr_queued(node);
+		if (other < 0)
+			continue;
+		u64 cpus = cpus_in(node);
+		/* (other + 1) / cpus < best_queued / best_cpus */
+		if (((u64)other + 1) * best_cpus < best_queued * cpus) {
+			best = node;
+			best_queued = other;
+			best_cpus = cpus;
+		}
+	}
+	return best;
+}
+
 static struct scx_decision *decision_of(const struct task_struct *p)
 {
 	u32 tid = p->pid;
@@ -134,6 +187,35 @@ static struct scx_decision *decision_of(const struct task_struct *p)
 static u64 slice_of(const struct scx_decision *d)
 {
 	return d && d->slice_us ? (u64)d->slice_us * 1000 : SLICE_DFL_NS;
+}
+
+static u64 weight_of(const struct task_struct *p, const struct scx_decision *d)
+{
+	u64 weight = d && d->weight ? d->weight : p->scx.weight;
+	return weight ? weight : 100;
+}
+
+/* Whether a thread the daemon decided for, waking with virtual time `vtime` (and class
+ * `class`), takes the CPU from the task running there now. A latency-class thread preempts any
+ * task not of its class. A thread of another class preempts only a task without a decision
+ * (not an ML thread), and only when it is owed the CPU: its virtual time is more than
+ * WAKEUP_GRAN_NS behind that task's as of now (which has advanced by the time that task has
+ * run, scaled by its weight) -- so a thread handing work to another (a collective's ranks, a
+ * GPU feeder back from a synchronize) does not wait out a CPU-bound task's whole slice, and
+ * fairness still bounds what it takes. A thread of the running task's own process never
+ * preempts it: that task is most likely the one waking it, and may hold the lock the woken
+ * thread is about to take (a mutex and condition variable hand-off). */
+static bool takes_cpu(const struct cpu_state *running, const struct task_struct *p, u32 class, u64 vtime)
+{
+	if (!running->started_ns || running->tgid == (u32)p->tgid)
+		return false;
+	if (class == SCX_CLASS_LATENCY)
+		return running->class != SCX_CLASS_LATENCY;
+	if (running->decided)
+		return false;
+	u64 ran = bpf_ktime_get_ns() - running->started_ns;
+	u64 running_vtime = running->vtime + ran * 100 / (running->weight ? running->weight : 100);
+	return vtime_before(vtime + WAKEUP_GRAN_NS, running_vtime);
 }
 
 SEC("struct_ops/ringside_select_cpu")
@@ -169,14 +251,26 @@ void BPF_PROG(ringside_enqueue, struct task_struct *p, u64 enq_flags)
 			node = d->node;
 		else if (c)
 			c->fallbacks++;
+	} else if (!d || (enq_flags & SCX_ENQ_WAKEUP)) {
+		/* A thread of an ML job whose slice ran out stays: its CPU picks again right now,
+		 * and its weight makes that pick likely its own. */
+		node = balanced_node(p, node);
 	}
-	if (d && d->class == SCX_CLASS_LATENCY && (enq_flags & SCX_ENQ_WAKEUP) && cpu >= 0 && cpu < MAX_CPUS) {
+	/* A task cannot bank the time it slept: it wakes at most SLEEP_CREDIT_NS behind the others. */
+	u64 vtime = p->scx.dsq_vtime;
+	if (vtime_before(vtime, vtime_now - SLEEP_CREDIT_NS))
+		vtime = vtime_now - SLEEP_CREDIT_NS;
+	p->scx.dsq_vtime = vtime;
+
+	u32 class = d ? d->class : SCX_CLASS_DEFAULT;
+	if (d && (enq_flags & SCX_ENQ_WAKEUP) && cpu >= 0 && cpu < MAX_CPUS) {
 		u32 key = cpu;
 		struct cpu_state *running = bpf_map_lookup_elem(&cpus, &key);
-		if (running && running->class != SCX_CLASS_LATENCY) {
+		if (running && takes_cpu(running, p, class, vtime)) {
 			if (bpf_cpumask_test_cpu(cpu, p->cpus_ptr)) {
-				/* SCX_ENQ_PREEMPT on a CPU's local queue ends the running task's slice. */
-				insert(p, SCX_DSQ_LOCAL_ON | cpu, slice, enq_flags | SCX_ENQ_PREEMPT);
+				/* SCX_ENQ_PREEMPT on a CPU's local queue ends the running task's slice;
+				 * SCX_ENQ_HEAD puts this one first there. */
+				insert(p, SCX_DSQ_LOCAL_ON | cpu, slice, enq_flags | SCX_ENQ_PREEMPT | SCX_ENQ_HEAD);
 				if (c)
 					c->preempted++;
 				return;
@@ -186,9 +280,6 @@ void BPF_PROG(ringside_enqueue, struct task_struct *p, u64 enq_flags)
 		}
 	}
 
-	u64 vtime = p->scx.dsq_vtime;
-	if (vtime_before(vtime, vtime_now - SLICE_DFL_NS))
-		vtime = vtime_now - SLICE_DFL_NS;
 	insert_vtime(p, node, slice, vtime, enq_flags);
 }
 
@@ -230,7 +321,11 @@ void BPF_PROG(ringside_running, struct task_struct *p)
 		vtime_now = p->scx.dsq_vtime;
 	if (state) {
 		state->started_ns = bpf_ktime_get_ns();
+		state->vtime = p->scx.dsq_vtime;
 		state->class = class;
+		state->weight = weight_of(p, d);
+		state->tgid = p->tgid;
+		state->decided = d != NULL;
 	}
 	if (c) {
 		if (class == SCX_CLASS_LATENCY)
@@ -245,15 +340,12 @@ void BPF_PROG(ringside_stopping, struct task_struct *p, bool runnable)
 {
 	u32 cpu = bpf_get_smp_processor_id();
 	struct cpu_state *state = bpf_map_lookup_elem(&cpus, &cpu);
-	struct scx_decision *d = decision_of(p);
-	u64 weight = d && d->weight ? d->weight : p->scx.weight;
-
 	if (!state || !state->started_ns)
 		return;
 	u64 ran = bpf_ktime_get_ns() - state->started_ns;
 	state->started_ns = 0;
 	state->class = SCX_CLASS_DEFAULT;
-	p->scx.dsq_vtime += ran * 100 / (weight ? weight : 100);
+	p->scx.dsq_vtime += ran * 100 / weight_of(p, decision_of(p));
 }
 
 SEC("struct_ops/ringside_enable")
@@ -265,6 +357,11 @@ void BPF_PROG(ringside_enable, struct task_struct *p)
 SEC("struct_ops.s/ringside_init")
 s32 BPF_PROG(ringside_init)
 {
+	for (u32 cpu = 0; cpu < MAX_CPUS; cpu++) {
+		if (cpu >= nr_cpus)
+			break;
+		node_cpus[node_of(cpu) & (MAX_NODES - 1)]++;
+	}
 	for (u32 node = 0; node < MAX_NODES; node++) {
 		if (node >= nr_nodes)
 			break;

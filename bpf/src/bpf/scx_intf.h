@@ -7,8 +7,8 @@
 enum scx_class {
 	SCX_CLASS_DEFAULT = 0,  /* weighted fair share, the slice of its decision */
 	SCX_CLASS_LATENCY = 1,  /* data loading, optimizer step: short slice, preempts on wake-up */
-	SCX_CLASS_FEEDER = 2,   /* feeds the GPU: long slice, never preempted for a latency thread
-				 * of lower weight... it still yields at the end of its slice */
+	SCX_CLASS_FEEDER = 2,   /* feeds the GPU: long slice, preempts on wake-up only when owed
+				 * the CPU (as the default class does) */
 };
 
 /* The daemon's decision for one thread, keyed by thread id in the `decisions` map. */
@@ -28,7 +28,8 @@ struct scx_counters {
 	__u64 direct;           /* put straight on an idle CPU at wake-up */
 	__u64 dispatched;       /* moved from the CPU's own node queue to the CPU */
 	__u64 stolen;           /* moved from another node's queue: this node's queue was empty */
-	__u64 preempted;        /* latency threads that preempted a running thread at wake-up */
+	__u64 preempted;        /* wake-ups that preempted the running thread: a latency-class
+				 * thread, or one fairness owed the CPU */
 	__u64 latency_runs;     /* times a latency-class thread went on a CPU */
 	__u64 feeder_runs;      /* times a feeder-class thread went on a CPU */
 	__u64 fallbacks;        /* a decision could not be followed as written (its node does

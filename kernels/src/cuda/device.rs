@@ -177,6 +177,24 @@ pub(crate) fn compile(device_arch: i32) -> Result<Compiled, String> {
     Ok(Compiled { ptx, arch, nvrtc_version })
 }
 
+/// PTX from NVRTC of a newer major version than the driver's CUDA cannot be loaded by that
+/// driver (NVRTC 13 writes PTX 9.0, which needs a CUDA 13 driver): said plainly, before the
+/// driver answers with an unsupported-PTX error.
+fn version_mismatch(driver_version: i32, nvrtc_version: (i32, i32)) -> Option<String> {
+    let driver_major = driver_version / 1000;
+    (nvrtc_version.0 > driver_major).then(|| {
+        format!(
+            "NVRTC {}.{} writes code that the driver (CUDA {}.{}) cannot load; install NVRTC {driver_major} \
+             (libnvrtc.so.{driver_major}) or a driver for CUDA {}",
+            nvrtc_version.0,
+            nvrtc_version.1,
+            driver_major,
+            driver_version % 1000 / 10,
+            nvrtc_version.0
+        )
+    })
+}
+
 fn set_up() -> Result<Device, String> {
     // SAFETY: only tries to load the library by its usual names; no CUDA call is made.
     if !unsafe { sys::is_culib_present() } {
@@ -210,6 +228,9 @@ fn set_up() -> Result<Device, String> {
     let total_memory = ctx.total_mem().unwrap_or(0);
 
     let Compiled { ptx, arch, nvrtc_version } = compile(device_arch)?;
+    if let Some(why) = version_mismatch(driver_version, nvrtc_version) {
+        return Err(why);
+    }
     let module = ctx.load_module(ptx).map_err(|e| {
         format!(
             "the driver (CUDA {}.{}) could not load the kernels NVRTC {}.{} compiled: {}",
@@ -248,6 +269,14 @@ fn set_up() -> Result<Device, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nvrtc_newer_than_the_driver_is_refused_with_what_to_install() {
+        let why = version_mismatch(12_040, (13, 0)).expect("13 on a 12.4 driver");
+        assert!(why.contains("NVRTC 13.0") && why.contains("CUDA 12.4") && why.contains("libnvrtc.so.12"), "{why}");
+        assert_eq!(version_mismatch(13_000, (13, 0)), None);
+        assert_eq!(version_mismatch(13_010, (12, 8)), None, "an older NVRTC's PTX loads on a newer driver");
+    }
 
     #[test]
     fn the_arch_follows_the_device_within_what_nvrtc_knows() {

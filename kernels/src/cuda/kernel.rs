@@ -204,6 +204,19 @@ pub struct CudaKernel {
     started: Instant,
 }
 
+/// Work queued behind a persistent kernel on the same hardware queue never runs, and streams
+/// share `CUDA_DEVICE_MAX_CONNECTIONS` queues (8 unless set before the driver starts): so at
+/// most that many less one persistent kernels at a time.
+fn max_persistent_kernels() -> usize {
+    connections_limit(std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok().as_deref())
+}
+
+fn connections_limit(setting: Option<&str>) -> usize {
+    let connections =
+        setting.and_then(|v| v.trim().parse::<usize>().ok()).filter(|n| (1..=32).contains(n)).unwrap_or(8);
+    connections.saturating_sub(1).max(1)
+}
+
 impl CudaKernel {
     /// Compiles (once per process) and launches the built-in kernel `kernel` (state Launched):
     /// it polls its rings but processes nothing until [`CudaKernel::activate`].
@@ -217,6 +230,13 @@ impl CudaKernel {
             .function(kernel, Entry::Persistent)
             .ok_or_else(|| KernelError::Cuda(format!("no CUDA function for {kernel}")))?
             .clone();
+        let limit = max_persistent_kernels();
+        if memory::running_kernels() >= limit {
+            return Err(KernelError::Cuda(format!(
+                "{limit} persistent kernels already run on this device: each holds one of its \
+                 CUDA_DEVICE_MAX_CONNECTIONS hardware queues and one is kept for other work"
+            )));
+        }
         let mut memory = KernelMemory::new(&device, &options)?;
         memory.control_block().control.store(control_word(KernelState::Launched, 0, 0, 1), Ordering::Release);
         memory.launch(&function).map_err(|e| KernelError::Cuda(format!("cannot launch {kernel}: {}", describe(e))))?;
@@ -302,6 +322,13 @@ impl CudaKernel {
         });
     }
 
+    /// Sets the stop request whatever the state is.
+    fn force_stop(&self, stop: u64) {
+        let _ = self.cb().control.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+            Some(control_word(state_at(w & 0xff), stop, w >> CONTROL_CALIBRATION_SHIFT, generation_of(w) + 1))
+        });
+    }
+
     fn fail(&self, why: String) {
         *self.host_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
         self.force(KernelState::Failed);
@@ -360,6 +387,19 @@ impl CudaKernel {
                 self.fail(format!("the kernel failed: {e}"));
             }
             StreamStatus::Busy => {
+                // A drain that does not finish becomes an abort: the device drops what is
+                // queued and returns as soon as it polls again.
+                if how == Terminate::Drain {
+                    self.force_stop(STOP_ABORT);
+                    wait_until(Duration::from_secs(1), || self.memory.stream_status() != StreamStatus::Busy);
+                    if self.memory.stream_status() != StreamStatus::Busy {
+                        self.stopped();
+                        self.fail(format!(
+                            "the kernel did not drain within {limit:?} of terminate; the rest was dropped"
+                        ));
+                        return Ok(());
+                    }
+                }
                 self.leaked = true;
                 self.fail(format!("the kernel did not exit within {limit:?} of terminate; its memory stays allocated"));
             }
@@ -598,6 +638,14 @@ fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn persistent_kernels_leave_a_hardware_queue_free() {
+        assert_eq!(connections_limit(None), 7);
+        assert_eq!(connections_limit(Some("32")), 31);
+        assert_eq!(connections_limit(Some("1")), 1, "never zero");
+        assert_eq!(connections_limit(Some("many")), 7, "an unreadable setting is the driver's default");
+    }
 
     #[test]
     fn control_words_pack_their_fields() {

@@ -199,7 +199,7 @@ impl MappedLayout {
 pub(crate) fn cuda_prelude() -> String {
     let state = |s: KernelState| state_index(s);
     let mut out = String::from("// Generated from kernels/src/cuda/layout.rs; do not edit.\n");
-    let defines: [(&str, String); 27] = [
+    let defines: [(&str, String); 29] = [
         ("RS_THREADS", THREADS.to_string()),
         ("RS_SPIN_POLLS", SPIN_POLLS.to_string()),
         ("RS_SUB_BITS", SUB_BITS.to_string()),
@@ -212,7 +212,9 @@ pub(crate) fn cuda_prelude() -> String {
         ("RS_CONTROL_CALIBRATION_SHIFT", CONTROL_CALIBRATION_SHIFT.to_string()),
         ("RS_STOP_DRAIN", STOP_DRAIN.to_string()),
         ("RS_STOP_ABORT", STOP_ABORT.to_string()),
+        ("RS_STATE_LAUNCHED", state(KernelState::Launched).to_string()),
         ("RS_STATE_ACTIVE", state(KernelState::Active).to_string()),
+        ("RS_STATE_DEACTIVATED", state(KernelState::Deactivated).to_string()),
         ("RS_STATE_TERMINATING", state(KernelState::Terminating).to_string()),
         ("RS_ERROR_NOT_WHOLE_F32", ERROR_NOT_WHOLE_F32.to_string()),
         ("RS_ERROR_STATS_SAMPLE", ERROR_STATS_SAMPLE.to_string()),

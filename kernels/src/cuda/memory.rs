@@ -55,6 +55,11 @@ fn retire(device: &Arc<Device>, allocation: Allocation) {
     }
 }
 
+/// How many persistent kernels are running (launched, not yet seen to return).
+pub(crate) fn running_kernels() -> usize {
+    RETIRED.lock().unwrap_or_else(|e| e.into_inner()).running
+}
+
 /// A persistent kernel was launched: freeing waits until it has stopped.
 pub(crate) fn kernel_started() {
     RETIRED.lock().unwrap_or_else(|e| e.into_inner()).running += 1;
