@@ -66,6 +66,7 @@ pub struct ScxCounters {
     pub dispatched: u64,
     pub stolen: u64,
     pub preempted: u64,
+    pub continued: u64,
     pub latency_runs: u64,
     pub feeder_runs: u64,
     pub fallbacks: u64,
@@ -266,6 +267,7 @@ impl ScxScheduler {
             total.dispatched += c.dispatched;
             total.stolen += c.stolen;
             total.preempted += c.preempted;
+            total.continued += c.continued;
             total.latency_runs += c.latency_runs;
             total.feeder_runs += c.feeder_runs;
             total.fallbacks += c.fallbacks;

@@ -255,6 +255,7 @@ pub fn render(state: &NodeState) -> String {
                 ("dispatched", c.dispatched),
                 ("stolen", c.stolen),
                 ("preempted", c.preempted),
+                ("continued", c.continued),
                 ("latency_runs", c.latency_runs),
                 ("feeder_runs", c.feeder_runs),
                 ("fallbacks", c.fallbacks),

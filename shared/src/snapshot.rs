@@ -330,8 +330,12 @@ pub struct ScxCounters {
     pub dispatched: u64,
     /// Taken from another node's queue (work stealing).
     pub stolen: u64,
-    /// Latency-class threads (data loading, optimizer) that preempted a running task on wake-up.
+    /// Wake-ups that preempted the running task: a latency-class thread (data loading,
+    /// optimizer), or a thread of an ML job that fairness owed the CPU.
     pub preempted: u64,
+    /// Threads of ML jobs that kept their CPU when their slice ran out, fairness still owing it.
+    #[serde(default)]
+    pub continued: u64,
     /// Times a latency-class thread went on a CPU.
     pub latency_runs: u64,
     /// Times a GPU-feeding thread went on a CPU.

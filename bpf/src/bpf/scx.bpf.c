@@ -280,6 +280,16 @@ void BPF_PROG(ringside_enqueue, struct task_struct *p, u64 enq_flags)
 		}
 	}
 
+	/* A thread of an ML job whose slice ran out while fairness still owes it the CPU (its
+	 * virtual time more than WAKEUP_GRAN_NS behind the latest any task started at) carries on
+	 * where it is: going round its node's queue would put it behind a CPU-bound task's whole
+	 * slice in the middle of a step. Its weight still bounds what it takes. */
+	if (d && !(enq_flags & SCX_ENQ_WAKEUP) && vtime_before(vtime + WAKEUP_GRAN_NS, vtime_now)) {
+		insert(p, SCX_DSQ_LOCAL, slice, enq_flags);
+		if (c)
+			c->continued++;
+		return;
+	}
 	insert_vtime(p, node, slice, vtime, enq_flags);
 }
 

@@ -30,6 +30,8 @@ struct scx_counters {
 	__u64 stolen;           /* moved from another node's queue: this node's queue was empty */
 	__u64 preempted;        /* wake-ups that preempted the running thread: a latency-class
 				 * thread, or one fairness owed the CPU */
+	__u64 continued;        /* threads of ML jobs that kept their CPU when their slice ran
+				 * out, fairness still owing it to them */
 	__u64 latency_runs;     /* times a latency-class thread went on a CPU */
 	__u64 feeder_runs;      /* times a feeder-class thread went on a CPU */
 	__u64 fallbacks;        /* a decision could not be followed as written (its node does

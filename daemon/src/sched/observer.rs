@@ -652,6 +652,7 @@ impl Observer {
             dispatched: c.dispatched,
             stolen: c.stolen,
             preempted: c.preempted,
+            continued: c.continued,
             latency_runs: c.latency_runs,
             feeder_runs: c.feeder_runs,
             fallbacks: c.fallbacks,
