@@ -10,6 +10,7 @@ use ringside_kernels::cuda::{self, CudaKernel, LaunchMode, OneShotKernel};
 use ringside_kernels::{Backpressure, LaunchOptions, Terminate};
 
 const ROUNDS: usize = 5;
+const ANSWER_LIMIT: Duration = Duration::from_secs(5);
 
 fn round_trips() -> usize {
     std::env::var("RINGSIDE_BENCH_GPU_ROUND_TRIPS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000)
@@ -40,6 +41,10 @@ fn persistent(kernel: &str, payload: &[u8]) -> ((u64, u64), (u64, u64)) {
         let started = Instant::now();
         k.send(payload).expect("send");
         while k.try_recv(&mut out).is_none() {
+            // A kernel that stopped answering ends the benchmark with its state, not a hang.
+            if started.elapsed() > ANSWER_LIMIT {
+                panic!("{kernel}: no answer within {ANSWER_LIMIT:?} (state {:?})", k.state());
+            }
             std::hint::spin_loop();
         }
         if i >= 100 {
