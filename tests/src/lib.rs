@@ -285,9 +285,14 @@ impl Daemon {
 
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(&mut self) -> Result<std::process::ExitStatus> {
-        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status()?;
+        self.stop_with("TERM")
+    }
+
+    /// Sends SIG`signal` (`TERM`, `INT`) and waits for the exit status.
+    pub fn stop_with(&mut self, signal: &str) -> Result<std::process::ExitStatus> {
+        let status = Command::new("kill").args([&format!("-{signal}"), &self.child.id().to_string()]).status()?;
         if !status.success() {
-            bail!("kill -TERM failed");
+            bail!("kill -{signal} failed");
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -295,7 +300,7 @@ impl Daemon {
                 return Ok(status);
             }
             if Instant::now() > deadline {
-                bail!("ringsided did not stop within 10 s of SIGTERM");
+                bail!("ringsided did not stop within 10 s of SIG{signal}");
             }
             std::thread::sleep(Duration::from_millis(50));
         }

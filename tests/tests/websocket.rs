@@ -184,6 +184,24 @@ async fn bad_frames_get_an_error_and_the_connection_survives() -> anyhow::Result
 }
 
 #[tokio::test]
+async fn sigint_stops_it_as_sigterm_does() -> anyhow::Result<()> {
+    let mut daemon = Daemon::start(DaemonOptions::default())?;
+    let mut client = daemon.ws(None).await?;
+    client.next(WAIT).await?;
+    let status = daemon.stop_with("INT")?;
+    assert!(status.success(), "ringsided exits 0 on SIGINT (Ctrl-C), got {status}");
+    let closed = loop {
+        match tokio::time::timeout(WAIT, futures_util::StreamExt::next(&mut client.socket)).await? {
+            Some(Ok(tokio_tungstenite::tungstenite::Message::Close(frame))) => break frame,
+            Some(Ok(_)) => continue,
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    };
+    assert!(closed.is_some(), "the client is told the server is going away");
+    Ok(())
+}
+
+#[tokio::test]
 async fn sigterm_closes_clients_and_exits_cleanly() -> anyhow::Result<()> {
     let mut daemon = Daemon::start(DaemonOptions::default())?;
     let mut client = daemon.ws(None).await?;
