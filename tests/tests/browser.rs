@@ -344,6 +344,15 @@ async fn two_browsers_see_each_others_acknowledgements_live() -> Result<()> {
             Ok((a.find_all(Locator::Css("#alert-list li.alert")).await?.len() == 2).then_some(()))
         })
         .await?;
+        // The severity filter: both are warnings, so "error and above" hides them and
+        // "warning and above" brings them back.
+        a.find(Locator::Css("#alert-severity-filter")).await?.select_by_value("error").await?;
+        eventually("no alert at error and above", WAIT, || async { text_of(&a, "#no-alerts").await }).await?;
+        a.find(Locator::Css("#alert-severity-filter")).await?.select_by_value("warning").await?;
+        eventually("both at warning and above", WAIT, || async {
+            Ok((a.find_all(Locator::Css("#alert-list li.alert")).await?.len() == 2).then_some(()))
+        })
+        .await?;
         // Each alert's history lists its acknowledgement.
         a.find(Locator::Css(&format!("li[data-alert-id='{}'] details.history summary", ids[0]))).await?.click().await?;
         let history = text_of(&a, &format!("li[data-alert-id='{}'] .transitions", ids[0])).await?.unwrap_or_default();
