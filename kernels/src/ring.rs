@@ -110,12 +110,25 @@ fn capacity_of<M: RingMemory>(memory: &M) -> u64 {
 }
 
 /// Pointer to slot `index`'s first byte.
-#[inline(always)]
-fn slot_of<M: RingMemory>(memory: &M, index: u64) -> *mut u8 {
-    let offset = (index & memory.mask()) as usize * memory.slot_size();
-    // SAFETY: `index & mask` < capacity, so the slot lies inside the slots
-    // (capacity * slot_size bytes, per `RingMemory`'s contract).
-    unsafe { memory.slots().add(offset) }
+/// Where the slots are, copied into each end at construction so the message path reads them
+/// from its own struct, not through the shared memory's pointer.
+#[derive(Clone, Copy)]
+struct Geometry {
+    slots: *mut u8,
+    mask: u64,
+    slot_size: usize,
+}
+
+impl Geometry {
+    fn of<M: RingMemory>(memory: &M) -> Geometry {
+        Geometry { slots: memory.slots(), mask: memory.mask(), slot_size: memory.slot_size() }
+    }
+
+    #[inline(always)]
+    fn slot(&self, index: u64) -> *mut u8 {
+        // SAFETY: `index & mask` < capacity and the memory holds capacity * slot_size bytes.
+        unsafe { self.slots.add((index & self.mask) as usize * self.slot_size) }
+    }
 }
 
 /// Packs a slot header: payload length and the enqueue time's low 48 bits.
@@ -166,14 +179,21 @@ pub fn ring(capacity: usize, message_size: usize) -> Result<(Producer, Consumer)
 /// The writing end. `Send`, not `Sync`: one thread produces.
 pub struct Producer<M: RingMemory = HeapRing> {
     shared: Arc<M>,
+    geometry: Geometry,
     head: Cell<u64>,
     tail_cache: Cell<u64>,
     message_size: usize,
 }
 
+// SAFETY: `geometry.slots` points into the memory the `Arc` keeps alive; the ends are used by
+// one thread at a time (they are not Sync), as without the copied pointer.
+unsafe impl<M: RingMemory> Send for Producer<M> {}
+unsafe impl<M: RingMemory> Send for Consumer<M> {}
+
 /// The reading end. `Send`, not `Sync`: one thread consumes.
 pub struct Consumer<M: RingMemory = HeapRing> {
     shared: Arc<M>,
+    geometry: Geometry,
     tail: Cell<u64>,
     head_cache: Cell<u64>,
     message_size: usize,
@@ -190,7 +210,13 @@ pub struct Received {
 impl<M: RingMemory> Producer<M> {
     /// The producing end of `memory`, whose head is 0. Only one may exist per ring.
     pub(crate) fn new(memory: Arc<M>, message_size: usize) -> Self {
-        Producer { shared: memory, head: Cell::new(0), tail_cache: Cell::new(0), message_size }
+        Producer {
+            geometry: Geometry::of(&*memory),
+            shared: memory,
+            head: Cell::new(0),
+            tail_cache: Cell::new(0),
+            message_size,
+        }
     }
 
     #[inline]
@@ -205,7 +231,7 @@ impl<M: RingMemory> Producer<M> {
     /// Free slots, reloading the consumer's index only when the cached one says full.
     #[inline]
     fn free(&self) -> u64 {
-        let capacity = capacity_of(&*self.shared);
+        let capacity = self.geometry.mask + 1;
         let head = self.head.get();
         let mut free = capacity - (head - self.tail_cache.get());
         if free == 0 {
@@ -228,7 +254,7 @@ impl<M: RingMemory> Producer<M> {
 
     #[inline]
     fn write(&self, index: u64, payload: &[u8], enqueued_ns: u64) {
-        let slot = slot_of(&*self.shared, index);
+        let slot = self.geometry.slot(index);
         // SAFETY: the slot at `index` is free (index < tail + capacity, checked by the caller)
         // so the consumer does not read it; it spans `slot_size` bytes inside `slots`, and
         // `payload.len() <= message_size` (checked by the callers).
@@ -274,7 +300,13 @@ impl<M: RingMemory> Producer<M> {
 impl<M: RingMemory> Consumer<M> {
     /// The consuming end of `memory`, whose tail is 0. Only one may exist per ring.
     pub(crate) fn new(memory: Arc<M>, message_size: usize) -> Self {
-        Consumer { shared: memory, tail: Cell::new(0), head_cache: Cell::new(0), message_size }
+        Consumer {
+            geometry: Geometry::of(&*memory),
+            shared: memory,
+            tail: Cell::new(0),
+            head_cache: Cell::new(0),
+            message_size,
+        }
     }
 
     #[inline]
@@ -309,7 +341,7 @@ impl<M: RingMemory> Consumer<M> {
 
     #[inline]
     fn read(&self, index: u64, out: &mut [u8]) -> Received {
-        let slot = slot_of(&*self.shared, index);
+        let slot = self.geometry.slot(index);
         // SAFETY: the slot was published (index < head, loaded with Acquire) and is not
         // rewritten before `tail` passes it; the header was written by `Producer::write`.
         let header = unsafe { slot.cast::<u64>().read_unaligned() };
