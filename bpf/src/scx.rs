@@ -145,6 +145,20 @@ pub fn numa_layout(sys_root: &Path) -> (u32, Vec<u8>) {
     (nodes.max(1), map)
 }
 
+/// How many CPUs the kernel could ever run (the highest possible CPU + 1, from
+/// `devices/system/cpu/possible`): a task free to run anywhere has that many in its mask. Not
+/// the CPUs this process may use (its affinity or cgroup may be narrower): the scheduler moves
+/// a task between nodes only when it may run on all of them.
+pub fn possible_cpus(sys_root: &Path) -> u32 {
+    let listed = std::fs::read_to_string(sys_root.join("devices/system/cpu/possible"))
+        .ok()
+        .and_then(|list| parse_cpu_list(&list).into_iter().max())
+        .map(|max| max as u32 + 1);
+    listed
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1))
+        .min(MAX_CPUS as u32)
+}
+
 fn parse_cpu_list(text: &str) -> Vec<usize> {
     let mut cpus = Vec::new();
     for part in text.trim().split(',').filter(|p| !p.is_empty()) {
@@ -183,7 +197,7 @@ impl ScxScheduler {
         let mut open = skel::ScxSkelBuilder::default().open(storage).map_err(failed("opened"))?;
         if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
             rodata.nr_nodes = nodes;
-            rodata.nr_cpus = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
+            rodata.nr_cpus = possible_cpus(sys_root);
             rodata.cpu_node.copy_from_slice(&cpu_node);
         }
         let mut skel = open.load().map_err(failed("loaded"))?;
@@ -344,6 +358,12 @@ mod tests {
         assert_eq!(&map[..6], &[0, 0, 1, 1, 0, 1]);
         let (nodes, _) = numa_layout(&dir.join("missing"));
         assert_eq!(nodes, 1);
+        std::fs::create_dir_all(dir.join("devices/system/cpu")).unwrap();
+        std::fs::write(dir.join("devices/system/cpu/possible"), "0-7\n").unwrap();
+        assert_eq!(possible_cpus(&dir), 8, "every possible CPU, whatever this process may use");
+        std::fs::write(dir.join("devices/system/cpu/possible"), "0,2-3\n").unwrap();
+        assert_eq!(possible_cpus(&dir), 4);
+        assert!(possible_cpus(&dir.join("missing")) >= 1, "falls back to the CPUs this process has");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
