@@ -17,6 +17,11 @@ struct thread_stats {
 	__u32 tgid;
 	__u32 tracked;          /* its process is tracked, as of `tracked_gen` */
 	__u32 tracked_gen;      /* the `tracked_generation` that flag was read at */
+	__u64 runtime_base;     /* the kernel's own runtime of the thread (se.sum_exec_runtime) less
+				 * on_cpu_ns, once known (tp_btf, raw_tp): on_cpu_ns is then that
+				 * runtime less this at each switch-out */
+	__u32 runtime_known;    /* runtime_base is set */
+	__u32 pad;
 };
 
 /* What a tracked (ML) thread does in system and library calls, keyed by thread id in the

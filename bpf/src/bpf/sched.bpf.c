@@ -246,9 +246,11 @@ static __always_inline __u32 btf_blocking_kind(struct task_struct *prev);
 
 /* classify: find the syscall a tracked `prev_task` blocks in (tp_btf only: it reads the task's
  * registers). A constant at each call site, so other variants never contain that code. */
+/* runtime: the variant reads the tasks' own runtime (se.sum_exec_runtime: tp_btf, raw_tp) into
+ * prev_runtime and next_runtime; a constant at each call site. */
 static __always_inline void on_switch(__u32 prev_tid, __u32 prev_tgid, long prev_state, bool prev_iowait,
 				      struct task_struct *prev_task, bool classify, __u32 next_tid, __u32 next_tgid,
-				      bool next_exiting)
+				      bool next_exiting, bool runtime, __u64 prev_runtime, __u64 next_runtime)
 {
 	__u64 now = bpf_ktime_get_ns();
 	/* Thread 0 is each CPU's idle task: not a thread of anyone's. */
@@ -259,8 +261,19 @@ static __always_inline void on_switch(__u32 prev_tid, __u32 prev_tgid, long prev
 		if (p) {
 			if (!p->tgid)
 				p->tgid = prev_tgid;
-			if (p->last_in_ns)
-				p->on_cpu_ns += now - p->last_in_ns;
+			if (runtime && p->runtime_known && prev_runtime >= p->runtime_base) {
+				/* The kernel's own count: a switch event missed, or seen out of order
+				 * across CPUs (a switch-in traced before the switch-out that preceded
+				 * it, measured here under contention), cannot lose an interval. */
+				p->on_cpu_ns = prev_runtime - p->runtime_base;
+			} else {
+				if (p->last_in_ns)
+					p->on_cpu_ns += now - p->last_in_ns;
+				if (runtime && prev_runtime >= p->on_cpu_ns) {
+					p->runtime_base = prev_runtime - p->on_cpu_ns;
+					p->runtime_known = 1;
+				}
+			}
 			p->last_in_ns = 0;
 			if (prev_state == TASK_RUNNING_STATE) {
 				p->involuntary += 1;
@@ -296,6 +309,10 @@ static __always_inline void on_switch(__u32 prev_tid, __u32 prev_tgid, long prev
 			}
 			n->runnable_since_ns = 0;
 			n->last_in_ns = now;
+			if (runtime && !n->runtime_known && next_runtime >= n->on_cpu_ns) {
+				n->runtime_base = next_runtime - n->on_cpu_ns;
+				n->runtime_known = 1;
+			}
 		}
 	}
 }
@@ -381,7 +398,9 @@ static __always_inline void on_exit(__u32 tid, __u32 tgid, const char *comm)
 		bool iowait = prev_state != TASK_RUNNING_STATE && IOWAIT_##prefix(prev);           \
 		on_switch(READ_##prefix(prev, pid), READ_##prefix(prev, tgid), prev_state, iowait, prev, \
 			  CLASSIFY_##prefix, READ_##prefix(next, pid), READ_##prefix(next, tgid),   \
-			  (READ_##prefix(next, flags) & PF_EXITING) != 0);                         \
+			  (READ_##prefix(next, flags) & PF_EXITING) != 0, true,                    \
+			  READ_##prefix(prev, se.sum_exec_runtime),                                \
+			  READ_##prefix(next, se.sum_exec_runtime));                               \
 		return 0;                                                                          \
 	}                                                                                          \
 	SEC(kind "/sched_process_fork")                                                            \
@@ -461,7 +480,7 @@ int tp_switch(struct trace_event_raw_sched_switch *ctx)
 	/* `current` is still the previous task here. */
 	struct task_struct *prev = (struct task_struct *)bpf_get_current_task();
 	bool iowait = BPF_CORE_READ_BITFIELD_PROBED(prev, in_iowait);
-	on_switch(ctx->prev_pid, current_tgid(), ctx->prev_state, iowait, prev, false, ctx->next_pid, 0, false);
+	on_switch(ctx->prev_pid, current_tgid(), ctx->prev_state, iowait, prev, false, ctx->next_pid, 0, false, false, 0, 0);
 	return 0;
 }
 
