@@ -258,6 +258,26 @@ impl ScxScheduler {
         self.skel.maps.decisions.delete(&tid.to_ne_bytes()).is_ok()
     }
 
+    /// Marks a process as part of an ML job: its threads without a decision of their own are
+    /// scheduled by their own weight, but as threads of the job (see `scx.bpf.c`, `is_ml`).
+    pub fn add_job(&self, pid: u32) -> Result<(), ScxError> {
+        self.skel
+            .maps
+            .jobs
+            .update(&pid.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|e| ScxError::Failed { stage: "told an ML process", detail: e.to_string() })
+    }
+
+    /// The process is no longer part of an ML job (it exited). True if it was.
+    pub fn remove_job(&self, pid: u32) -> bool {
+        self.skel.maps.jobs.delete(&pid.to_ne_bytes()).is_ok()
+    }
+
+    /// Processes marked as part of an ML job.
+    pub fn jobs(&self) -> usize {
+        self.skel.maps.jobs.keys().count()
+    }
+
     /// Threads with a decision.
     pub fn decided(&self) -> usize {
         self.skel.maps.decisions.keys().count()

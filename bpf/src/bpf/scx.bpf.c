@@ -11,8 +11,10 @@
  *   preempts the task running on its CPU (SCX_ENQ_PREEMPT on that CPU's local queue) unless
  *   that task is of the latency class too. Feeder class (threads feeding the GPU): the
  *   decision's long slice.
- * - Other threads of ML jobs preempt a task of no ML job on wake-up when fairness owes them
- *   the CPU (see takes_cpu).
+ * - Other threads of ML jobs (with a decision, or of a process the daemon marked as a job's)
+ *   preempt a task of no ML job on wake-up when fairness owes them the CPU, on their own CPU or
+ *   another (see takes_cpu, preempt_target); at the end of a slice they keep their CPU while
+ *   still owed it.
  * - A task on an idle CPU at wake-up goes straight to it.
  * - Per-CPU counters and the exit reason for the daemon.
  *
@@ -36,6 +38,8 @@ char LICENSE[] SEC("license") = "GPL";
 /* How far behind the others a task that slept may start: it cannot bank its sleep. */
 #define SLEEP_CREDIT_NS 20000000ULL
 #define WAKEUP_GRAN_NS 1000000ULL
+/* CPUs a waking thread of an ML job looks at for one to take (see preempt_target). */
+#define SCAN_CPUS 64
 
 /* 6.12 names */
 void scx_bpf_dispatch(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags) __ksym __weak;
@@ -72,13 +76,22 @@ struct {
 	__type(value, struct scx_decision);
 } decisions SEC(".maps");
 
+/* Processes of ML jobs (by tgid), from the daemon: their threads without a decision of their
+ * own (a phase not yet or no longer known, helper threads) are still threads of the job. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, u32);
+} jobs SEC(".maps");
+
 struct cpu_state {
 	u64 started_ns; /* when the running task went on this CPU; 0 while none runs */
 	u64 vtime;      /* its virtual time then */
 	u32 class;      /* its class */
 	u32 weight;     /* its weight */
 	u32 tgid;       /* its process */
-	u32 decided;    /* whether the daemon decided for it */
+	u32 decided;    /* whether it is a thread of an ML job (is_ml) */
 };
 
 struct {
@@ -133,9 +146,12 @@ static u32 node_of(s32 cpu)
 {
 	if (cpu < 0 || cpu >= MAX_CPUS)
 		return 0;
-	/* The mask keeps the index provably in bounds for the verifier, whatever the compiler
-	 * makes of the check above. */
-	u32 node = cpu_node[(u32)cpu & (MAX_CPUS - 1)];
+	/* The mask keeps the index provably in bounds for the verifier; the empty asm hides the
+	 * check above from the compiler, which would otherwise drop the mask as redundant (and
+	 * did, where the index came from a loop). */
+	u32 index = (u32)cpu;
+	asm volatile("" : "+r"(index));
+	u32 node = cpu_node[index & (MAX_CPUS - 1)];
 	return node < nr_nodes ? node : 0;
 }
 
@@ -184,6 +200,13 @@ static struct scx_decision *decision_of(const struct task_struct *p)
 	return bpf_map_lookup_elem(&decisions, &tid);
 }
 
+/* Whether a task is a thread of an ML job: it has a decision, or its process is a job's. */
+static bool is_ml(const struct task_struct *p, const struct scx_decision *d)
+{
+	u32 tgid = p->tgid;
+	return d || bpf_map_lookup_elem(&jobs, &tgid);
+}
+
 static u64 slice_of(const struct scx_decision *d)
 {
 	return d && d->slice_us ? (u64)d->slice_us * 1000 : SLICE_DFL_NS;
@@ -195,10 +218,10 @@ static u64 weight_of(const struct task_struct *p, const struct scx_decision *d)
 	return weight ? weight : 100;
 }
 
-/* Whether a thread the daemon decided for, waking with virtual time `vtime` (and class
- * `class`), takes the CPU from the task running there now. A latency-class thread preempts any
- * task not of its class. A thread of another class preempts only a task without a decision
- * (not an ML thread), and only when it is owed the CPU: its virtual time is more than
+/* Whether a thread of an ML job, waking with virtual time `vtime` (and class `class`), takes
+ * the CPU from the task running there now. A latency-class thread preempts any task not of its
+ * class. A thread of another class preempts only a task of no ML job, and only when it is owed
+ * the CPU: its virtual time is more than
  * WAKEUP_GRAN_NS behind that task's as of now (which has advanced by the time that task has
  * run, scaled by its weight) -- so a thread handing work to another (a collective's ranks, a
  * GPU feeder back from a synchronize) does not wait out a CPU-bound task's whole slice, and
@@ -216,6 +239,37 @@ static bool takes_cpu(const struct cpu_state *running, const struct task_struct 
 	u64 ran = bpf_ktime_get_ns() - running->started_ns;
 	u64 running_vtime = running->vtime + ran * 100 / (running->weight ? running->weight : 100);
 	return vtime_before(vtime + WAKEUP_GRAN_NS, running_vtime);
+}
+
+/* The CPU a waking thread of an ML job takes: its own CPU where takes_cpu allows, else the
+ * first of up to SCAN_CPUS others (from the next one on, within its decision's node if it has
+ * one) running a task of no ML job that it may take the CPU from. A thread whose own CPU runs the thread that
+ * woke it runs beside it rather than waiting for it, as it would have under the kernel's own
+ * scheduler. -1: none; the thread is queued. */
+static s32 preempt_target(const struct task_struct *p, const struct scx_decision *d, u32 class, u64 vtime, s32 first)
+{
+	for (u32 i = 0; i < SCAN_CPUS; i++) {
+		if (i >= nr_cpus)
+			break;
+		u32 cpu = (u32)first + i;
+		if (cpu >= nr_cpus)
+			cpu -= nr_cpus;
+		if (cpu >= MAX_CPUS)
+			break;
+		if (d && d->node >= 0 && node_of(cpu) != (u32)d->node)
+			continue;
+		struct cpu_state *running = bpf_map_lookup_elem(&cpus, &cpu);
+		if (!running)
+			continue;
+		/* On another CPU than its own, a thread takes only a task of no ML job: a latency
+		 * thread (a DataLoader worker prefetching) must not cut into the GPU feeder the
+		 * job runs elsewhere. */
+		if (i > 0 && running->decided)
+			continue;
+		if (takes_cpu(running, p, class, vtime) && bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+			return cpu;
+	}
+	return -1;
 }
 
 SEC("struct_ops/ringside_select_cpu")
@@ -240,6 +294,7 @@ void BPF_PROG(ringside_enqueue, struct task_struct *p, u64 enq_flags)
 	s32 cpu = scx_bpf_task_cpu(p);
 	u64 slice = slice_of(d);
 	u32 node = node_of(cpu);
+	bool ml = is_ml(p, d);
 
 	if (c) {
 		c->enqueued++;
@@ -251,7 +306,7 @@ void BPF_PROG(ringside_enqueue, struct task_struct *p, u64 enq_flags)
 			node = d->node;
 		else if (c)
 			c->fallbacks++;
-	} else if (!d || (enq_flags & SCX_ENQ_WAKEUP)) {
+	} else if (!ml || (enq_flags & SCX_ENQ_WAKEUP)) {
 		/* A thread of an ML job whose slice ran out stays: its CPU picks again right now,
 		 * and its weight makes that pick likely its own. */
 		node = balanced_node(p, node);
@@ -263,20 +318,15 @@ void BPF_PROG(ringside_enqueue, struct task_struct *p, u64 enq_flags)
 	p->scx.dsq_vtime = vtime;
 
 	u32 class = d ? d->class : SCX_CLASS_DEFAULT;
-	if (d && (enq_flags & SCX_ENQ_WAKEUP) && cpu >= 0 && cpu < MAX_CPUS) {
-		u32 key = cpu;
-		struct cpu_state *running = bpf_map_lookup_elem(&cpus, &key);
-		if (running && takes_cpu(running, p, class, vtime)) {
-			if (bpf_cpumask_test_cpu(cpu, p->cpus_ptr)) {
-				/* SCX_ENQ_PREEMPT on a CPU's local queue ends the running task's slice;
-				 * SCX_ENQ_HEAD puts this one first there. */
-				insert(p, SCX_DSQ_LOCAL_ON | cpu, slice, enq_flags | SCX_ENQ_PREEMPT | SCX_ENQ_HEAD);
-				if (c)
-					c->preempted++;
-				return;
-			}
+	if (ml && (enq_flags & SCX_ENQ_WAKEUP) && cpu >= 0 && cpu < MAX_CPUS) {
+		s32 target = preempt_target(p, d, class, vtime, cpu);
+		if (target >= 0) {
+			/* SCX_ENQ_PREEMPT on a CPU's local queue ends the running task's slice;
+			 * SCX_ENQ_HEAD puts this one first there. */
+			insert(p, SCX_DSQ_LOCAL_ON | target, slice, enq_flags | SCX_ENQ_PREEMPT | SCX_ENQ_HEAD);
 			if (c)
-				c->fallbacks++;
+				c->preempted++;
+			return;
 		}
 	}
 
@@ -284,7 +334,7 @@ void BPF_PROG(ringside_enqueue, struct task_struct *p, u64 enq_flags)
 	 * virtual time more than WAKEUP_GRAN_NS behind the latest any task started at) carries on
 	 * where it is: going round its node's queue would put it behind a CPU-bound task's whole
 	 * slice in the middle of a step. Its weight still bounds what it takes. */
-	if (d && !(enq_flags & SCX_ENQ_WAKEUP) && vtime_before(vtime + WAKEUP_GRAN_NS, vtime_now)) {
+	if (ml && !(enq_flags & SCX_ENQ_WAKEUP) && vtime_before(vtime + WAKEUP_GRAN_NS, vtime_now)) {
 		insert(p, SCX_DSQ_LOCAL, slice, enq_flags);
 		if (c)
 			c->continued++;
@@ -335,7 +385,7 @@ void BPF_PROG(ringside_running, struct task_struct *p)
 		state->class = class;
 		state->weight = weight_of(p, d);
 		state->tgid = p->tgid;
-		state->decided = d != NULL;
+		state->decided = is_ml(p, d);
 	}
 	if (c) {
 		if (class == SCX_CLASS_LATENCY)

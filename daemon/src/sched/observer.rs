@@ -302,6 +302,11 @@ impl Observer {
             return;
         }
         tracing::info!(pid, job, comm, reason, "tracking ML process");
+        if let Some(scheduler) = &self.scx {
+            if let Err(e) = scheduler.add_job(pid) {
+                tracing::warn!(pid, "sched_ext: {e}");
+            }
+        }
         self.processes.insert(
             pid,
             Process {
@@ -327,6 +332,9 @@ impl Observer {
         }
         self.probe.untrack(pid);
         self.probe.detach_process(pid);
+        if let Some(scheduler) = &self.scx {
+            scheduler.remove_job(pid);
+        }
         let gone: Vec<u32> = self.tasks.iter().filter(|(_, t)| t.pid == pid).map(|(tid, _)| *tid).collect();
         for tid in gone {
             self.tasks.remove(&tid);
