@@ -336,23 +336,23 @@ async fn two_browsers_see_each_others_acknowledgements_live() -> Result<()> {
             .await?;
             assert!(seen.contains(&format!("Acknowledged by {name}")), "{seen}");
         }
-        // The filters: nothing is left unacknowledged, both show under Acknowledged.
-        a.find(Locator::Css("#alert-state-filter")).await?.select_by_value("unacknowledged").await?;
-        eventually("empty Unacknowledged view", WAIT, || async { text_of(&a, "#no-alerts").await }).await?;
-        a.find(Locator::Css("#alert-state-filter")).await?.select_by_value("acknowledged").await?;
-        eventually("both under Acknowledged", WAIT, || async {
-            Ok((a.find_all(Locator::Css("#alert-list li.alert")).await?.len() == 2).then_some(()))
-        })
-        .await?;
-        // The severity filter: both are warnings, so "error and above" hides them and
-        // "warning and above" brings them back.
-        a.find(Locator::Css("#alert-severity-filter")).await?.select_by_value("error").await?;
-        eventually("no alert at error and above", WAIT, || async { text_of(&a, "#no-alerts").await }).await?;
-        a.find(Locator::Css("#alert-severity-filter")).await?.select_by_value("warning").await?;
-        eventually("both at warning and above", WAIT, || async {
-            Ok((a.find_all(Locator::Css("#alert-list li.alert")).await?.len() == 2).then_some(()))
-        })
-        .await?;
+        // The filters: nothing is left unacknowledged, both show under Acknowledged; both are
+        // warnings, so "error and above" hides them and "warning and above" brings them back.
+        for (filter, value, shown) in [
+            ("#alert-state-filter", "unacknowledged", 0),
+            ("#alert-state-filter", "acknowledged", 2),
+            ("#alert-severity-filter", "error", 0),
+            ("#alert-severity-filter", "warning", 2),
+        ] {
+            a.find(Locator::Css(filter)).await?.select_by_value(value).await?;
+            eventually(&format!("{shown} alerts listed with {filter} = {value}"), WAIT, || async {
+                if shown == 0 {
+                    return Ok(text_of(&a, "#no-alerts").await?.map(|_| ()));
+                }
+                Ok((a.find_all(Locator::Css("#alert-list li.alert")).await?.len() == shown).then_some(()))
+            })
+            .await?;
+        }
         // Each alert's history lists its acknowledgement.
         a.find(Locator::Css(&format!("li[data-alert-id='{}'] details.history summary", ids[0]))).await?.click().await?;
         let history = text_of(&a, &format!("li[data-alert-id='{}'] .transitions", ids[0])).await?.unwrap_or_default();

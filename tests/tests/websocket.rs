@@ -184,38 +184,22 @@ async fn bad_frames_get_an_error_and_the_connection_survives() -> anyhow::Result
 }
 
 #[tokio::test]
-async fn sigint_stops_it_as_sigterm_does() -> anyhow::Result<()> {
-    let mut daemon = Daemon::start(DaemonOptions::default())?;
-    let mut client = daemon.ws(None).await?;
-    client.next(WAIT).await?;
-    let status = daemon.stop_with("INT")?;
-    assert!(status.success(), "ringsided exits 0 on SIGINT (Ctrl-C), got {status}");
-    let closed = loop {
-        match tokio::time::timeout(WAIT, futures_util::StreamExt::next(&mut client.socket)).await? {
-            Some(Ok(tokio_tungstenite::tungstenite::Message::Close(frame))) => break frame,
-            Some(Ok(_)) => continue,
-            other => panic!("expected a close frame, got {other:?}"),
-        }
-    };
-    assert!(closed.is_some(), "the client is told the server is going away");
-    Ok(())
-}
-
-#[tokio::test]
-async fn sigterm_closes_clients_and_exits_cleanly() -> anyhow::Result<()> {
-    let mut daemon = Daemon::start(DaemonOptions::default())?;
-    let mut client = daemon.ws(None).await?;
-    client.next(WAIT).await?;
-    let status = daemon.terminate()?;
-    assert!(status.success(), "ringsided exits 0 on SIGTERM, got {status}");
-    let close = loop {
-        match tokio::time::timeout(WAIT, futures_util::StreamExt::next(&mut client.socket)).await? {
-            Some(Ok(tokio_tungstenite::tungstenite::Message::Close(frame))) => break frame,
-            Some(Ok(_)) => continue,
-            other => panic!("expected a close frame, got {other:?}"),
-        }
-    };
-    let close = close.expect("close frame with a code");
-    assert_eq!(u16::from(close.code), 1001);
+async fn sigterm_and_sigint_close_clients_and_exit_cleanly() -> anyhow::Result<()> {
+    for signal in ["TERM", "INT"] {
+        let mut daemon = Daemon::start(DaemonOptions::default())?;
+        let mut client = daemon.ws(None).await?;
+        client.next(WAIT).await?;
+        let status = daemon.stop_with(signal)?;
+        assert!(status.success(), "ringsided exits 0 on SIG{signal}, got {status}");
+        let close = loop {
+            match tokio::time::timeout(WAIT, futures_util::StreamExt::next(&mut client.socket)).await? {
+                Some(Ok(tokio_tungstenite::tungstenite::Message::Close(frame))) => break frame,
+                Some(Ok(_)) => continue,
+                other => panic!("SIG{signal}: expected a close frame, got {other:?}"),
+            }
+        };
+        let close = close.expect("close frame with a code");
+        assert_eq!(u16::from(close.code), 1001, "SIG{signal}: going away");
+    }
     Ok(())
 }
