@@ -2,7 +2,7 @@
 # Checks the CUDA backend on a GPU node: builds and runs the CUDA tests, then the GPU benchmark,
 # and prints their figures. Run from anywhere in the repository: scripts/gpu-check.sh
 #
-# Needs the NVIDIA driver (libcuda.so.1) and NVRTC (libnvrtc.so.13 or .12) on the library path;
+# Needs the NVIDIA driver (libcuda.so.1) and NVRTC (libnvrtc.so.13 or .12) on the library path.
 # The NVRTC major version must not be newer than the driver's CUDA version (NVRTC 13 writes PTX
 # that only a CUDA 13 driver loads). RINGSIDE_REQUIRE_CUDA makes a test fail, not skip, where the
 # device cannot be used.

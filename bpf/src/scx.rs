@@ -273,11 +273,6 @@ impl ScxScheduler {
         self.skel.maps.jobs.delete(&pid.to_ne_bytes()).is_ok()
     }
 
-    /// Processes marked as part of an ML job.
-    pub fn jobs(&self) -> usize {
-        self.skel.maps.jobs.keys().count()
-    }
-
     /// Threads with a decision.
     pub fn decided(&self) -> usize {
         self.skel.maps.decisions.keys().count()

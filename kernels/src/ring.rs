@@ -104,12 +104,6 @@ unsafe impl RingMemory for HeapRing {
     }
 }
 
-#[inline(always)]
-fn capacity_of<M: RingMemory>(memory: &M) -> u64 {
-    memory.mask() + 1
-}
-
-/// Pointer to slot `index`'s first byte.
 /// Where the slots are, copied into each end at construction so the message path reads them
 /// from its own struct, not through the shared memory's pointer.
 #[derive(Clone, Copy)]
@@ -124,6 +118,12 @@ impl Geometry {
         Geometry { slots: memory.slots(), mask: memory.mask(), slot_size: memory.slot_size() }
     }
 
+    #[inline(always)]
+    fn capacity(&self) -> u64 {
+        self.mask + 1
+    }
+
+    /// Pointer to slot `index`'s first byte.
     #[inline(always)]
     fn slot(&self, index: u64) -> *mut u8 {
         // SAFETY: `index & mask` < capacity and the memory holds capacity * slot_size bytes.
@@ -221,7 +221,7 @@ impl<M: RingMemory> Producer<M> {
 
     #[inline]
     pub fn capacity(&self) -> usize {
-        capacity_of(&*self.shared) as usize
+        self.geometry.capacity() as usize
     }
 
     pub fn message_size(&self) -> usize {
@@ -231,7 +231,7 @@ impl<M: RingMemory> Producer<M> {
     /// Free slots, reloading the consumer's index only when the cached one says full.
     #[inline]
     fn free(&self) -> u64 {
-        let capacity = self.geometry.mask + 1;
+        let capacity = self.geometry.capacity();
         let head = self.head.get();
         let mut free = capacity - (head - self.tail_cache.get());
         if free == 0 {
@@ -311,7 +311,7 @@ impl<M: RingMemory> Consumer<M> {
 
     #[inline]
     pub fn capacity(&self) -> usize {
-        capacity_of(&*self.shared) as usize
+        self.geometry.capacity() as usize
     }
 
     pub fn message_size(&self) -> usize {

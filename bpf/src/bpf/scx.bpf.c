@@ -91,7 +91,7 @@ struct cpu_state {
 	u32 class;      /* its class */
 	u32 weight;     /* its weight */
 	u32 tgid;       /* its process */
-	u32 decided;    /* whether it is a thread of an ML job (is_ml) */
+	u32 ml;         /* whether it is a thread of an ML job (is_ml) */
 };
 
 struct {
@@ -221,9 +221,8 @@ static u64 weight_of(const struct task_struct *p, const struct scx_decision *d)
 /* Whether a thread of an ML job, waking with virtual time `vtime` (and class `class`), takes
  * the CPU from the task running there now. A latency-class thread preempts any task not of its
  * class. A thread of another class preempts only a task of no ML job, and only when it is owed
- * the CPU: its virtual time is more than
- * WAKEUP_GRAN_NS behind that task's as of now (which has advanced by the time that task has
- * run, scaled by its weight) -- so a thread handing work to another (a collective's ranks, a
+ * the CPU: its virtual time is more than WAKEUP_GRAN_NS behind that task's as of now (which
+ * has advanced by the time that task has run, scaled by its weight) -- so a thread handing work to another (a collective's ranks, a
  * GPU feeder back from a synchronize) does not wait out a CPU-bound task's whole slice, and
  * fairness still bounds what it takes. A thread of the running task's own process never
  * preempts it: that task is most likely the one waking it, and may hold the lock the woken
@@ -234,7 +233,7 @@ static bool takes_cpu(const struct cpu_state *running, const struct task_struct 
 		return false;
 	if (class == SCX_CLASS_LATENCY)
 		return running->class != SCX_CLASS_LATENCY;
-	if (running->decided)
+	if (running->ml)
 		return false;
 	u64 ran = bpf_ktime_get_ns() - running->started_ns;
 	u64 running_vtime = running->vtime + ran * 100 / (running->weight ? running->weight : 100);
@@ -243,9 +242,9 @@ static bool takes_cpu(const struct cpu_state *running, const struct task_struct 
 
 /* The CPU a waking thread of an ML job takes: its own CPU where takes_cpu allows, else the
  * first of up to SCAN_CPUS others (from the next one on, within its decision's node if it has
- * one) running a task of no ML job that it may take the CPU from. A thread whose own CPU runs the thread that
- * woke it runs beside it rather than waiting for it, as it would have under the kernel's own
- * scheduler. -1: none; the thread is queued. */
+ * one) running a task of no ML job that it may take the CPU from. A thread whose own CPU runs
+ * the thread that woke it runs beside it rather than waiting for it, as it would have under the
+ * kernel's own scheduler. -1: none; the thread is queued. */
 static s32 preempt_target(const struct task_struct *p, const struct scx_decision *d, u32 class, u64 vtime, s32 first)
 {
 	for (u32 i = 0; i < SCAN_CPUS; i++) {
@@ -264,7 +263,7 @@ static s32 preempt_target(const struct task_struct *p, const struct scx_decision
 		/* On another CPU than its own, a thread takes only a task of no ML job: a latency
 		 * thread (a DataLoader worker prefetching) must not cut into the GPU feeder the
 		 * job runs elsewhere. */
-		if (i > 0 && running->decided)
+		if (i > 0 && running->ml)
 			continue;
 		if (takes_cpu(running, p, class, vtime) && bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
 			return cpu;
@@ -385,7 +384,7 @@ void BPF_PROG(ringside_running, struct task_struct *p)
 		state->class = class;
 		state->weight = weight_of(p, d);
 		state->tgid = p->tgid;
-		state->decided = is_ml(p, d);
+		state->ml = is_ml(p, d);
 	}
 	if (c) {
 		if (class == SCX_CLASS_LATENCY)
@@ -405,7 +404,8 @@ void BPF_PROG(ringside_stopping, struct task_struct *p, bool runnable)
 	u64 ran = bpf_ktime_get_ns() - state->started_ns;
 	state->started_ns = 0;
 	state->class = SCX_CLASS_DEFAULT;
-	p->scx.dsq_vtime += ran * 100 / weight_of(p, decision_of(p));
+	/* The weight it went on the CPU with (running), not a second look-up of its decision. */
+	p->scx.dsq_vtime += ran * 100 / (state->weight ? state->weight : 100);
 }
 
 SEC("struct_ops/ringside_enable")

@@ -265,9 +265,7 @@ impl CudaKernel {
                 StreamStatus::Idle => format!("{kernel} returned as soon as it started"),
                 StreamStatus::Busy if !started => {
                     // It may start later: tell it to return at once, and never free what it uses.
-                    let _ = cb.control.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-                        Some(w & !(0xff << CONTROL_STOP_SHIFT) | STOP_ABORT << CONTROL_STOP_SHIFT)
-                    });
+                    launched.abort_now();
                     launched.leaked = true;
                     format!("{kernel} did not start within {START_LIMIT:?}; is the GPU busy with other work?")
                 }
@@ -322,10 +320,10 @@ impl CudaKernel {
         });
     }
 
-    /// Sets the stop request whatever the state is.
-    fn force_stop(&self, stop: u64) {
+    /// Asks the device to return at once, dropping what is queued, whatever the state is.
+    fn abort_now(&self) {
         let _ = self.cb().control.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-            Some(control_word(state_at(w & 0xff), stop, w >> CONTROL_CALIBRATION_SHIFT, generation_of(w) + 1))
+            Some(w & !(0xff << CONTROL_STOP_SHIFT) | STOP_ABORT << CONTROL_STOP_SHIFT)
         });
     }
 
@@ -390,7 +388,7 @@ impl CudaKernel {
                 // A drain that does not finish becomes an abort: the device drops what is
                 // queued and returns as soon as it polls again.
                 if how == Terminate::Drain {
-                    self.force_stop(STOP_ABORT);
+                    self.abort_now();
                     wait_until(Duration::from_secs(1), || self.memory.stream_status() != StreamStatus::Busy);
                     if self.memory.stream_status() != StreamStatus::Busy {
                         self.stopped();
@@ -603,10 +601,7 @@ impl Drop for CudaKernel {
     fn drop(&mut self) {
         if self.running.load(Ordering::Acquire) && !self.leaked && self.terminate(Terminate::Abort).is_err() {
             // Not a lifecycle step from here (e.g. Failed while running): stop it anyway.
-            let cb = self.cb();
-            let _ = cb.control.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-                Some(w & !(0xff << CONTROL_STOP_SHIFT) | STOP_ABORT << CONTROL_STOP_SHIFT)
-            });
+            self.abort_now();
             wait_until(TERMINATE_LIMIT, || self.memory.stream_status() != StreamStatus::Busy);
             if self.memory.stream_status() == StreamStatus::Busy {
                 self.leaked = true;
