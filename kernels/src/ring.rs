@@ -18,12 +18,28 @@
 //! Keeping it to one word matters: a cross-core queue is bound by the cache lines it moves,
 //! so the header is paid for in throughput on every message.
 //!
+//! # Slot flags (rings between threads)
+//!
+//! Polling `head` costs the consumer a cache-line transfer per message whenever it keeps up
+//! with the producer: each store to `head` takes the line away, each load brings it back. On a
+//! [`HeapRing`] ([`RingMemory::SLOT_FLAGS`]) the header itself says whether a slot is
+//! published: bit 0 of the enqueue time carries the parity of the slot's lap around the ring
+//! (`1` on laps 0, 2, 4…, `0` on laps 1, 3…; fresh slots are zero, so unpublished). The
+//! producer writes the payload, then the header with `Release`; the consumer loads the header
+//! with `Acquire` and takes the slot when its flag matches the lap it expects. It never reads
+//! `head`, so the only lines that move towards it are the slots it reads anyway, several
+//! messages to a line. Freeing slots is unchanged (`tail`, read by the producer only when its
+//! cached copy says full), and the producer still stores `head` after each publication, for
+//! [`Consumer::len`] and for wake-up protocols that pair it with a fence. The price is one bit
+//! of the clock: enqueue times on these rings are even nanoseconds.
+//! Rings in device memory keep the index protocol (their device side polls `head`).
+//!
 //! Where the indices and slots live is [`RingMemory`]'s business: the heap for two threads
 //! ([`ring`]), or pinned memory mapped into a GPU, whose kernel is the other end (the CUDA
 //! backend). The ends are generic over it, so the heap ring compiles to the same code as if
 //! it were the only kind.
 
-use std::cell::{Cell, UnsafeCell};
+use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -49,8 +65,12 @@ pub fn elapsed_ns(enqueued: u64, now_ns: u64) -> u64 {
 /// `slots()` must point to `(mask() + 1) * slot_size()` bytes, 8-byte aligned, that stay valid
 /// (and are touched by nothing but this ring's two ends) while `self` lives; `slot_size()` must
 /// be a multiple of 8 of at least [`SLOT_HEADER`] + the ends' message size; `mask() + 1` must be
-/// a power of two. `head` and `tail` start at 0.
+/// a power of two. `head` and `tail` start at 0. With `SLOT_FLAGS`, `slots()` must also be
+/// aligned for `AtomicU64` and zeroed at the start.
 pub unsafe trait RingMemory: Send + Sync {
+    /// Whether slots carry their lap's flag in the header's bit 0 and the consumer detects
+    /// published slots from it (see the module's "Slot flags") instead of loading `head`.
+    const SLOT_FLAGS: bool = false;
     /// Next slot to write; written only by the producer.
     fn head(&self) -> &AtomicU64;
     /// Next slot to read; written only by the consumer.
@@ -67,7 +87,8 @@ struct CacheLine(AtomicU64);
 pub struct HeapRing {
     head: CacheLine,
     tail: CacheLine,
-    slots: Box<[UnsafeCell<u8>]>,
+    /// Words, so slot headers (at multiples of 8 bytes) are aligned for `AtomicU64`.
+    slots: Box<[UnsafeCell<u64>]>,
     mask: u64,
     slot_size: usize,
 }
@@ -77,10 +98,10 @@ pub struct HeapRing {
 unsafe impl Sync for HeapRing {}
 unsafe impl Send for HeapRing {}
 
-// SAFETY: `slots` holds capacity * slot_size bytes (built by `ring`, which checks the sizes);
-// Box<[u8]>'s data is at least 1-aligned only, so `ring` rounds slot_size to 8 and copies with
-// unaligned accesses.
+// SAFETY: `slots` holds capacity * slot_size bytes, zeroed, in u64 words (built by `ring`,
+// which checks the sizes and rounds slot_size to a multiple of 8), so every header is aligned.
 unsafe impl RingMemory for HeapRing {
+    const SLOT_FLAGS: bool = true;
     #[inline(always)]
     fn head(&self) -> &AtomicU64 {
         &self.head.0
@@ -91,8 +112,8 @@ unsafe impl RingMemory for HeapRing {
     }
     #[inline(always)]
     fn slots(&self) -> *mut u8 {
-        // UnsafeCell<u8> has the layout of u8.
-        UnsafeCell::raw_get(self.slots.as_ptr())
+        // UnsafeCell<u64> has the layout of u64.
+        UnsafeCell::raw_get(self.slots.as_ptr()).cast()
     }
     #[inline(always)]
     fn mask(&self) -> u64 {
@@ -129,6 +150,24 @@ impl Geometry {
         // SAFETY: `index & mask` < capacity and the memory holds capacity * slot_size bytes.
         unsafe { self.slots.add((index & self.mask) as usize * self.slot_size) }
     }
+
+    /// The flag a slot's header carries once message `index` is in it: 1 on even laps, 0 on
+    /// odd ones (fresh, zeroed slots hold 0: unpublished for lap 0).
+    #[inline(always)]
+    fn lap_flag(&self, index: u64) -> u64 {
+        u64::from(index & self.capacity() == 0)
+    }
+
+    /// Slot `index`'s header as an atomic word.
+    ///
+    /// # Safety
+    /// Only for memories with `SLOT_FLAGS`, whose slots are aligned for `AtomicU64`.
+    #[inline(always)]
+    unsafe fn header(&self, index: u64) -> &AtomicU64 {
+        // SAFETY: in bounds (see `slot`), aligned per the contract, and headers of flagged rings
+        // are only accessed through this atomic view.
+        unsafe { AtomicU64::from_ptr(self.slot(index).cast()) }
+    }
 }
 
 /// Packs a slot header: payload length and the enqueue time's low 48 bits.
@@ -163,39 +202,45 @@ pub fn check_sizes(capacity: usize, message_size: usize) -> Result<(), RingError
 
 /// Creates a ring of `capacity` slots of `message_size` payload bytes.
 pub fn ring(capacity: usize, message_size: usize) -> Result<(Producer, Consumer), RingError> {
-    check_sizes(capacity, message_size)?;
-    let slot_size = slot_size(message_size);
-    let slots = (0..capacity * slot_size).map(|_| UnsafeCell::new(0)).collect();
-    let shared = Arc::new(HeapRing {
-        head: CacheLine(AtomicU64::new(0)),
-        tail: CacheLine(AtomicU64::new(0)),
-        slots,
-        mask: capacity as u64 - 1,
-        slot_size,
-    });
+    let shared = Arc::new(HeapRing::new(capacity, message_size)?);
     Ok((Producer::new(shared.clone(), message_size), Consumer::new(shared, message_size)))
 }
 
-/// The writing end. `Send`, not `Sync`: one thread produces.
+impl HeapRing {
+    fn new(capacity: usize, message_size: usize) -> Result<HeapRing, RingError> {
+        check_sizes(capacity, message_size)?;
+        let slot_size = slot_size(message_size);
+        Ok(HeapRing {
+            head: CacheLine(AtomicU64::new(0)),
+            tail: CacheLine(AtomicU64::new(0)),
+            slots: (0..capacity * slot_size / 8).map(|_| UnsafeCell::new(0)).collect(),
+            mask: capacity as u64 - 1,
+            slot_size,
+        })
+    }
+}
+
+/// The writing end. Its methods take `&mut self`: one thread produces, and the compiler may
+/// keep the end's own indices in registers across a loop of pushes.
 pub struct Producer<M: RingMemory = HeapRing> {
     shared: Arc<M>,
     geometry: Geometry,
-    head: Cell<u64>,
-    tail_cache: Cell<u64>,
+    head: u64,
+    tail_cache: u64,
     message_size: usize,
 }
 
-// SAFETY: `geometry.slots` points into the memory the `Arc` keeps alive; the ends are used by
-// one thread at a time (they are not Sync), as without the copied pointer.
+// SAFETY: `geometry.slots` points into the memory the `Arc` keeps alive; each end is one
+// thread's at a time (its methods take `&mut self`), as without the copied pointer.
 unsafe impl<M: RingMemory> Send for Producer<M> {}
 unsafe impl<M: RingMemory> Send for Consumer<M> {}
 
-/// The reading end. `Send`, not `Sync`: one thread consumes.
+/// The reading end; `&mut self` like the producer: one thread consumes.
 pub struct Consumer<M: RingMemory = HeapRing> {
     shared: Arc<M>,
     geometry: Geometry,
-    tail: Cell<u64>,
-    head_cache: Cell<u64>,
+    tail: u64,
+    head_cache: u64,
     message_size: usize,
 }
 
@@ -213,8 +258,8 @@ impl<M: RingMemory> Producer<M> {
         Producer {
             geometry: Geometry::of(&*memory),
             shared: memory,
-            head: Cell::new(0),
-            tail_cache: Cell::new(0),
+            head: 0,
+            tail_cache: 0,
             message_size,
         }
     }
@@ -230,13 +275,12 @@ impl<M: RingMemory> Producer<M> {
 
     /// Free slots, reloading the consumer's index only when the cached one says full.
     #[inline]
-    fn free(&self) -> u64 {
+    fn free(&mut self) -> u64 {
         let capacity = self.geometry.capacity();
-        let head = self.head.get();
-        let mut free = capacity - (head - self.tail_cache.get());
+        let mut free = capacity - (self.head - self.tail_cache);
         if free == 0 {
-            self.tail_cache.set(self.shared.tail().load(Ordering::Acquire));
-            free = capacity - (head - self.tail_cache.get());
+            self.tail_cache = self.shared.tail().load(Ordering::Acquire);
+            free = capacity - (self.head - self.tail_cache);
         }
         free
     }
@@ -244,7 +288,7 @@ impl<M: RingMemory> Producer<M> {
     /// Messages waiting (as the producer sees it).
     #[inline]
     pub fn len(&self) -> usize {
-        (self.head.get() - self.shared.tail().load(Ordering::Acquire)) as usize
+        self.head.saturating_sub(self.shared.tail().load(Ordering::Acquire)) as usize
     }
 
     #[inline]
@@ -252,37 +296,42 @@ impl<M: RingMemory> Producer<M> {
         self.len() == 0
     }
 
+    /// Writes message `index` into its slot; with slot flags this also publishes it.
     #[inline]
     fn write(&self, index: u64, payload: &[u8], enqueued_ns: u64) {
         let slot = self.geometry.slot(index);
         // SAFETY: the slot at `index` is free (index < tail + capacity, checked by the caller)
-        // so the consumer does not read it; it spans `slot_size` bytes inside `slots`, and
-        // `payload.len() <= message_size` (checked by the callers).
+        // so the consumer does not read its payload; it spans `slot_size` bytes inside `slots`,
+        // and `payload.len() <= message_size` (checked by the callers).
         unsafe {
-            slot.cast::<u64>().write_unaligned(pack_header(payload.len(), enqueued_ns));
             copy_words(payload.as_ptr(), slot.add(SLOT_HEADER), payload.len());
+            if M::SLOT_FLAGS {
+                let header = pack_header(payload.len(), enqueued_ns & !1) | self.geometry.lap_flag(index);
+                self.geometry.header(index).store(header, Ordering::Release);
+            } else {
+                slot.cast::<u64>().write_unaligned(pack_header(payload.len(), enqueued_ns));
+            }
         }
     }
 
     /// Enqueues one message; `false` when the ring is full. Panics if `payload` is longer than
     /// the ring's message size (a caller bug, not a runtime condition).
     #[inline]
-    pub fn push(&self, payload: &[u8], enqueued_ns: u64) -> bool {
+    pub fn push(&mut self, payload: &[u8], enqueued_ns: u64) -> bool {
         assert!(payload.len() <= self.message_size, "payload of {} bytes exceeds the slot", payload.len());
         if self.free() == 0 {
             return false;
         }
-        let head = self.head.get();
-        self.write(head, payload, enqueued_ns);
-        self.head.set(head + 1);
-        self.shared.head().store(head + 1, Ordering::Release);
+        self.write(self.head, payload, enqueued_ns);
+        self.head += 1;
+        self.shared.head().store(self.head, Ordering::Release);
         true
     }
 
     /// Enqueues as many of `payloads` as fit, publishing them with one store; returns how many.
-    pub fn push_batch<'a>(&self, payloads: impl IntoIterator<Item = &'a [u8]>, enqueued_ns: u64) -> usize {
+    pub fn push_batch<'a>(&mut self, payloads: impl IntoIterator<Item = &'a [u8]>, enqueued_ns: u64) -> usize {
         let free = self.free();
-        let head = self.head.get();
+        let head = self.head;
         let mut written = 0u64;
         for payload in payloads.into_iter().take(free as usize) {
             assert!(payload.len() <= self.message_size, "payload of {} bytes exceeds the slot", payload.len());
@@ -290,8 +339,8 @@ impl<M: RingMemory> Producer<M> {
             written += 1;
         }
         if written > 0 {
-            self.head.set(head + written);
-            self.shared.head().store(head + written, Ordering::Release);
+            self.head = head + written;
+            self.shared.head().store(self.head, Ordering::Release);
         }
         written as usize
     }
@@ -303,8 +352,8 @@ impl<M: RingMemory> Consumer<M> {
         Consumer {
             geometry: Geometry::of(&*memory),
             shared: memory,
-            tail: Cell::new(0),
-            head_cache: Cell::new(0),
+            tail: 0,
+            head_cache: 0,
             message_size,
         }
     }
@@ -318,20 +367,30 @@ impl<M: RingMemory> Consumer<M> {
         self.message_size
     }
 
+    /// Messages known to be published from the tail on (index protocol only).
     #[inline]
-    fn available(&self) -> u64 {
-        let tail = self.tail.get();
-        let mut available = self.head_cache.get() - tail;
+    fn available(&mut self) -> u64 {
+        let mut available = self.head_cache - self.tail;
         if available == 0 {
-            self.head_cache.set(self.shared.head().load(Ordering::Acquire));
-            available = self.head_cache.get() - tail;
+            self.head_cache = self.shared.head().load(Ordering::Acquire);
+            available = self.head_cache - self.tail;
         }
         available
     }
 
+    /// Message `index`'s header if it is published (slot-flag protocol only).
+    #[inline(always)]
+    fn published(&self, index: u64) -> Option<u64> {
+        // SAFETY: called only when M::SLOT_FLAGS.
+        let header = unsafe { self.geometry.header(index) }.load(Ordering::Acquire);
+        (header & 1 == self.geometry.lap_flag(index)).then_some(header)
+    }
+
+    /// Messages waiting, from the published `head` (a flagged ring's consumer may already
+    /// have taken messages whose `head` store it has not seen yet: then 0).
     #[inline]
     pub fn len(&self) -> usize {
-        (self.shared.head().load(Ordering::Acquire) - self.tail.get()) as usize
+        self.shared.head().load(Ordering::Acquire).saturating_sub(self.tail) as usize
     }
 
     #[inline]
@@ -339,16 +398,29 @@ impl<M: RingMemory> Consumer<M> {
         self.len() == 0
     }
 
+    /// Message `index`'s header when it is published, else `None`.
+    #[inline(always)]
+    fn header_if_published(&mut self, index: u64) -> Option<u64> {
+        if M::SLOT_FLAGS {
+            self.published(index).map(|header| header & !1)
+        } else if index < self.tail + self.available() {
+            // SAFETY: published (index < head, loaded with Acquire) and not rewritten before
+            // `tail` passes it; the header was written by the producer (host or device).
+            Some(unsafe { self.geometry.slot(index).cast::<u64>().read_unaligned() })
+        } else {
+            None
+        }
+    }
+
+    /// Copies message `index` (whose header is `header`) into `out`.
     #[inline]
-    fn read(&self, index: u64, out: &mut [u8]) -> Received {
+    fn read(&self, index: u64, header: u64, out: &mut [u8]) -> Received {
         let slot = self.geometry.slot(index);
-        // SAFETY: the slot was published (index < head, loaded with Acquire) and is not
-        // rewritten before `tail` passes it; the header was written by `Producer::write`.
-        let header = unsafe { slot.cast::<u64>().read_unaligned() };
         let (len, enqueued_ns) = ((header >> TIME_BITS) as usize, header & TIME_MASK);
         let len = len.min(self.message_size);
         let copied = len.min(out.len());
-        // SAFETY: as above; `copied` <= message_size keeps the read inside the slot, and
+        // SAFETY: the slot is published (its header was seen with Acquire) and is not rewritten
+        // before `tail` passes it; `copied` <= message_size keeps the read inside the slot, and
         // `copied` <= out.len() inside `out`.
         unsafe { copy_words(slot.add(SLOT_HEADER), out.as_mut_ptr(), copied) };
         Received { len, enqueued_ns }
@@ -356,55 +428,108 @@ impl<M: RingMemory> Consumer<M> {
 
     /// Dequeues one message into `out` (truncated to `out`'s length; `len` tells the full size).
     #[inline]
-    pub fn pop(&self, out: &mut [u8]) -> Option<Received> {
-        if self.available() == 0 {
-            return None;
-        }
-        let tail = self.tail.get();
-        let received = self.read(tail, out);
-        self.tail.set(tail + 1);
-        self.shared.tail().store(tail + 1, Ordering::Release);
+    pub fn pop(&mut self, out: &mut [u8]) -> Option<Received> {
+        let header = self.header_if_published(self.tail)?;
+        let received = self.read(self.tail, header, out);
+        self.tail += 1;
+        self.shared.tail().store(self.tail, Ordering::Release);
         Some(received)
     }
 
     /// Hands up to `max` waiting messages to `each` (payload, metadata), freeing their slots
     /// with one store; returns how many.
-    pub fn pop_batch(&self, max: usize, scratch: &mut [u8], mut each: impl FnMut(&[u8], Received)) -> usize {
-        let count = self.available().min(max as u64);
-        let tail = self.tail.get();
-        for i in 0..count {
-            let received = self.read(tail + i, scratch);
+    pub fn pop_batch(&mut self, max: usize, scratch: &mut [u8], mut each: impl FnMut(&[u8], Received)) -> usize {
+        let tail = self.tail;
+        // Never more than a lap: past it the flags would repeat.
+        let max = (max as u64).min(self.geometry.capacity());
+        let mut count = 0;
+        while count < max {
+            let Some(header) = self.header_if_published(tail + count) else { break };
+            let received = self.read(tail + count, header, scratch);
             each(&scratch[..received.len.min(scratch.len())], received);
+            count += 1;
         }
         if count > 0 {
-            self.tail.set(tail + count);
+            self.tail = tail + count;
             self.shared.tail().store(tail + count, Ordering::Release);
         }
         count as usize
     }
 }
 
-/// Copies `len` bytes in 8-byte words, then the remaining bytes: for the small messages rings
-/// carry this is a few moves, where `copy_nonoverlapping` with a run-time length is a call.
+/// Copies `len` bytes. Ring messages are mostly a few words: up to 16 bytes this is two
+/// (possibly overlapping) loads and stores with no loop and no call, so the message path stays
+/// in registers; longer messages go to `copy_nonoverlapping`.
 ///
 /// # Safety
 /// `src` must be readable and `dst` writable for `len` bytes, and the two must not overlap.
 #[inline(always)]
 pub(crate) unsafe fn copy_words(src: *const u8, dst: *mut u8, len: usize) {
-    let words = len / 8;
-    for i in 0..words {
-        // SAFETY: 8 * i + 8 <= len, within both ranges per the contract.
-        unsafe { dst.add(8 * i).cast::<u64>().write_unaligned(src.add(8 * i).cast::<u64>().read_unaligned()) };
-    }
-    for i in 8 * words..len {
-        // SAFETY: i < len, within both ranges per the contract.
-        unsafe { *dst.add(i) = *src.add(i) };
+    // SAFETY (every block): each access lies within the first `len` bytes of `src` or `dst`,
+    // per the branch's bounds on `len`.
+    unsafe {
+        if len > 16 {
+            std::ptr::copy_nonoverlapping(src, dst, len);
+        } else if len >= 8 {
+            let (first, last) = (src.cast::<u64>().read_unaligned(), src.add(len - 8).cast::<u64>().read_unaligned());
+            dst.cast::<u64>().write_unaligned(first);
+            dst.add(len - 8).cast::<u64>().write_unaligned(last);
+        } else if len >= 4 {
+            let (first, last) = (src.cast::<u32>().read_unaligned(), src.add(len - 4).cast::<u32>().read_unaligned());
+            dst.cast::<u32>().write_unaligned(first);
+            dst.add(len - 4).cast::<u32>().write_unaligned(last);
+        } else if len > 0 {
+            let (first, middle, last) = (*src, *src.add(len / 2), *src.add(len - 1));
+            *dst = first;
+            *dst.add(len / 2) = middle;
+            *dst.add(len - 1) = last;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A heap ring run by the index protocol, as rings in device memory are: the consumer
+    /// polls `head` instead of the slots' flags.
+    struct IndexRing(HeapRing);
+
+    // SAFETY: delegates to a HeapRing, whose memory satisfies the contract.
+    unsafe impl RingMemory for IndexRing {
+        fn head(&self) -> &AtomicU64 {
+            self.0.head()
+        }
+        fn tail(&self) -> &AtomicU64 {
+            self.0.tail()
+        }
+        fn slots(&self) -> *mut u8 {
+            self.0.slots()
+        }
+        fn mask(&self) -> u64 {
+            self.0.mask()
+        }
+        fn slot_size(&self) -> usize {
+            self.0.slot_size()
+        }
+    }
+
+    fn index_ring(capacity: usize, message_size: usize) -> (Producer<IndexRing>, Consumer<IndexRing>) {
+        let memory = Arc::new(IndexRing(HeapRing::new(capacity, message_size).unwrap()));
+        (Producer::new(memory.clone(), message_size), Consumer::new(memory, message_size))
+    }
+
+    #[test]
+    fn copies_every_length() {
+        let src: Vec<u8> = (1..=40).collect();
+        for len in 0..=40 {
+            let mut dst = [0u8; 40];
+            // SAFETY: both buffers hold 40 bytes, len <= 40, distinct arrays.
+            unsafe { copy_words(src.as_ptr(), dst.as_mut_ptr(), len) };
+            assert_eq!(&dst[..len], &src[..len], "length {len}");
+            assert!(dst[len..].iter().all(|&b| b == 0), "nothing past length {len}");
+        }
+    }
 
     #[test]
     fn sizes_are_checked() {
@@ -416,28 +541,38 @@ mod tests {
         assert!(ring(8, 8).is_ok());
     }
 
-    #[test]
-    fn fifo_full_and_empty() {
-        let (tx, rx) = ring(4, 8).unwrap();
+    fn fifo_full_and_empty<M: RingMemory>((mut tx, mut rx): (Producer<M>, Consumer<M>)) {
         let mut out = [0u8; 8];
         assert_eq!(rx.pop(&mut out), None);
-        for i in 0..4u8 {
-            assert!(tx.push(&[i; 3], u64::from(i)));
+        for lap in 0..5u64 {
+            for i in 0..4u8 {
+                assert!(tx.push(&[i; 3], 10 * lap + 2 * u64::from(i)));
+            }
+            assert!(!tx.push(&[9], 9), "full");
+            assert_eq!((tx.len(), rx.len()), (4, 4));
+            for i in 0..4u8 {
+                let got = rx.pop(&mut out).unwrap();
+                assert_eq!((got.len, got.enqueued_ns, &out[..3]), (3, 10 * lap + 2 * u64::from(i), &[i; 3][..]));
+            }
+            assert_eq!(rx.pop(&mut out), None, "a slot of the last lap is not taken again");
+            assert_eq!((tx.len(), rx.len()), (0, 0));
         }
-        assert!(!tx.push(&[9], 9), "full");
-        assert_eq!((tx.len(), rx.len()), (4, 4));
-        for i in 0..4u8 {
-            let got = rx.pop(&mut out).unwrap();
-            assert_eq!((got.len, got.enqueued_ns, &out[..3]), (3, u64::from(i), &[i; 3][..]));
-        }
-        assert_eq!(rx.pop(&mut out), None);
-        assert!(tx.push(&[7], 7), "slots are reused after wrap-around");
+    }
+
+    #[test]
+    fn fifo_full_and_empty_with_slot_flags() {
+        fifo_full_and_empty(ring(4, 8).unwrap());
+    }
+
+    #[test]
+    fn fifo_full_and_empty_with_indices() {
+        fifo_full_and_empty(index_ring(4, 8));
     }
 
     #[test]
     fn enqueue_times_wrap_at_48_bits() {
-        let (tx, rx) = ring(2, 8).unwrap();
-        let late = (1u64 << 48) + 5; // the clock just passed the 48-bit boundary
+        let (mut tx, mut rx) = ring(2, 8).unwrap();
+        let late = (1u64 << 48) + 6; // the clock just passed the 48-bit boundary
         assert!(tx.push(&[1], late - 10));
         let got = rx.pop(&mut [0u8; 8]).unwrap();
         assert_eq!(elapsed_ns(got.enqueued_ns, late), 10);
@@ -445,32 +580,49 @@ mod tests {
     }
 
     #[test]
-    fn batches() {
-        let (tx, rx) = ring(8, 4).unwrap();
+    fn flagged_rings_keep_even_nanoseconds_and_indexed_rings_all() {
+        let (mut tx, mut rx) = ring(2, 8).unwrap();
+        assert!(tx.push(&[1], 1001));
+        assert_eq!(rx.pop(&mut [0u8; 8]).unwrap().enqueued_ns, 1000, "bit 0 is the lap flag");
+        let (mut tx, mut rx) = index_ring(2, 8);
+        assert!(tx.push(&[1], 1001));
+        assert_eq!(rx.pop(&mut [0u8; 8]).unwrap().enqueued_ns, 1001);
+    }
+
+    fn batches<M: RingMemory>((mut tx, mut rx): (Producer<M>, Consumer<M>)) {
         let messages: Vec<[u8; 4]> = (0..10u32).map(|i| i.to_le_bytes()).collect();
-        assert_eq!(tx.push_batch(messages.iter().map(|m| &m[..]), 5), 8, "only 8 fit");
-        let mut seen = Vec::new();
-        let mut scratch = [0u8; 4];
-        assert_eq!(
-            rx.pop_batch(5, &mut scratch, |p, r| seen.push((u32::from_le_bytes(p.try_into().unwrap()), r.enqueued_ns))),
-            5
-        );
-        assert_eq!(
-            rx.pop_batch(100, &mut scratch, |p, _| seen.push((u32::from_le_bytes(p.try_into().unwrap()), 5))),
-            3
-        );
-        assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), (0..8).collect::<Vec<_>>());
+        for _ in 0..3 {
+            assert_eq!(tx.push_batch(messages.iter().map(|m| &m[..]), 4), 8, "only 8 fit");
+            let mut seen = Vec::new();
+            let mut scratch = [0u8; 4];
+            let mut take = |max| {
+                rx.pop_batch(max, &mut scratch, |p, r| seen.push((u32::from_le_bytes(p.try_into().unwrap()), r.enqueued_ns)))
+            };
+            assert_eq!(take(5), 5);
+            assert_eq!(take(100), 3);
+            assert_eq!(take(100), 0);
+            assert_eq!(seen, (0..8).map(|i| (i, 4)).collect::<Vec<_>>());
+        }
     }
 
     #[test]
-    fn two_threads_move_a_million_messages_in_order() {
-        let (tx, rx) = ring(1024, 8).unwrap();
-        const N: u64 = 1_000_000;
+    fn batches_with_slot_flags() {
+        batches(ring(8, 4).unwrap());
+    }
+
+    #[test]
+    fn batches_with_indices() {
+        batches(index_ring(8, 4));
+    }
+
+    /// Moves `n` messages between two threads; each carries a value and its index (as the
+    /// enqueue time), and the consumer checks order, loss and a checksum.
+    fn two_threads<M: RingMemory + 'static>((mut tx, mut rx): (Producer<M>, Consumer<M>), n: u64) {
         let producer = std::thread::spawn(move || {
             let mut sum = 0u64;
-            for i in 0..N {
+            for i in 0..n {
                 let value = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                while !tx.push(&value.to_le_bytes(), i) {
+                while !tx.push(&value.to_le_bytes(), 2 * i) {
                     std::hint::spin_loop();
                 }
                 sum = sum.wrapping_add(value);
@@ -480,9 +632,9 @@ mod tests {
         let mut out = [0u8; 8];
         let mut sum = 0u64;
         let mut expected = 0u64;
-        while expected < N {
+        while expected < n {
             if let Some(got) = rx.pop(&mut out) {
-                assert_eq!(got.enqueued_ns, expected, "in order, none lost or repeated");
+                assert_eq!(got.enqueued_ns, 2 * expected, "in order, none lost or repeated");
                 sum = sum.wrapping_add(u64::from_le_bytes(out));
                 expected += 1;
             } else {
@@ -490,5 +642,17 @@ mod tests {
             }
         }
         assert_eq!(producer.join().unwrap(), sum, "checksum matches");
+    }
+
+    #[test]
+    fn two_threads_move_a_million_messages_in_order() {
+        two_threads(ring(1024, 8).unwrap(), if cfg!(miri) { 2_000 } else { 1_000_000 });
+        // A small ring wraps often: flags of consecutive laps alternate quickly.
+        two_threads(ring(2, 8).unwrap(), if cfg!(miri) { 500 } else { 200_000 });
+    }
+
+    #[test]
+    fn two_threads_move_a_million_messages_in_order_with_indices() {
+        two_threads(index_ring(1024, 8), if cfg!(miri) { 2_000 } else { 1_000_000 });
     }
 }

@@ -1,12 +1,15 @@
 //! `cargo xtask <command>`: Ringside's build automation, in Rust.
 //!
 //! - `setup [--test]`: installs what is missing (the wasm32 target; on Debian as root the apt
-//!   packages; `--test` adds Chromium, ChromeDriver and promtool). Idempotent.
+//!   packages; `--test` adds Chromium, ChromeDriver, promtool and Alertmanager, and a pinned
+//!   nightly toolchain with Miri). Idempotent.
 //! - `console`: builds the console (wasm32, `wasm-release` profile) and runs wasm-bindgen (as a
 //!   library pinned to the exact `wasm-bindgen` version in Cargo.lock) into `frontend/dist/`.
 //! - `run [-- ARGS]`: setup, console, release build of `ringsided`, then runs it with ARGS.
 //! - `test`: setup --test, console, every test of the workspace (unit, end-to-end, browser),
-//!   then `vm-test`.
+//!   the ring's tests under Miri (`miri`), then `vm-test`.
+//! - `miri`: the ring's unit tests under Miri, which checks every access for undefined
+//!   behaviour and data races and emulates weak memory, over several scheduling seeds.
 //! - `vm-test`: the sched_ext scheduler in a guest kernel under qemu (see [`vm`]).
 //! - `vm-header`: refreshes `bpf/src/bpf/vmlinux_scx.h` from the guest kernel build.
 //! - `bench [ring|gpu|daemon|sched|guest]`: the ring queue against rtrb and crossbeam-channel,
@@ -28,6 +31,8 @@ use anyhow::{bail, Context, Result};
 /// programs), the tests the second too.
 const BUILD_PACKAGES: &[&str] = &["clang-19", "libelf-dev", "zlib1g-dev", "pkg-config"];
 const TEST_PACKAGES: &[&str] = &["chromium", "chromium-driver", "prometheus", "prometheus-alertmanager"];
+/// Miri ships with nightly toolchains only; a dated one keeps the check reproducible.
+const MIRI_TOOLCHAIN: &str = "nightly-2026-05-20";
 
 fn main() {
     if let Err(e) = run() {
@@ -60,6 +65,7 @@ fn run() -> Result<()> {
         }
         Some("test") => test(&root),
         Some("vm-test") => vm::run(&root, &guest_options(&args, false)),
+        Some("miri") => setup(true).and_then(|()| miri()),
         Some("vm-header") => vm::update_header(&root),
         Some("bench") => {
             let which = args.get(1).map(String::as_str).unwrap_or("all");
@@ -88,7 +94,7 @@ fn run() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | vm-test | vm-header | bench [ring|gpu|daemon|sched|guest]>"
+                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | miri | vm-test | vm-header | bench [ring|gpu|daemon|sched|guest]>"
             );
             std::process::exit(2);
         }
@@ -162,8 +168,35 @@ fn setup(for_tests: bool) -> Result<()> {
     let mut wanted: Vec<&str> = BUILD_PACKAGES.to_vec();
     if for_tests {
         wanted.extend_from_slice(TEST_PACKAGES);
+        if !succeeds("rustup", &["run", MIRI_TOOLCHAIN, "cargo", "miri", "--version"]) {
+            let args = ["toolchain", "install", MIRI_TOOLCHAIN, "--profile", "minimal", "--component", "miri,rust-src"];
+            step(&format!("rustup {}", args.join(" ")));
+            if !succeeds("rustup", &args) {
+                bail!("`rustup {}` failed; run it by hand and retry", args.join(" "));
+            }
+        }
     }
     install(&wanted)
+}
+
+/// The ring's unit tests under Miri: every slot access, index and flag is checked for data
+/// races and undefined behaviour, with weak-memory emulation, over four scheduling seeds. The
+/// tests shrink their message counts under `cfg(miri)`.
+fn miri() -> Result<()> {
+    let args = ["miri", "test", "-p", "ringside-kernels", "--lib", "ring::"];
+    step(&format!("cargo +{MIRI_TOOLCHAIN} {}", args.join(" ")));
+    let status = Command::new("rustup")
+        .args(["run", MIRI_TOOLCHAIN, "cargo"])
+        .args(args)
+        // The outer (stable) cargo's path would otherwise be used by cargo-miri.
+        .env_remove("CARGO")
+        .env("MIRIFLAGS", "-Zmiri-many-seeds=0..4")
+        .status()
+        .context("cannot run rustup")?;
+    if !status.success() {
+        bail!("the ring's tests failed under Miri ({status})");
+    }
+    Ok(())
 }
 
 /// Installs the Debian packages of `wanted` that are missing (as root; else says how).
@@ -314,12 +347,16 @@ fn test(root: &Path) -> Result<()> {
     // Cargo builds `ringsided` (embedding the console just built) before any test runs, since
     // its package has integration tests; the end-to-end tests start that binary. Building it
     // here separately would resolve features differently and compile the dependencies twice.
-    let tests = cargo(&["test", "--workspace", "--no-fail-fast"]);
-    // The sched_ext scheduler runs only in a kernel that has sched_ext: a guest's.
-    let guest = vm::run(root, &guest_options(&[], false));
-    match (tests, guest) {
-        (Ok(()), Ok(())) => Ok(()),
-        (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
-        (Err(a), Err(b)) => Err(a.context(format!("and the guest test failed too: {b:#}"))),
+    let results = [
+        ("the workspace's tests", cargo(&["test", "--workspace", "--no-fail-fast"])),
+        ("Miri", miri()),
+        // The sched_ext scheduler runs only in a kernel that has sched_ext: a guest's.
+        ("the guest test", vm::run(root, &guest_options(&[], false))),
+    ];
+    let failed: Vec<String> =
+        results.iter().filter_map(|(what, r)| r.as_ref().err().map(|e| format!("{what}: {e:#}"))).collect();
+    if !failed.is_empty() {
+        bail!("{}", failed.join("; "));
     }
+    Ok(())
 }

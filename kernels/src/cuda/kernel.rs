@@ -493,7 +493,8 @@ impl CudaKernel {
         if payload.len() > self.options.message_size {
             return Err(KernelError::TooLarge { len: payload.len(), max: self.options.message_size });
         }
-        if self.memory.input.push(payload, self.device_now()) {
+        let now = self.device_now();
+        if self.memory.input.push(payload, now) {
             return Ok(());
         }
         let outcome = match self.options.backpressure {
@@ -502,7 +503,8 @@ impl CudaKernel {
                 let deadline = Instant::now() + limit;
                 loop {
                     std::thread::yield_now();
-                    if self.memory.input.push(payload, self.device_now()) {
+                    let now = self.device_now();
+                    if self.memory.input.push(payload, now) {
                         break Ok(());
                     }
                     if Instant::now() >= deadline {
