@@ -4,15 +4,16 @@
 //! - `echo` is the canary: one probe per tick; a probe unanswered for `answer_timeout_ms` marks
 //!   the kernel as not answering (a `kernel_error` alert) until it answers again, and its round
 //!   trip feeds the `high_latency` alert;
-//! - `stats` is fed the host's per-CPU utilisation samples (the scheduler's run-queue latencies
-//!   once the scheduler exists);
+//! - `stats` is fed the run-queue latencies (µs) of the threads the scheduler's probe tracks
+//!   (`input = "runq_latency"`, the default) or the host's per-CPU utilisation each tick
+//!   (`input = "cpu_utilization"`); its latest summary is reported with its metrics;
 //! - `saxpy` gets `batches` synthetic vectors per tick, a steady throughput load.
 
 use std::time::{Duration, Instant};
 
 use ringside_kernels::builtin;
 use ringside_kernels::{Backend, Backpressure, Kernel, KernelError, LaunchOptions};
-use ringside_shared::{KernelState, KernelStateChange};
+use ringside_shared::{KernelState, KernelStateChange, KernelStatsOutput};
 use serde::Deserialize;
 
 use crate::pipeline::{MetricsSource, Sample, SourceError, SourceStatus};
@@ -42,7 +43,13 @@ pub struct KernelConfig {
     /// `saxpy`: vectors sent per tick.
     #[serde(default = "default_batches")]
     pub batches: u32,
+    /// `stats`: what it is fed, `runq_latency` or `cpu_utilization`.
+    #[serde(default = "default_input")]
+    pub input: String,
 }
+
+/// What a `stats` kernel can be fed: (config value, unit of its summary).
+pub const STATS_INPUTS: [(&str, &str); 2] = [("runq_latency", "us"), ("cpu_utilization", "pct")];
 
 fn default_backend() -> String {
     "cpu".into()
@@ -65,6 +72,9 @@ fn default_answer_ms() -> u64 {
 fn default_batches() -> u32 {
     100
 }
+fn default_input() -> String {
+    STATS_INPUTS[0].0.into()
+}
 
 impl KernelConfig {
     /// The kernel every node runs unless the config says otherwise: an `echo` canary.
@@ -79,6 +89,7 @@ impl KernelConfig {
             wait_timeout_ms: default_wait_ms(),
             answer_timeout_ms: default_answer_ms(),
             batches: default_batches(),
+            input: default_input(),
         }
     }
 
@@ -108,9 +119,10 @@ impl KernelConfig {
             ));
         }
         let min_size = if self.kernel == "stats" { ringside_kernels::builtin::StatsSummary::BYTES } else { 16 };
-        if !(min_size..=65_536).contains(&self.message_size) {
+        let max_size = ringside_kernels::ring::MAX_MESSAGE;
+        if !(min_size..=max_size).contains(&self.message_size) {
             return Err(format!(
-                "kernel {}: message_size {} must be from {min_size} to 65536",
+                "kernel {}: message_size {} must be from {min_size} to {max_size}",
                 self.id, self.message_size
             ));
         }
@@ -127,6 +139,9 @@ impl KernelConfig {
         }
         if self.batches > 100_000 {
             return Err(format!("kernel {}: batches must be at most 100000", self.id));
+        }
+        if !STATS_INPUTS.iter().any(|(name, _)| *name == self.input) {
+            return Err(format!("kernel {}: input {:?} must be runq_latency or cpu_utilization", self.id, self.input));
         }
         Ok(LaunchOptions { queue_capacity: self.queue_capacity, message_size: self.message_size, backpressure })
     }
@@ -154,6 +169,8 @@ pub struct KernelSource {
     probe_seq: u64,
     /// The canary's unanswered probe: (sequence number, when it was sent).
     outstanding: Option<(u64, Instant)>,
+    /// A `stats` kernel's latest result.
+    stats: Option<builtin::StatsSummary>,
     scratch: Vec<u8>,
 }
 
@@ -184,6 +201,7 @@ impl KernelSource {
             note,
             probe_seq: 0,
             outstanding: None,
+            stats: None,
         })
     }
 
@@ -212,16 +230,49 @@ impl KernelSource {
         }
     }
 
-    fn feed_stats(&mut self, sample: &Sample) {
-        if let Some(host) = &sample.host {
-            let max = self.config.message_size / 4;
-            let values: Vec<u8> =
-                host.per_cpu_utilization_pct.iter().take(max).flat_map(|v| (*v as f32).to_le_bytes()).collect();
-            if !values.is_empty() {
-                let _ = self.kernel.send(&values);
+    /// Keeps the latest summary the kernel answered with, then feeds it this tick's samples,
+    /// as many messages as they fill (a full ring drops and counts the rest). `Some(why)` when
+    /// its input is missing.
+    fn feed_stats(&mut self, sample: &Sample) -> Option<String> {
+        while let Some(len) = self.kernel.try_recv(&mut self.scratch) {
+            if let Some(summary) = builtin::StatsSummary::decode(&self.scratch[..len.min(self.scratch.len())]) {
+                self.stats = Some(summary);
             }
         }
-        self.kernel.discard_output();
+        let (values, missing): (Vec<f32>, Option<&str>) = match self.config.input.as_str() {
+            "cpu_utilization" => match &sample.host {
+                Some(host) => (host.per_cpu_utilization_pct.iter().map(|v| *v as f32).collect(), None),
+                None => (Vec::new(), Some("no host metrics this tick")),
+            },
+            // Microseconds: f32 keeps them exact to well below a microsecond up to seconds.
+            _ => match &sample.scheduler {
+                Some(_) => (sample.runq_latency_ns.iter().map(|ns| *ns as f32 / 1000.0).collect(), None),
+                None => (Vec::new(), Some("no run-queue samples: the scheduler is not running")),
+            },
+        };
+        for chunk in values.chunks((self.config.message_size / 4).max(1)) {
+            let bytes: Vec<u8> = chunk.iter().flat_map(|v| v.to_le_bytes()).collect();
+            if self.kernel.send(&bytes).is_err() {
+                break;
+            }
+        }
+        missing.map(str::to_string)
+    }
+
+    /// The summary in the snapshot's vocabulary.
+    fn output_stats(&self) -> Option<KernelStatsOutput> {
+        let summary = self.stats?;
+        let unit = STATS_INPUTS.iter().find(|(name, _)| *name == self.config.input).map_or("", |(_, unit)| unit);
+        Some(KernelStatsOutput {
+            input: self.config.input.clone(),
+            unit: unit.into(),
+            count: summary.count,
+            mean: summary.mean.into(),
+            p50: summary.p50.into(),
+            p90: summary.p90.into(),
+            p99: summary.p99.into(),
+            max: summary.max.into(),
+        })
     }
 
     fn feed_saxpy(&mut self, tick: u64) {
@@ -247,21 +298,19 @@ impl MetricsSource for KernelSource {
     }
 
     fn collect(&mut self, sample: &mut Sample) -> Result<SourceStatus, SourceError> {
-        let silent = match self.config.kernel.as_str() {
-            "echo" => self.probe(),
-            "stats" => {
-                self.feed_stats(sample);
-                None
-            }
+        let (silent, missing_input) = match self.config.kernel.as_str() {
+            "echo" => (self.probe(), None),
+            "stats" => (None, self.feed_stats(sample)),
             _ => {
                 self.feed_saxpy(sample.taken_at_ms / 1000);
-                None
+                (None, None)
             }
         };
         let mut metrics = self.kernel.metrics();
         if let Some(why) = &silent {
             metrics.last_error = Some(why.clone());
         }
+        metrics.output_stats = self.output_stats();
         if metrics.state != self.last_state {
             sample.kernel_events.push(KernelStateChange {
                 kernel_id: metrics.id.clone(),
@@ -273,10 +322,11 @@ impl MetricsSource for KernelSource {
             self.last_state = metrics.state;
         }
         sample.kernels.push(metrics);
-        Ok(match (&self.note, silent) {
-            (_, Some(why)) => SourceStatus::Degraded(why),
-            (Some(note), None) => SourceStatus::Degraded(note.clone()),
-            (None, None) => SourceStatus::Up,
+        Ok(match (silent, &self.note, missing_input) {
+            (Some(why), _, _) => SourceStatus::Degraded(why),
+            (None, Some(note), _) => SourceStatus::Degraded(note.clone()),
+            (None, None, Some(why)) => SourceStatus::Degraded(why),
+            (None, None, None) => SourceStatus::Up,
         })
     }
 }
@@ -296,6 +346,10 @@ mod tests {
         assert!(bad(|c| c.kernel = "fft".into()).contains("echo, stats, saxpy"));
         assert!(bad(|c| c.backend = "tpu".into()).contains("cpu or cuda"));
         assert!(bad(|c| c.queue_capacity = 1000).contains("power of two"));
+        assert!(bad(|c| c.message_size = 65_536).contains("from 16 to 65535"));
+        let mut largest = KernelConfig::canary();
+        largest.message_size = 65_535;
+        assert!(KernelSource::launch(largest).is_ok(), "the largest size the check lets through launches");
         assert!(bad(|c| c.backpressure = "block".into()).contains("drop or wait"));
         assert!(bad(|c| c.id = "a b".into()).contains("letters"));
         let twice = vec![KernelConfig::canary(), KernelConfig::canary()];
@@ -343,6 +397,61 @@ mod tests {
         let mut recovered = Sample::new(6);
         assert_eq!(source.collect(&mut recovered).unwrap(), SourceStatus::Up);
         assert_eq!(recovered.kernels[0].last_error, None);
+    }
+
+    fn stats_kernel() -> KernelSource {
+        let config =
+            KernelConfig { id: "runq".into(), kernel: "stats".into(), message_size: 64, ..KernelConfig::canary() };
+        KernelSource::launch(config).unwrap()
+    }
+
+    /// Collects until the kernel's summary has counted `count` samples.
+    fn summary_of(source: &mut KernelSource, count: u64) -> KernelStatsOutput {
+        for tick in 0..100 {
+            let mut sample = Sample::new(100 + tick);
+            sample.scheduler = Some(Default::default());
+            source.collect(&mut sample).unwrap();
+            if let Some(stats) = sample.kernels[0].output_stats.clone().filter(|s| s.count == count) {
+                return stats;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("no summary of {count} samples");
+    }
+
+    #[test]
+    fn stats_summarises_the_run_queue_latencies_it_is_fed() {
+        let mut source = stats_kernel();
+        // 1..=100 µs, in ns, more than one message's worth (16 values a message).
+        let mut sample = Sample::new(1);
+        sample.scheduler = Some(Default::default());
+        sample.runq_latency_ns = (1..=100).map(|us| us * 1000).collect();
+        assert_eq!(source.collect(&mut sample).unwrap(), SourceStatus::Up);
+        let stats = summary_of(&mut source, 100);
+        assert_eq!((stats.input.as_str(), stats.unit.as_str()), ("runq_latency", "us"));
+        assert_eq!(stats.max, 100.0);
+        assert!((stats.mean - 50.5).abs() < 1e-3, "{stats:?}");
+        assert!((stats.p50 - 50.0).abs() <= 50.0 / 16.0, "{stats:?}");
+        assert!((stats.p99 - 99.0).abs() <= 99.0 / 16.0, "{stats:?}");
+        let metrics = source.kernel.metrics();
+        assert!(metrics.messages_processed >= 7, "100 samples in messages of 16: {metrics:?}");
+    }
+
+    #[test]
+    fn stats_without_the_scheduler_says_its_input_is_missing() {
+        let mut source = stats_kernel();
+        let mut sample = Sample::new(1);
+        sample.runq_latency_ns = vec![5000];
+        let status = source.collect(&mut sample).unwrap();
+        assert_eq!(status, SourceStatus::Degraded("no run-queue samples: the scheduler is not running".into()));
+        assert_eq!(sample.kernels[0].output_stats, None);
+        assert_eq!(source.kernel.metrics().messages_processed, 0, "nothing fed");
+    }
+
+    #[test]
+    fn stats_inputs_are_checked() {
+        let config = KernelConfig { kernel: "stats".into(), input: "gpu_temperature".into(), ..KernelConfig::canary() };
+        assert!(config.check().unwrap_err().contains("runq_latency or cpu_utilization"));
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub struct Sample {
     pub scheduler: Option<SchedulerTelemetry>,
     pub kernels: Vec<RingKernelMetrics>,
     pub kernel_events: Vec<KernelStateChange>,
+    /// Run-queue latencies (ns) of tracked threads since the last tick, from the scheduler
+    /// source (which runs before the kernels): what a `stats` kernel is fed.
+    pub runq_latency_ns: Vec<u64>,
 }
 
 impl Sample {

@@ -332,13 +332,82 @@ pub fn render(state: &NodeState) -> String {
                 );
             }
         }
+        kernel_stats(&mut e, &snapshot.kernels);
     }
     e.out
+}
+
+/// What `stats` kernels computed, per input, in base units: run-queue latencies in seconds,
+/// utilisation as a ratio.
+fn kernel_stats(e: &mut Exposition, kernels: &[ringside_shared::RingKernelMetrics]) {
+    let with_stats: Vec<(&str, &ringside_shared::KernelStatsOutput)> =
+        kernels.iter().filter_map(|k| Some((k.id.as_str(), k.output_stats.as_ref()?))).collect();
+    if with_stats.is_empty() {
+        return;
+    }
+    e.family("ringside_kernel_stats_samples_total", "counter", "Samples a stats ring kernel has summarised.");
+    for (id, s) in &with_stats {
+        e.sample("ringside_kernel_stats_samples_total", &[("kernel", id), ("input", &s.input)], s.count as f64);
+    }
+    let inputs = [
+        (
+            "runq_latency",
+            "ringside_kernel_stats_runq_latency_seconds",
+            "Run-queue latency of tracked ML threads, as a stats ring kernel summarises it.",
+            1e-6,
+        ),
+        (
+            "cpu_utilization",
+            "ringside_kernel_stats_cpu_utilization_ratio",
+            "Per-CPU utilisation, as a stats ring kernel summarises it.",
+            0.01,
+        ),
+    ];
+    for (input, name, help, scale) in inputs {
+        let of_input: Vec<_> = with_stats.iter().filter(|(_, s)| s.input == input).collect();
+        if of_input.is_empty() {
+            continue;
+        }
+        e.family(name, "gauge", help);
+        for (id, s) in of_input {
+            for (stat, value) in [("mean", s.mean), ("p50", s.p50), ("p90", s.p90), ("p99", s.p99), ("max", s.max)] {
+                e.sample(name, &[("kernel", id), ("stat", stat)], value * scale);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stats_kernels_are_exported_in_base_units() {
+        let kernel = |id: &str, input: &str, p99: f64| ringside_shared::RingKernelMetrics {
+            id: id.into(),
+            kernel: "stats".into(),
+            output_stats: Some(ringside_shared::KernelStatsOutput {
+                input: input.into(),
+                unit: "us".into(),
+                count: 7,
+                mean: 1.0,
+                p50: 1.0,
+                p90: 2.0,
+                p99,
+                max: 500.0,
+            }),
+            ..Default::default()
+        };
+        let mut e = Exposition::default();
+        kernel_stats(&mut e, &[kernel("runq", "runq_latency", 250.0), kernel("cpu", "cpu_utilization", 50.0)]);
+        assert!(e.out.contains("ringside_kernel_stats_samples_total{kernel=\"runq\",input=\"runq_latency\"} 7\n"));
+        assert!(e.out.contains("ringside_kernel_stats_runq_latency_seconds{kernel=\"runq\",stat=\"p99\"} 0.00025\n"));
+        assert!(e.out.contains("ringside_kernel_stats_cpu_utilization_ratio{kernel=\"cpu\",stat=\"p99\"} 0.5\n"));
+        assert_eq!(e.out.matches("# TYPE").count(), 3, "one family each:\n{}", e.out);
+        let mut none = Exposition::default();
+        kernel_stats(&mut none, &[]);
+        assert!(none.out.is_empty());
+    }
 
     #[test]
     fn formats() {

@@ -48,6 +48,7 @@ fn made_up_kernels(tick: u64) -> Vec<RingKernelMetrics> {
             bytes_out: 0,
             uptime_ms: 0,
             drop_rate: 0.0,
+            output_stats: None,
         })
         .collect()
 }

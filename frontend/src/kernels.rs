@@ -1,8 +1,8 @@
 //! The ring kernels panel: one card per kernel with its state, backend, throughput, drop rate,
-//! queue depths, last error, and its latency percentiles over time.
+//! queue depths, a `stats` kernel's result, last error, and its latency percentiles over time.
 
 use leptos::prelude::*;
-use ringside_shared::{KernelBackend, KernelState, RingKernelMetrics};
+use ringside_shared::{KernelBackend, KernelState, KernelStatsOutput, RingKernelMetrics};
 
 use crate::chart::{Series, TimeSeriesChart};
 use crate::store::Store;
@@ -19,6 +19,28 @@ fn state_class(state: KernelState) -> &'static str {
 
 fn micros(ns: Option<u64>) -> String {
     ns.map(|v| format!("{:.1} µs", v as f64 / 1000.0)).unwrap_or_else(|| "–".into())
+}
+
+/// A `stats` kernel's result: what it summarises and the summary.
+fn output_stats(stats: KernelStatsOutput) -> impl IntoView {
+    let what = match stats.input.as_str() {
+        "runq_latency" => "Run-queue latency of ML threads",
+        "cpu_utilization" => "Per-CPU utilisation",
+        other => other,
+    };
+    let unit = match stats.unit.as_str() {
+        "us" => " µs",
+        "pct" => " %",
+        other => other,
+    };
+    let value = |v: f64| format!("{v:.1}{unit}");
+    view! {
+        <div class="kernel-output" data-output="stats">
+            <span class="stat-label">{format!("{what} (computed by the kernel)")}</span>
+            <b>{format!("p50 {} · p90 {} · p99 {} · max {}", value(stats.p50), value(stats.p90), value(stats.p99), value(stats.max))}</b>
+            <span class="muted">{format!("{} samples, mean {}", stats.count, value(stats.mean))}</span>
+        </div>
+    }
 }
 
 #[component]
@@ -82,6 +104,7 @@ fn KernelCard(id: String) -> impl IntoView {
                     <span class="cpu-label">"in"</span>{queue(k.input_queue_depth, k.input_queue_capacity)}
                     <span class="cpu-label">"out"</span>{queue(k.output_queue_depth, k.output_queue_capacity)}
                 </div>
+                {k.output_stats.clone().map(output_stats)}
                 {k.last_error.clone().map(|e| view! { <div class="kernel-error" role="alert">{format!("Last error: {e}")}</div> })}
             }
         })

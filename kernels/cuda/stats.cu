@@ -2,7 +2,8 @@
 // [count: u64][mean, p50, p90, p99, max: f32]. Twin of `Stats` in kernels/src/builtin.rs, and
 // bit for bit the same: samples are scaled by RS_STATS_SCALE and truncated as Rust's `as u64`
 // does (saturating), the sum is a double added in sample order by one thread, and quantiles
-// are bucket midpoints found the way telemetry.rs's quantiles_of finds them.
+// are bucket midpoints found the way telemetry.rs's quantiles_of finds them, kept within the
+// largest sample.
 //
 // Kernel state (device memory): [0] count, [1] sum (double bits), [2] max (float bits); the
 // histogram is the kernel histogram, RS_BUCKETS counts.
@@ -89,7 +90,8 @@ struct Stats {
                             u64 low = rs_bucket_floor(bucket);
                             u64 high = bucket + 1 < RS_BUCKETS ? rs_bucket_floor(bucket + 1) : low;
                             u64 mid = low + (high > low ? high - low : 0) / 2;
-                            at[k] = __fdiv_rn(__ull2float_rn(mid), RS_STATS_SCALE);
+                            // Within the largest sample, as the twin's f32::min.
+                            at[k] = fminf(__fdiv_rn(__ull2float_rn(mid), RS_STATS_SCALE), max);
                             k++;
                         }
                     }

@@ -84,7 +84,9 @@ pub(crate) const STATS_SCALE: f32 = 1000.0;
 impl Stats {
     pub fn summary(&self) -> StatsSummary {
         let q = self.histogram.quantiles(&[0.5, 0.9, 0.99]);
-        let at = |i: usize| q[i].map(|v| v as f32 / STATS_SCALE).unwrap_or(0.0);
+        // A quantile is its bucket's midpoint, which can lie above the largest sample: kept
+        // within it (as the CUDA twin does with fminf).
+        let at = |i: usize| q[i].map(|v| (v as f32 / STATS_SCALE).min(self.max)).unwrap_or(0.0);
         StatsSummary {
             count: self.count,
             mean: if self.count == 0 { 0.0 } else { (self.sum / self.count as f64) as f32 },
@@ -220,6 +222,15 @@ mod tests {
         }
         assert!(stats.process(&bytes(&[f32::NAN]), &mut Vec::new()).is_err());
         assert!(stats.process(&bytes(&[-1.0]), &mut Vec::new()).is_err());
+    }
+
+    #[test]
+    fn stats_quantiles_never_exceed_the_largest_sample() {
+        // 100.0 scaled lies in the lower half of its bucket, whose midpoint is 100.352.
+        let mut out = Vec::new();
+        Stats::default().process(&bytes(&[100.0; 10]), &mut out).unwrap();
+        let s = StatsSummary::decode(&out).unwrap();
+        assert_eq!((s.p50, s.p90, s.p99, s.max), (100.0, 100.0, 100.0, 100.0));
     }
 
     #[test]

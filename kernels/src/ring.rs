@@ -255,13 +255,7 @@ pub struct Received {
 impl<M: RingMemory> Producer<M> {
     /// The producing end of `memory`, whose head is 0. Only one may exist per ring.
     pub(crate) fn new(memory: Arc<M>, message_size: usize) -> Self {
-        Producer {
-            geometry: Geometry::of(&*memory),
-            shared: memory,
-            head: 0,
-            tail_cache: 0,
-            message_size,
-        }
+        Producer { geometry: Geometry::of(&*memory), shared: memory, head: 0, tail_cache: 0, message_size }
     }
 
     #[inline]
@@ -349,13 +343,7 @@ impl<M: RingMemory> Producer<M> {
 impl<M: RingMemory> Consumer<M> {
     /// The consuming end of `memory`, whose tail is 0. Only one may exist per ring.
     pub(crate) fn new(memory: Arc<M>, message_size: usize) -> Self {
-        Consumer {
-            geometry: Geometry::of(&*memory),
-            shared: memory,
-            tail: 0,
-            head_cache: 0,
-            message_size,
-        }
+        Consumer { geometry: Geometry::of(&*memory), shared: memory, tail: 0, head_cache: 0, message_size }
     }
 
     #[inline]
@@ -596,7 +584,9 @@ mod tests {
             let mut seen = Vec::new();
             let mut scratch = [0u8; 4];
             let mut take = |max| {
-                rx.pop_batch(max, &mut scratch, |p, r| seen.push((u32::from_le_bytes(p.try_into().unwrap()), r.enqueued_ns)))
+                rx.pop_batch(max, &mut scratch, |p, r| {
+                    seen.push((u32::from_le_bytes(p.try_into().unwrap()), r.enqueued_ns))
+                })
             };
             assert_eq!(take(5), 5);
             assert_eq!(take(100), 3);

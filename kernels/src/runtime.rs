@@ -403,6 +403,7 @@ impl RingKernel {
             bytes_out: t.bytes_out.load(Ordering::Relaxed),
             uptime_ms: self.started.elapsed().as_millis() as u64,
             drop_rate: t.drop_rate(),
+            output_stats: None,
         }
     }
 }

@@ -465,17 +465,19 @@ pub struct Decision {
     pub cpus: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum KernelBackend {
+    #[default]
     Cpu,
     Cuda,
 }
 
 /// Lifecycle state of a ring kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum KernelState {
+    #[default]
     Created,
     Launched,
     Active,
@@ -486,7 +488,7 @@ pub enum KernelState {
 }
 
 /// Telemetry of one ring kernel, with the reference framework's field names.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RingKernelMetrics {
     pub id: String,
     /// Which built-in kernel this is (`echo`, `stats`, ...).
@@ -522,6 +524,28 @@ pub struct RingKernelMetrics {
     pub uptime_ms: u64,
     /// `dropped / (processed + dropped)` over the kernel's lifetime, 0-1.
     pub drop_rate: f64,
+    /// What a `stats` kernel last computed over everything it was fed; absent for other
+    /// kernels and before its first result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_stats: Option<KernelStatsOutput>,
+}
+
+/// A `stats` kernel's streaming summary of the samples it was fed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct KernelStatsOutput {
+    /// What it is fed: `runq_latency` (run-queue latencies of tracked ML threads, from the
+    /// scheduler's probe) or `cpu_utilization` (per-CPU utilisation each tick).
+    pub input: String,
+    /// Unit of the figures below: `us` or `pct`.
+    pub unit: String,
+    /// Samples summarised since the kernel started.
+    pub count: u64,
+    pub mean: f64,
+    /// Percentiles from the kernel's histogram (log-linear, within 1/16 of the value).
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
 }
 
 /// Aggregates over the last `window_ms`, from deltas of cumulative counters.

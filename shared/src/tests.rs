@@ -121,6 +121,7 @@ fn kernel() -> RingKernelMetrics {
         bytes_out: 0,
         uptime_ms: 0,
         drop_rate: 0.06,
+        output_stats: None,
     }
 }
 

@@ -14,6 +14,8 @@ const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// A rule that raises a critical alert from the host's real memory use.
 const CRITICAL_RULE: &str = "[[rules]]\nname = \"memory_critical\"\nmetric = \"host.memory_used_pct\"\nop = \">\"\nthreshold = 0.001\nseverity = \"critical\"\n";
 const CHROMIUM: &str = "/usr/bin/chromium";
+/// The default canary and a `stats` kernel fed the host's per-CPU utilisation every tick.
+const KERNELS: &str = "[[kernels]]\nid = \"canary\"\nkernel = \"echo\"\n\n[[kernels]]\nid = \"cpu-stats\"\nkernel = \"stats\"\ninput = \"cpu_utilization\"\n";
 
 /// ChromeDriver on a free port; killed on drop, also when the test fails.
 struct Driver(Child, u16);
@@ -147,6 +149,17 @@ async fn console_flow(client: &Client, daemon: &Daemon, downloads: &Path) -> Res
         draws_a_line(client, "[data-kernel-id='canary'] svg.chart path.line")
     })
     .await?;
+    // The stats kernel's own result: what it summarises, percentiles, how many samples.
+    let output = eventually("the stats kernel's summary", WAIT, || async {
+        Ok(text_of(client, "[data-kernel-id='cpu-stats'] [data-output='stats']")
+            .await?
+            .filter(|t| t.contains("samples")))
+    })
+    .await?;
+    assert!(
+        output.to_lowercase().contains("per-cpu utilisation") && output.contains("p99") && output.contains(" %"),
+        "{output}"
+    );
     let first = text_of(client, "#components-panel .muted").await?.unwrap_or_default();
     eventually("update counter moves", WAIT, || async {
         Ok(text_of(client, "#components-panel .muted").await?.filter(|t| *t != first))
@@ -208,7 +221,7 @@ async fn console_shows_live_data_acknowledges_and_downloads() -> Result<()> {
     let daemon = Daemon::start(DaemonOptions {
         token: None,
         interval_ms: 500,
-        config: LOW_MEMORY_THRESHOLDS.into(),
+        config: format!("{LOW_MEMORY_THRESHOLDS}\n{KERNELS}"),
         ..DaemonOptions::default()
     })?;
     let driver = Driver::start()?;

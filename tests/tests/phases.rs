@@ -79,7 +79,9 @@ fn agreement(timeline: &[Value], phase: &str, from: u64, to: u64) -> (u64, u64) 
 #[tokio::test(flavor = "multi_thread")]
 async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
     let _one = ONE_DAEMON.lock().await;
-    let daemon = Daemon::start(DaemonOptions { config: scheduler_config("observe"), ..DaemonOptions::default() })?;
+    // A `stats` ring kernel fed the run-queue latencies the probe samples.
+    let config = scheduler_config("observe") + "\n[[kernels]]\nid = \"runq\"\nkernel = \"stats\"\n";
+    let daemon = Daemon::start(DaemonOptions { config, ..DaemonOptions::default() })?;
     let dir = Scratch::new("phases");
     let workload = Workload::start(&dir.0, 1500, 3)?;
     let pid = workload.pid();
@@ -149,11 +151,20 @@ async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
     let snapshot = daemon.get_json("/api/snapshot").await?;
     let scheduler = &snapshot["scheduler"];
     assert!(scheduler["phase_transitions"].as_u64().unwrap_or(0) >= 8, "{scheduler}");
+    // The workload's threads waited in run queues; the stats kernel summarised those waits.
+    let kernel = snapshot["kernels"].as_array().and_then(|k| k.iter().find(|k| k["id"] == "runq")).cloned();
+    let stats = kernel.as_ref().map(|k| k["output_stats"].clone()).unwrap_or_default();
+    assert_eq!((&stats["input"], &stats["unit"]), (&Value::from("runq_latency"), &Value::from("us")), "{kernel:?}");
+    assert!(stats["count"].as_u64().unwrap_or(0) > 0, "run-queue samples summarised: {stats}");
+    let (p50, p99, max) = (stats["p50"].as_f64(), stats["p99"].as_f64(), stats["max"].as_f64());
+    assert!(matches!((p50, p99, max), (Some(a), Some(b), Some(c)) if a <= b && b <= c * 1.07), "{stats}");
     let decisions = scheduler["decisions"].as_array().unwrap();
     assert!(decisions.iter().any(|d| d["pid"] == pid && d["applied"] == false), "observe records decisions");
     wait_for(&daemon, "the exited workload leaving the table", 5, |s| process(s, pid).is_none()).await?;
     let metrics = daemon.get("/metrics").await?.text().await?;
     assert!(metrics.contains("zernel_scheduler_phase_time_pct{phase=\"gpu_compute\"}"), "{metrics}");
+    assert!(metrics.contains("ringside_kernel_stats_runq_latency_seconds{kernel=\"runq\",stat=\"p99\"}"), "{metrics}");
+    ringside_tests::promtool_check(&metrics)?;
     Ok(())
 }
 

@@ -238,6 +238,7 @@ mod tests {
             bytes_out: 0,
             uptime_ms: 0,
             drop_rate: 0.0,
+            output_stats: None,
         }
     }
 

@@ -67,7 +67,13 @@ pub struct Published {
     pub telemetry: Option<SchedulerTelemetry>,
     /// Why some part does not work (e.g. syscall tracepoints failed to attach).
     pub degraded: Option<String>,
+    /// Run-queue latencies (ns) of tracked threads since the metrics source last took them
+    /// (the newest [`RUNQ_PENDING`] at most): the `stats` ring kernel's input.
+    pub runq_latency_ns: Vec<u64>,
 }
+
+/// Run-queue samples kept for the metrics source between two ticks.
+pub const RUNQ_PENDING: usize = 16_384;
 
 struct Process {
     job: u32,
@@ -117,6 +123,8 @@ pub struct Observer {
     last_scan: Option<Instant>,
     thread_count: usize,
     skipped_runs: u64,
+    /// Run-queue samples of this window, published with it.
+    window_runq: Vec<u64>,
     published: Arc<Mutex<Published>>,
 }
 
@@ -193,6 +201,7 @@ impl Observer {
             last_scan: None,
             thread_count: 0,
             skipped_runs: 0,
+            window_runq: Vec::new(),
             published,
         }
     }
@@ -250,6 +259,9 @@ impl Observer {
         for event in self.probe.drain_events() {
             match event.kind {
                 EventKind::RunqWait { ns } => {
+                    if self.window_runq.len() < RUNQ_PENDING {
+                        self.window_runq.push(ns);
+                    }
                     if let Some(task) = self.tasks.get_mut(&event.tid) {
                         if task.runq.len() == RUNQ_SAMPLES {
                             task.runq.pop_front();
@@ -679,7 +691,7 @@ impl Observer {
         Some(status)
     }
 
-    fn publish(&self) {
+    fn publish(&mut self) {
         let mut distribution = PhaseValues::<u64>::default();
         for task in self.tasks.values() {
             *distribution.get_mut(task.phase.phase) += 1;
@@ -800,6 +812,11 @@ impl Observer {
         if let Ok(mut published) = self.published.lock() {
             published.telemetry = Some(telemetry);
             published.degraded = degraded;
+            let pending = &mut published.runq_latency_ns;
+            pending.append(&mut self.window_runq);
+            if pending.len() > RUNQ_PENDING {
+                pending.drain(..pending.len() - RUNQ_PENDING);
+            }
         }
     }
 }

@@ -180,7 +180,8 @@ impl MetricsSource for SchedulerSource {
         if running.thread.as_ref().is_some_and(|t| t.is_finished()) {
             return Err(SourceError("the scheduler's observer thread stopped".into()));
         }
-        let published = running.published.lock().map_err(|_| SourceError("observer state poisoned".into()))?;
+        let mut published = running.published.lock().map_err(|_| SourceError("observer state poisoned".into()))?;
+        sample.runq_latency_ns = std::mem::take(&mut published.runq_latency_ns);
         let Some(telemetry) = &published.telemetry else {
             return Ok(SourceStatus::Degraded("starting: no window observed yet".into()));
         };

@@ -595,6 +595,7 @@ impl CudaKernel {
             bytes_out: load(&cb.bytes_out),
             uptime_ms: self.started.elapsed().as_millis() as u64,
             drop_rate: drop_rate(processed, dropped),
+            output_stats: None,
         }
     }
 }
