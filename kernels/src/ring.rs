@@ -443,6 +443,12 @@ impl<M: RingMemory> Consumer<M> {
         }
         count as usize
     }
+
+    /// Frees every waiting message without copying its payload; returns how many. Bounded:
+    /// messages published while it runs may stay (a ring holds at most a lap, taken at once).
+    pub fn discard(&mut self) -> usize {
+        self.pop_batch(usize::MAX, &mut [], |_, _| {})
+    }
 }
 
 /// Copies `len` bytes. Ring messages are mostly a few words: up to 16 bytes this is two
@@ -593,6 +599,10 @@ mod tests {
             assert_eq!(take(100), 0);
             assert_eq!(seen, (0..8).map(|i| (i, 4)).collect::<Vec<_>>());
         }
+        assert_eq!(tx.push_batch(messages.iter().map(|m| &m[..]), 4), 8);
+        assert_eq!(rx.discard(), 8);
+        assert_eq!((rx.discard(), rx.len()), (0, 0));
+        assert_eq!(tx.push_batch(messages.iter().map(|m| &m[..]), 4), 8, "discarded slots are free again");
     }
 
     #[test]

@@ -361,15 +361,7 @@ impl RingKernel {
 
     /// Drops every waiting result; returns how many.
     pub fn discard_output(&mut self) -> usize {
-        let mut scratch = vec![0u8; self.options.message_size];
-        let mut total = 0;
-        loop {
-            let n = self.output.pop_batch(BATCH, &mut scratch, |_, _| {});
-            if n == 0 {
-                return total;
-            }
-            total += n;
-        }
+        self.output.discard()
     }
 
     /// The kernel's telemetry in the daemon's vocabulary.
@@ -441,7 +433,7 @@ impl Worker {
             let stop = self.control.stop.load(Ordering::Acquire);
             if stop == 2 {
                 // Abort: what is still queued will never be processed.
-                let left = self.input.pop_batch(usize::MAX, &mut scratch, |_, _| {});
+                let left = self.input.discard();
                 self.telemetry.dropped.fetch_add(left as u64, Ordering::Relaxed);
                 return;
             }

@@ -348,8 +348,19 @@ fn run(args: Args) -> Result<(), String> {
     m.resize(n, 0.0);
     v.resize(n, 0.0);
 
-    let scratch_file = std::env::temp_dir().join(format!("ml-workload-{}.bin", std::process::id()));
-    std::fs::write(&scratch_file, vec![3u8; 4096]).map_err(|e| format!("scratch file: {e}"))?;
+    // A file data loading reads now and then; unlinked at once, so a killed run leaves nothing.
+    let scratch_path = std::env::temp_dir().join(format!("ml-workload-{}.bin", std::process::id()));
+    let scratch_file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&scratch_path)
+        .and_then(|mut f| {
+            let _ = std::fs::remove_file(&scratch_path);
+            f.write_all(&[3u8; 4096]).map(|()| f)
+        })
+        .map_err(|e| format!("scratch file {}: {e}", scratch_path.display()))?;
+    let mut scratch = vec![0u8; 4096];
     let mut log: Box<dyn Write> = match &args.log {
         Some(path) => Box::new(std::fs::File::create(path).map_err(|e| format!("--log {}: {e}", path.display()))?),
         None => Box::new(std::io::stdout()),
@@ -387,7 +398,7 @@ fn run(args: Args) -> Result<(), String> {
                         }
                         batches += 1;
                         if batches.is_multiple_of(10) {
-                            let _ = std::fs::read(&scratch_file);
+                            let _ = std::os::unix::fs::FileExt::read_at(&scratch_file, &mut scratch, 0);
                         }
                     }
                     1 => {
@@ -434,7 +445,6 @@ fn run(args: Args) -> Result<(), String> {
         libc::close(read_fd);
         libc::waitpid(child, std::ptr::null_mut(), 0);
     }
-    let _ = std::fs::remove_file(&scratch_file);
     if let Some(path) = &args.stats {
         std::fs::write(path, samples.json().to_string()).map_err(|e| format!("--stats: {e}"))?;
     }

@@ -53,7 +53,6 @@ const TERMINATE_LIMIT: Duration = Duration::from_secs(2);
 const CALIBRATION_ROUNDS: usize = 8;
 const CALIBRATION_ANSWER_LIMIT_NS: u64 = 2_000_000;
 const RECALIBRATE_EVERY: Duration = Duration::from_secs(10);
-const BATCH: usize = 64;
 
 /// A control word: see `layout::CONTROL_STOP_SHIFT` and its neighbours.
 fn control_word(state: KernelState, stop: u64, calibration: u64, generation: u64) -> u64 {
@@ -540,15 +539,7 @@ impl CudaKernel {
 
     /// Drops every waiting result; returns how many.
     pub fn discard_output(&mut self) -> usize {
-        let mut scratch = vec![0u8; self.options.message_size];
-        let mut total = 0;
-        loop {
-            let n = self.memory.output.pop_batch(BATCH, &mut scratch, |_, _| {});
-            if n == 0 {
-                return total;
-            }
-            total += n;
-        }
+        self.memory.output.discard()
     }
 
     /// The kernel's telemetry (written by the device) in the daemon's vocabulary.
