@@ -22,8 +22,11 @@ use std::sync::{Arc, Mutex};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder, TracepointCategory, UprobeOpts};
 
+mod cpus;
 mod elf;
 pub mod scx;
+
+pub use cpus::parse_cpu_list;
 
 mod skel {
     #![allow(clippy::all, non_camel_case_types, non_snake_case, dead_code, unused_imports)]

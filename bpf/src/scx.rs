@@ -136,7 +136,7 @@ pub fn numa_layout(sys_root: &Path) -> (u32, Vec<u8>) {
         }
         nodes = nodes.max(node + 1);
         let list = std::fs::read_to_string(entry.path().join("cpulist")).unwrap_or_default();
-        for cpu in parse_cpu_list(&list) {
+        for cpu in crate::parse_cpu_list(&list) {
             if cpu < MAX_CPUS {
                 map[cpu] = node as u8;
             }
@@ -152,24 +152,11 @@ pub fn numa_layout(sys_root: &Path) -> (u32, Vec<u8>) {
 pub fn possible_cpus(sys_root: &Path) -> u32 {
     let listed = std::fs::read_to_string(sys_root.join("devices/system/cpu/possible"))
         .ok()
-        .and_then(|list| parse_cpu_list(&list).into_iter().max())
+        .and_then(|list| crate::parse_cpu_list(&list).into_iter().max())
         .map(|max| max as u32 + 1);
     listed
         .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1))
         .min(MAX_CPUS as u32)
-}
-
-fn parse_cpu_list(text: &str) -> Vec<usize> {
-    let mut cpus = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        let mut ends = part.splitn(2, '-').map(|v| v.trim().parse::<usize>());
-        match (ends.next(), ends.next()) {
-            (Some(Ok(a)), None) => cpus.push(a),
-            (Some(Ok(a)), Some(Ok(b))) if a <= b => cpus.extend(a..=b),
-            _ => {}
-        }
-    }
-    cpus
 }
 
 /// A loaded and registered sched_ext scheduler. Dropping it unregisters it.

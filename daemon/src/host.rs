@@ -134,22 +134,6 @@ pub fn parse_pressure(text: &str) -> (f64, f64) {
     (avg10("some"), avg10("full"))
 }
 
-/// A kernel CPU list such as `0-3,8,10-11`.
-pub fn parse_cpu_list(text: &str) -> Vec<u32> {
-    let mut cpus = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
-                    cpus.extend(a..=b.min(a.saturating_add(65_535)));
-                }
-            }
-            None => cpus.extend(part.parse::<u32>().ok()),
-        }
-    }
-    cpus
-}
-
 /// `MemTotal` and `MemFree` of a `/sys/devices/system/node/nodeN/meminfo` file, in bytes.
 pub fn parse_node_meminfo(text: &str) -> (u64, u64) {
     let find = |key: &str| {
@@ -295,7 +279,9 @@ impl HostSource {
         numa_node_dirs(&self.paths.sys)
             .into_iter()
             .map(|(node, dir)| {
-                let cpus = std::fs::read_to_string(dir.join("cpulist")).map(|s| parse_cpu_list(&s)).unwrap_or_default();
+                let cpus = std::fs::read_to_string(dir.join("cpulist"))
+                    .map(|s| ringside_bpf::parse_cpu_list(&s).into_iter().map(|c| c as u32).collect())
+                    .unwrap_or_default();
                 let (total, free) =
                     std::fs::read_to_string(dir.join("meminfo")).map(|s| parse_node_meminfo(&s)).unwrap_or((0, 0));
                 NumaNodeMetrics { node, cpus, mem_total_bytes: total, mem_free_bytes: free }
@@ -403,8 +389,6 @@ intr 12345 0 0\nctxt 98765\nbtime 1700000000\nprocesses 4242\nprocs_running 3\np
         assert!(parse_loadavg("x").is_err());
         let psi = "some avg10=1.50 avg60=0.80 avg300=0.20 total=123\nfull avg10=0.25 avg60=0.00 avg300=0.00 total=4\n";
         assert_eq!(parse_pressure(psi), (1.5, 0.25));
-        assert_eq!(parse_cpu_list("0-3,8,10-11\n"), vec![0, 1, 2, 3, 8, 10, 11]);
-        assert_eq!(parse_cpu_list(""), Vec::<u32>::new());
         let node = "Node 0 MemTotal:       24000 kB\nNode 0 MemFree:        12000 kB\n";
         assert_eq!(parse_node_meminfo(node), (24000 * 1024, 12000 * 1024));
     }

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use ringside_bpf::parse_cpu_list;
 use ringside_shared::Phase;
 use serde::Deserialize;
 
@@ -116,22 +117,6 @@ impl PolicyTable {
         self.nccl_collective.check("nccl_collective")?;
         self.optimizer_step.check("optimizer_step")
     }
-}
-
-/// Parses a kernel CPU list (`0-3,8,10-11`).
-pub fn parse_cpu_list(text: &str) -> Vec<usize> {
-    let mut cpus = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                if let (Ok(a), Ok(b)) = (a.trim().parse::<usize>(), b.trim().parse::<usize>()) {
-                    cpus.extend(a..=b.min(a + 4096));
-                }
-            }
-            None => cpus.extend(part.trim().parse::<usize>().ok()),
-        }
-    }
-    cpus
 }
 
 /// Formats CPUs as a kernel CPU list.
