@@ -5,25 +5,18 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-fn clang() -> PathBuf {
-    if let Some(path) = std::env::var_os("RINGSIDE_CLANG") {
-        return path.into();
-    }
-    for candidate in ["/usr/bin/clang-19", "/usr/bin/clang"] {
-        if std::path::Path::new(candidate).exists() {
-            return candidate.into();
-        }
-    }
-    "clang".into()
+/// The C compiler: `$CC`, else `cc` (the linker Rust itself needs, so always there).
+fn cc() -> PathBuf {
+    std::env::var_os("CC").map_or_else(|| "cc".into(), PathBuf::from)
 }
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("doubles");
     std::fs::create_dir_all(&out).expect("create OUT_DIR/doubles");
-    println!("cargo:rerun-if-env-changed=RINGSIDE_CLANG");
+    println!("cargo:rerun-if-env-changed=CC");
     for (source, library) in [("cuda_test_double.c", "libcuda.so.1"), ("nccl_test_double.c", "libnccl.so.2")] {
         println!("cargo:rerun-if-changed=doubles/{source}");
-        let status = Command::new(clang())
+        let status = Command::new(cc())
             .args(["-shared", "-fPIC", "-O2", "-pthread", "-Wall", "-o"])
             .arg(out.join(library))
             .arg(format!("doubles/{source}"))
