@@ -1,7 +1,7 @@
 //! CPU lists as the kernel writes them (`0-3,8,10-11`, in `cpulist`, `cpus_allowed_list`,
 //! `devices/system/cpu/possible`) and as the config takes them.
 
-/// The largest range one part of a list may span: bounds what a malformed list can allocate.
+/// The most CPUs a list yields: bounds what a malformed list can allocate.
 const MAX_RANGE: usize = 65_536;
 
 /// The CPUs of a list, in its order; malformed parts (`x`, `5-3`) are skipped.
@@ -19,6 +19,7 @@ pub fn parse_cpu_list(text: &str) -> Vec<usize> {
             None => cpus.extend(part.parse::<usize>().ok()),
         }
     }
+    cpus.truncate(MAX_RANGE);
     cpus
 }
 
@@ -33,5 +34,6 @@ mod tests {
         assert_eq!(parse_cpu_list(""), Vec::<usize>::new());
         assert_eq!(parse_cpu_list("x,5-3,1-y,7"), vec![7], "malformed parts are skipped");
         assert_eq!(parse_cpu_list(&format!("0-{}", u64::MAX)).len(), MAX_RANGE, "a huge range is bounded");
+        assert_eq!(parse_cpu_list(&"0-65535,".repeat(64)).len(), MAX_RANGE, "and so is a long list");
     }
 }

@@ -306,6 +306,17 @@ impl Config {
             scheduler.backend = Some(backend.clone());
         }
         scheduler.check().map_err(|why| ConfigError::Invalid { key: "scheduler", value: "[scheduler]".into(), why })?;
+        // A stats kernel fed run-queue samples needs the scheduler that takes them.
+        if let Some(k) = kernels.iter().find(|k| k.kernel == "stats" && k.input == "runq_latency" && !scheduler.enabled)
+        {
+            return Err(ConfigError::Invalid {
+                key: "kernels",
+                value: format!("{:?} (input = \"runq_latency\")", k.id),
+                why: "run-queue samples come from the scheduler, which [scheduler] enabled = false turns off; \
+                      enable it or set input = \"cpu_utilization\""
+                    .into(),
+            });
+        }
         let rules = rules::compile(file.rules, &file_text)
             .map_err(|message| ConfigError::Parse { path: file_path.clone(), message })?;
         let data_dir = cli.data_dir.clone().or(file.data_dir).unwrap_or_else(default_data_dir);
@@ -623,6 +634,10 @@ wall:bbbbbbbbbbbbbbbb2:viewer
             ("[scheduler]\nbackend = \"bpf\"\n", "auto, scx, setattr, observe"),
             ("[scheduler.policy.gpu_compute]\nnice = 40\n", "[scheduler.policy.gpu_compute] nice = 40"),
             ("[scheduler]\nwindows_ms = 100\n", "windows_ms"),
+            (
+                "[scheduler]\nenabled = false\n\n[[kernels]]\nid = \"runq\"\nkernel = \"stats\"\n",
+                "enable it or set input = \"cpu_utilization\"",
+            ),
         ] {
             let bad = write(text);
             let message = Config::load(&cli(&["--config", bad.0.to_str().unwrap()]), None).unwrap_err().to_string();

@@ -231,8 +231,9 @@ impl KernelSource {
     }
 
     /// Keeps the latest summary the kernel answered with, then feeds it this tick's samples,
-    /// as many messages as they fill (a full ring drops and counts the rest). `Some(why)` when
-    /// its input is missing.
+    /// as many messages as they fill. The first message the input ring refuses is counted as
+    /// dropped and ends this tick's feeding (with `wait` backpressure each refusal would block
+    /// the tick). `Some(why)` when its input is missing.
     fn feed_stats(&mut self, sample: &Sample) -> Option<String> {
         while let Some(len) = self.kernel.try_recv(&mut self.scratch) {
             if let Some(summary) = builtin::StatsSummary::decode(&self.scratch[..len.min(self.scratch.len())]) {
@@ -247,7 +248,7 @@ impl KernelSource {
             // Microseconds: f32 keeps them exact to well below a microsecond up to seconds.
             _ => match &sample.scheduler {
                 Some(_) => (sample.runq_latency_ns.iter().map(|ns| *ns as f32 / 1000.0).collect(), None),
-                None => (Vec::new(), Some("no run-queue samples: the scheduler is not running")),
+                None => (Vec::new(), Some("no run-queue samples: the scheduler is not running (or still starting)")),
             },
         };
         for chunk in values.chunks((self.config.message_size / 4).max(1)) {
@@ -443,7 +444,10 @@ mod tests {
         let mut sample = Sample::new(1);
         sample.runq_latency_ns = vec![5000];
         let status = source.collect(&mut sample).unwrap();
-        assert_eq!(status, SourceStatus::Degraded("no run-queue samples: the scheduler is not running".into()));
+        assert_eq!(
+            status,
+            SourceStatus::Degraded("no run-queue samples: the scheduler is not running (or still starting)".into())
+        );
         assert_eq!(sample.kernels[0].output_stats, None);
         assert_eq!(source.kernel.metrics().messages_processed, 0, "nothing fed");
     }

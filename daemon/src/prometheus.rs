@@ -337,7 +337,7 @@ pub fn render(state: &NodeState) -> String {
     e.out
 }
 
-/// What `stats` kernels computed, per input, in base units: run-queue latencies in seconds,
+/// What `stats` kernels computed, per input, in base units (divided by `per_unit`): run-queue latencies in seconds,
 /// utilisation as a ratio.
 fn kernel_stats(e: &mut Exposition, kernels: &[ringside_shared::RingKernelMetrics]) {
     let with_stats: Vec<(&str, &ringside_shared::KernelStatsOutput)> =
@@ -354,16 +354,16 @@ fn kernel_stats(e: &mut Exposition, kernels: &[ringside_shared::RingKernelMetric
             "runq_latency",
             "ringside_kernel_stats_runq_latency_seconds",
             "Run-queue latency of tracked ML threads, as a stats ring kernel summarises it.",
-            1e-6,
+            1e6,
         ),
         (
             "cpu_utilization",
             "ringside_kernel_stats_cpu_utilization_ratio",
             "Per-CPU utilisation, as a stats ring kernel summarises it.",
-            0.01,
+            100.0,
         ),
     ];
-    for (input, name, help, scale) in inputs {
+    for (input, name, help, per_unit) in inputs {
         let of_input: Vec<_> = with_stats.iter().filter(|(_, s)| s.input == input).collect();
         if of_input.is_empty() {
             continue;
@@ -371,7 +371,7 @@ fn kernel_stats(e: &mut Exposition, kernels: &[ringside_shared::RingKernelMetric
         e.family(name, "gauge", help);
         for (id, s) in of_input {
             for (stat, value) in [("mean", s.mean), ("p50", s.p50), ("p90", s.p90), ("p99", s.p99), ("max", s.max)] {
-                e.sample(name, &[("kernel", id), ("stat", stat)], value * scale);
+                e.sample(name, &[("kernel", id), ("stat", stat)], value / per_unit);
             }
         }
     }

@@ -83,6 +83,9 @@ pub unsafe trait RingMemory: Send + Sync {
 #[repr(align(128))]
 struct CacheLine(AtomicU64);
 
+// Slot headers of a HeapRing are viewed as AtomicU64 in place: its words must be aligned for it.
+const _: () = assert!(std::mem::align_of::<u64>() == std::mem::align_of::<AtomicU64>());
+
 /// A ring's memory on the heap, shared by two threads.
 pub struct HeapRing {
     head: CacheLine,
@@ -407,7 +410,8 @@ impl<M: RingMemory> Consumer<M> {
         let (len, enqueued_ns) = ((header >> TIME_BITS) as usize, header & TIME_MASK);
         let len = len.min(self.message_size);
         let copied = len.min(out.len());
-        // SAFETY: the slot is published (its header was seen with Acquire) and is not rewritten
+        // SAFETY: the slot is published (its flagged header, or `head`, was loaded with Acquire
+        // before its header was read) and is not rewritten
         // before `tail` passes it; `copied` <= message_size keeps the read inside the slot, and
         // `copied` <= out.len() inside `out`.
         unsafe { copy_words(slot.add(SLOT_HEADER), out.as_mut_ptr(), copied) };
@@ -447,6 +451,10 @@ impl<M: RingMemory> Consumer<M> {
     /// Frees every waiting message without copying its payload; returns how many. Bounded:
     /// messages published while it runs may stay (a ring holds at most a lap, taken at once).
     pub fn discard(&mut self) -> usize {
+        if !M::SLOT_FLAGS {
+            // The cached head may be behind what the producer has published since.
+            self.head_cache = self.shared.head().load(Ordering::Acquire);
+        }
         self.pop_batch(usize::MAX, &mut [], |_, _| {})
     }
 }
@@ -603,6 +611,11 @@ mod tests {
         assert_eq!(rx.discard(), 8);
         assert_eq!((rx.discard(), rx.len()), (0, 0));
         assert_eq!(tx.push_batch(messages.iter().map(|m| &m[..]), 4), 8, "discarded slots are free again");
+        // One taken, more published after that: discard still frees every one waiting.
+        assert!(rx.pop(&mut [0u8; 4]).is_some());
+        assert_eq!(tx.push_batch(messages.iter().map(|m| &m[..]), 4), 1);
+        assert_eq!(rx.discard(), 8);
+        assert_eq!(rx.len(), 0);
     }
 
     #[test]

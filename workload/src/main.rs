@@ -353,7 +353,8 @@ fn run(args: Args) -> Result<(), String> {
     let scratch_file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .create_new(true)
+        .create(true)
+        .truncate(true)
         .open(&scratch_path)
         .and_then(|mut f| {
             let _ = std::fs::remove_file(&scratch_path);

@@ -65,7 +65,7 @@ fn run() -> Result<()> {
         }
         Some("test") => test(&root),
         Some("vm-test") => vm::run(&root, &guest_options(&args, false)),
-        Some("miri") => setup(true).and_then(|()| miri()),
+        Some("miri") => miri_toolchain().and_then(|()| miri()),
         Some("vm-header") => vm::update_header(&root),
         Some("bench") => {
             let which = args.get(1).map(String::as_str).unwrap_or("all");
@@ -168,15 +168,21 @@ fn setup(for_tests: bool) -> Result<()> {
     let mut wanted: Vec<&str> = BUILD_PACKAGES.to_vec();
     if for_tests {
         wanted.extend_from_slice(TEST_PACKAGES);
-        if !succeeds("rustup", &["run", MIRI_TOOLCHAIN, "cargo", "miri", "--version"]) {
-            let args = ["toolchain", "install", MIRI_TOOLCHAIN, "--profile", "minimal", "--component", "miri,rust-src"];
-            step(&format!("rustup {}", args.join(" ")));
-            if !succeeds("rustup", &args) {
-                bail!("`rustup {}` failed; run it by hand and retry", args.join(" "));
-            }
-        }
+        miri_toolchain()?;
     }
     install(&wanted)
+}
+
+/// Installs the dated nightly with Miri if it is missing.
+fn miri_toolchain() -> Result<()> {
+    if !succeeds("rustup", &["run", MIRI_TOOLCHAIN, "cargo", "miri", "--version"]) {
+        let args = ["toolchain", "install", MIRI_TOOLCHAIN, "--profile", "minimal", "--component", "miri,rust-src"];
+        step(&format!("rustup {}", args.join(" ")));
+        if !succeeds("rustup", &args) {
+            bail!("`rustup {}` failed; run it by hand and retry", args.join(" "));
+        }
+    }
+    Ok(())
 }
 
 /// The ring's unit tests under Miri: every slot access, index and flag is checked for data

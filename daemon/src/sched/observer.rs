@@ -259,9 +259,9 @@ impl Observer {
         for event in self.probe.drain_events() {
             match event.kind {
                 EventKind::RunqWait { ns } => {
-                    if self.window_runq.len() < RUNQ_PENDING {
-                        self.window_runq.push(ns);
-                    }
+                    // Bounded by what one drain of the probe's ring buffer holds; trimmed to
+                    // the newest at publication.
+                    self.window_runq.push(ns);
                     if let Some(task) = self.tasks.get_mut(&event.tid) {
                         if task.runq.len() == RUNQ_SAMPLES {
                             task.runq.pop_front();
@@ -809,6 +809,9 @@ impl Observer {
                 failed.join(", ")
             )
         });
+        if self.window_runq.len() > RUNQ_PENDING {
+            self.window_runq.drain(..self.window_runq.len() - RUNQ_PENDING);
+        }
         if let Ok(mut published) = self.published.lock() {
             published.telemetry = Some(telemetry);
             published.degraded = degraded;

@@ -181,7 +181,10 @@ impl MetricsSource for SchedulerSource {
             return Err(SourceError("the scheduler's observer thread stopped".into()));
         }
         let mut published = running.published.lock().map_err(|_| SourceError("observer state poisoned".into()))?;
-        sample.runq_latency_ns = std::mem::take(&mut published.runq_latency_ns);
+        // Samples stay with the observer until its first window is published with them.
+        if published.telemetry.is_some() {
+            sample.runq_latency_ns = std::mem::take(&mut published.runq_latency_ns);
+        }
         let Some(telemetry) = &published.telemetry else {
             return Ok(SourceStatus::Degraded("starting: no window observed yet".into()));
         };
