@@ -323,11 +323,9 @@ impl MetricsSource for KernelSource {
             self.last_state = metrics.state;
         }
         sample.kernels.push(metrics);
-        Ok(match (silent, &self.note, missing_input) {
-            (Some(why), _, _) => SourceStatus::Degraded(why),
-            (None, Some(note), _) => SourceStatus::Degraded(note.clone()),
-            (None, None, Some(why)) => SourceStatus::Degraded(why),
-            (None, None, None) => SourceStatus::Up,
+        Ok(match silent.or_else(|| self.note.clone()).or(missing_input) {
+            Some(why) => SourceStatus::Degraded(why),
+            None => SourceStatus::Up,
         })
     }
 }

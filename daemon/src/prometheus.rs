@@ -337,8 +337,8 @@ pub fn render(state: &NodeState) -> String {
     e.out
 }
 
-/// What `stats` kernels computed, per input, in base units (divided by `per_unit`): run-queue latencies in seconds,
-/// utilisation as a ratio.
+/// What `stats` kernels computed, per input, in base units (their figures divided by
+/// `per_unit`): run-queue latencies in seconds, utilisation as a ratio.
 fn kernel_stats(e: &mut Exposition, kernels: &[ringside_shared::RingKernelMetrics]) {
     let with_stats: Vec<(&str, &ringside_shared::KernelStatsOutput)> =
         kernels.iter().filter_map(|k| Some((k.id.as_str(), k.output_stats.as_ref()?))).collect();

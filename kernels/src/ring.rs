@@ -358,15 +358,14 @@ impl<M: RingMemory> Consumer<M> {
         self.message_size
     }
 
-    /// Messages known to be published from the tail on (index protocol only).
+    /// Whether message `index` is below the producer's `head` (index protocol only): the
+    /// cached copy answers until `index` reaches it, then `head` is loaded again.
     #[inline]
-    fn available(&mut self) -> u64 {
-        let mut available = self.head_cache - self.tail;
-        if available == 0 {
+    fn below_head(&mut self, index: u64) -> bool {
+        if index >= self.head_cache {
             self.head_cache = self.shared.head().load(Ordering::Acquire);
-            available = self.head_cache - self.tail;
         }
-        available
+        index < self.head_cache
     }
 
     /// Message `index`'s header if it is published (slot-flag protocol only).
@@ -394,7 +393,7 @@ impl<M: RingMemory> Consumer<M> {
     fn header_if_published(&mut self, index: u64) -> Option<u64> {
         if M::SLOT_FLAGS {
             self.published(index).map(|header| header & !1)
-        } else if index < self.tail + self.available() {
+        } else if self.below_head(index) {
             // SAFETY: published (index < head, loaded with Acquire) and not rewritten before
             // `tail` passes it; the header was written by the producer (host or device).
             Some(unsafe { self.geometry.slot(index).cast::<u64>().read_unaligned() })
@@ -411,9 +410,9 @@ impl<M: RingMemory> Consumer<M> {
         let len = len.min(self.message_size);
         let copied = len.min(out.len());
         // SAFETY: the slot is published (its flagged header, or `head`, was loaded with Acquire
-        // before its header was read) and is not rewritten
-        // before `tail` passes it; `copied` <= message_size keeps the read inside the slot, and
-        // `copied` <= out.len() inside `out`.
+        // before its header was read) and is not rewritten before `tail` passes it;
+        // `copied` <= message_size keeps the read inside the slot, `copied` <= out.len() inside
+        // `out`.
         unsafe { copy_words(slot.add(SLOT_HEADER), out.as_mut_ptr(), copied) };
         Received { len, enqueued_ns }
     }
@@ -451,10 +450,6 @@ impl<M: RingMemory> Consumer<M> {
     /// Frees every waiting message without copying its payload; returns how many. Bounded:
     /// messages published while it runs may stay (a ring holds at most a lap, taken at once).
     pub fn discard(&mut self) -> usize {
-        if !M::SLOT_FLAGS {
-            // The cached head may be behind what the producer has published since.
-            self.head_cache = self.shared.head().load(Ordering::Acquire);
-        }
         self.pop_batch(usize::MAX, &mut [], |_, _| {})
     }
 }

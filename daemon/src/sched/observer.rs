@@ -809,17 +809,18 @@ impl Observer {
                 failed.join(", ")
             )
         });
-        if self.window_runq.len() > RUNQ_PENDING {
-            self.window_runq.drain(..self.window_runq.len() - RUNQ_PENDING);
-        }
-        if let Ok(mut published) = self.published.lock() {
-            published.telemetry = Some(telemetry);
-            published.degraded = degraded;
-            let pending = &mut published.runq_latency_ns;
-            pending.append(&mut self.window_runq);
-            if pending.len() > RUNQ_PENDING {
-                pending.drain(..pending.len() - RUNQ_PENDING);
+        match self.published.lock() {
+            Ok(mut published) => {
+                published.telemetry = Some(telemetry);
+                published.degraded = degraded;
+                let pending = &mut published.runq_latency_ns;
+                pending.append(&mut self.window_runq);
+                if pending.len() > RUNQ_PENDING {
+                    pending.drain(..pending.len() - RUNQ_PENDING);
+                }
             }
+            // Nobody can take them: do not keep them.
+            Err(_) => self.window_runq.clear(),
         }
     }
 }
