@@ -249,6 +249,25 @@ pub fn calls_of_library(path: &Path) -> &'static [(&'static str, CallKind)] {
     }
 }
 
+/// A probed function found in a library: where its code starts in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryPoint {
+    pub function: &'static str,
+    pub kind: CallKind,
+    pub offset: u64,
+}
+
+pub use elf::{ElfError, MAX_SECTION_HEADER_BYTES, MAX_SYMBOL_BYTES};
+
+/// The probed functions (by [`calls_of_library`] of its name) that a library file of `size`
+/// bytes defines, read with bounded positioned reads (the `elf` module).
+pub fn library_entry_points(file: &std::fs::File, size: u64, library: &Path) -> Result<Vec<EntryPoint>, ElfError> {
+    let calls = calls_of_library(library);
+    let names: Vec<&str> = calls.iter().map(|(f, _)| *f).collect();
+    let found = elf::function_offsets(file, size, &names)?;
+    Ok(found.into_iter().map(|(i, offset)| EntryPoint { function: calls[i].0, kind: calls[i].1, offset }).collect())
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
     #[error("no permission to load BPF programs ({0}): run as root, or grant CAP_BPF and CAP_PERFMON")]
@@ -325,6 +344,8 @@ pub struct SchedProbe {
     queue: Arc<Mutex<EventQueue>>,
     /// Uprobe links per process, with the libraries they are on.
     uprobes: HashMap<u32, Vec<(PathBuf, Vec<Link>)>>,
+    /// Where detached uprobe links go to be dropped (see [`SchedProbe::detach_process`]).
+    reaper: Option<std::sync::mpsc::Sender<Vec<Link>>>,
 }
 
 fn decode_event(bytes: &[u8]) -> Option<Event> {
@@ -479,7 +500,7 @@ impl SchedProbe {
                 .map_err(failed("attached"))?;
         }
         let rings = builder.build().map_err(failed("attached"))?;
-        Ok(SchedProbe { skel, mode, links, programs, rings, queue, uprobes: HashMap::new() })
+        Ok(SchedProbe { skel, mode, links, programs, rings, queue, uprobes: HashMap::new(), reaper: None })
     }
 
     /// The mode the scheduling programs are attached in.
@@ -663,57 +684,57 @@ impl SchedProbe {
         Lost { events: sums[0] + overflow, runq_samples: sums[1], threads: sums[2], ml_threads: sums[3] }
     }
 
-    /// Attaches the CUDA/NCCL call probes to `library` (a path as `/proc/<pid>/maps` shows it)
-    /// for process `pid` only. Returns how many entry points were found; a library already
-    /// probed for that process is left as it is.
-    pub fn attach_library(&mut self, pid: u32, library: &Path) -> Result<usize, String> {
-        let calls = calls_of_library(library);
-        if calls.is_empty() {
-            return Err(format!("{} is not a CUDA or NCCL library", library.display()));
+    /// Attaches the CUDA/NCCL call probes to a library that process `pid` maps, for that
+    /// process only: `library` is its path as `/proc/<pid>/maps` shows it (a name, never opened
+    /// here), `file` the mapped file itself, already opened and checked by the caller, and
+    /// `entries` what [`library_entry_points`] found in it. The probes are attached through
+    /// `/proc/self/fd/N`, so the path is not looked up again (it may have been replaced).
+    /// Returns how many entry points were probed; a library already probed for that process is
+    /// left as it is.
+    pub fn attach_library(
+        &mut self,
+        pid: u32,
+        library: &Path,
+        file: &std::fs::File,
+        entries: &[EntryPoint],
+    ) -> Result<usize, String> {
+        use std::os::fd::AsRawFd;
+        if entries.is_empty() {
+            return Err(format!("{} defines none of the probed functions", library.display()));
         }
         if self.uprobes.get(&pid).is_some_and(|libs| libs.iter().any(|(l, _)| l == library)) {
             return Ok(0);
         }
-        // The process's own view of the file: it may live in another mount namespace.
-        let path = PathBuf::from(format!("/proc/{pid}/root")).join(library.strip_prefix("/").unwrap_or(library));
+        let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
         let entry = self.skel.object().progs_mut().find(|p| p.name().to_str() == Some("on_call"));
         let exit = self.skel.object().progs_mut().find(|p| p.name().to_str() == Some("on_call_return"));
         let (Some(entry), Some(exit)) = (entry, exit) else { return Err("uprobe programs missing".into()) };
-        let defined = std::fs::read(&path)
-            .ok()
-            .and_then(|bytes| elf::defined_functions(&bytes))
-            .ok_or_else(|| format!("{} is not a readable 64-bit ELF library", library.display()))?;
-        let present: Vec<&(&str, CallKind)> = calls.iter().filter(|(f, _)| defined.contains(*f)).collect();
-        if present.is_empty() {
-            return Err(format!("{} defines none of the probed functions", library.display()));
-        }
         let mut links = Vec::new();
         let mut errors = Vec::new();
-        for (function, kind) in present.iter().copied() {
-            let opts = |retprobe| UprobeOpts {
-                cookie: *kind as u64,
-                retprobe,
-                func_name: Some(function.to_string()),
-                ..UprobeOpts::default()
-            };
-            match entry.attach_uprobe_with_opts(pid as i32, &path, 0, opts(false)) {
-                Ok(link) => links.push(link),
+        let mut found = 0;
+        for point in entries {
+            let opts = |retprobe| UprobeOpts { cookie: point.kind as u64, retprobe, ..UprobeOpts::default() };
+            let offset = usize::try_from(point.offset).map_err(|_| "entry point offset out of range".to_string())?;
+            match entry.attach_uprobe_with_opts(pid as i32, &path, offset, opts(false)) {
+                Ok(link) => {
+                    links.push(link);
+                    found += 1;
+                }
                 Err(e) => {
-                    errors.push(format!("{function}: {e}"));
+                    errors.push(format!("{}: {e}", point.function));
                     continue;
                 }
             }
-            if *kind != CallKind::Launch {
-                match exit.attach_uprobe_with_opts(pid as i32, &path, 0, opts(true)) {
+            if point.kind != CallKind::Launch {
+                match exit.attach_uprobe_with_opts(pid as i32, &path, offset, opts(true)) {
                     Ok(link) => links.push(link),
-                    Err(e) => errors.push(format!("{function} (return): {e}")),
+                    Err(e) => errors.push(format!("{} (return): {e}", point.function)),
                 }
             }
         }
         if links.is_empty() {
             return Err(format!("no probe attached to {}: {}", library.display(), errors.join("; ")));
         }
-        let found = present.len() - errors.iter().filter(|e| !e.contains("(return)")).count().min(present.len());
         self.uprobes.entry(pid).or_default().push((library.to_path_buf(), links));
         Ok(found)
     }
@@ -723,9 +744,30 @@ impl SchedProbe {
         self.uprobes.get(&pid).map(|libs| libs.iter().map(|(l, _)| l.clone()).collect()).unwrap_or_default()
     }
 
-    /// Drops a process's uprobes (when it has exited).
+    /// Drops a process's uprobes (when it has exited). The kernel takes its time unregistering
+    /// a uprobe (an RCU grace period each: over a second for a probed CUDA library), so the
+    /// links are dropped on a thread of their own, never on the caller's.
     pub fn detach_process(&mut self, pid: u32) {
-        self.uprobes.remove(&pid);
+        let Some(libraries) = self.uprobes.remove(&pid) else { return };
+        let links: Vec<Link> = libraries.into_iter().flat_map(|(_, links)| links).collect();
+        if links.is_empty() {
+            return;
+        }
+        if self.reaper.is_none() {
+            let (tx, rx) = std::sync::mpsc::channel::<Vec<Link>>();
+            let spawned = std::thread::Builder::new().name("uprobe-detach".into()).spawn(move || {
+                for links in rx {
+                    drop(links);
+                }
+            });
+            if spawned.is_ok() {
+                self.reaper = Some(tx);
+            }
+        }
+        if let Some(Err(std::sync::mpsc::SendError(links))) = self.reaper.as_ref().map(|r| r.send(links)) {
+            // No thread to hand them to: dropped here, slowly, rather than kept attached.
+            drop(links);
+        }
     }
 
     /// Processes with uprobes attached.

@@ -451,8 +451,34 @@ fn default_data_dir() -> PathBuf {
 
 /// A token file: one bare secret, or `name:secret[:role]` lines (`#` comments and blank lines
 /// ignored; role defaults to operator). Errors name the line, never the secret.
+///
+/// A token file anyone on the machine may read (or write) is refused; one its group may read is
+/// used with a warning.
 pub fn read_token_file(path: &Path) -> Result<Vec<Credential>, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::TokenFile { path: path.into(), source })?;
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let file = std::fs::File::open(path).map_err(|source| ConfigError::TokenFile { path: path.into(), source })?;
+    let mode =
+        file.metadata().map_err(|source| ConfigError::TokenFile { path: path.into(), source })?.permissions().mode();
+    let invalid = |why: String| ConfigError::Invalid { key: "token_file", value: path.display().to_string(), why };
+    if mode & 0o006 != 0 {
+        return Err(invalid(format!(
+            "it is open to every user on this machine (mode {:o}): run `chmod 600 {}`",
+            mode & 0o777,
+            path.display()
+        )));
+    }
+    if mode & 0o060 != 0 {
+        tracing::warn!(
+            "token file {} is open to its group (mode {:o}): consider `chmod 600`",
+            path.display(),
+            mode & 0o777
+        );
+    }
+    let mut text = String::new();
+    file.take(MAX_TOKEN_FILE_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|source| ConfigError::TokenFile { path: path.into(), source })?;
     parse_tokens(&text).map_err(|why| ConfigError::Invalid {
         key: "token_file",
         value: path.display().to_string(),
@@ -523,7 +549,10 @@ fn check_secret(secret: &str) -> Result<(), String> {
 }
 
 /// 32 random bytes from the kernel, hex-encoded.
-fn generate_token() -> Result<String, ConfigError> {
+/// Token files are read up to this size (thousands of named tokens fit).
+const MAX_TOKEN_FILE_BYTES: u64 = 1 << 20;
+
+pub fn generate_token() -> Result<String, ConfigError> {
     use std::io::Read;
     let mut bytes = [0u8; 32];
     std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).map_err(ConfigError::Random)?;

@@ -77,6 +77,14 @@ fn process_row(p: MlProcessInfo, now_ms: u64) -> impl IntoView {
         }
     };
     let probed = if p.probed_libraries.is_empty() { "none".to_string() } else { p.probed_libraries.join(", ") };
+    let user = p.uid.map(|u| format!("uid {u} · ")).unwrap_or_default();
+    // Libraries that were not probed, and why (too large, not ELF, replaced, timed out).
+    let refused = p
+        .libraries
+        .iter()
+        .filter(|l| l.state == "refused")
+        .map(|l| view! { <div class="library-refused small">{format!("not probed: {} — {}", l.path, l.detail)}</div> })
+        .collect_view();
     view! {
         <div class="ml-process" data-pid=p.pid.to_string()>
             <div class="ml-process-head">
@@ -87,8 +95,36 @@ fn process_row(p: MlProcessInfo, now_ms: u64) -> impl IntoView {
             </div>
             <Timeline process=p.clone() now_ms />
             <div class="muted small">{format!("{} · probes: {probed} · {}", gpu, phase_times(&p.phase_ms))}</div>
+            <div class=if p.admitted { "admission admitted small" } else { "admission small muted" }>{format!("{user}{}", p.admission)}</div>
+            {refused}
         </div>
     }
+}
+
+/// What the lists leave out, and library evidence that was not believed.
+fn bounds_note(s: &SchedulerTelemetry) -> impl IntoView {
+    let mut parts = Vec::new();
+    if s.processes_not_shown > 0 {
+        parts.push(format!("{} more ML processes tracked, not listed", s.processes_not_shown));
+    }
+    if s.processes_not_tracked > 0 {
+        parts.push(format!("{} found beyond the tracking limit, not tracked", s.processes_not_tracked));
+    }
+    let note = (!parts.is_empty()).then(|| view! { <p class="muted" id="processes-not-shown">{parts.join(" · ")}</p> });
+    let refused = (!s.refused_evidence.is_empty()).then(|| {
+        let rows = s
+            .refused_evidence
+            .iter()
+            .map(|r| view! { <tr><td>{r.pid.to_string()}</td><td>{r.comm.clone()}</td><td>{r.path.clone()}</td><td class="muted">{r.why.clone()}</td></tr> })
+            .collect_view();
+        view! {
+            <details class="refused-evidence">
+                <summary>{format!("{} libraries not taken as evidence of ML work", s.refused_evidence.len())}</summary>
+                <table><tbody>{rows}</tbody></table>
+            </details>
+        }
+    });
+    view! { {note} {refused} }
 }
 
 fn summary(s: &SchedulerTelemetry) -> impl IntoView {
@@ -255,6 +291,7 @@ pub fn SchedulerPanel() -> impl IntoView {
                 } else {
                     view! { <div class="ml-processes">{processes}</div> }.into_any()
                 }}
+                {bounds_note(&s)}
                 <h3>"Threads"</h3>
                 {if s.tasks.is_empty() { ().into_any() } else { tasks_table(&s).into_any() }}
                 <h3>"Recent decisions"</h3>

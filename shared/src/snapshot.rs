@@ -275,9 +275,24 @@ pub struct SchedulerTelemetry {
     /// Every BPF program and attach point, with its state.
     #[serde(default)]
     pub programs: Vec<ProbeProgram>,
-    /// ML processes: the jobs' main processes and their workers.
+    /// ML processes: the jobs' main processes and their workers, busiest first (at most
+    /// [`SchedulerTelemetry::MAX_PROCESSES`], with a timeline of at most
+    /// [`SchedulerTelemetry::MAX_SPANS`] spans shared out among them).
     #[serde(default)]
     pub processes: Vec<MlProcessInfo>,
+    /// ML processes tracked but left out of `processes` (beyond the first
+    /// [`SchedulerTelemetry::MAX_PROCESSES`]).
+    #[serde(default)]
+    pub processes_not_shown: u64,
+    /// ML processes found but not tracked at all: beyond `[scheduler] max_processes`.
+    #[serde(default)]
+    pub processes_not_tracked: u64,
+    /// Libraries not taken as evidence of ML work, and why (newest first, at most 16).
+    #[serde(default)]
+    pub refused_evidence: Vec<RefusedEvidence>,
+    /// Why `enforce` changes nothing, where it does not (no process admitted).
+    #[serde(default)]
+    pub enforcement_inactive: Option<String>,
     /// Threads of ML processes, busiest first (at most [`SchedulerTelemetry::MAX_TASKS`]).
     #[serde(default)]
     pub tasks: Vec<MlTaskInfo>,
@@ -359,6 +374,9 @@ pub struct ScxExitInfo {
 
 impl SchedulerTelemetry {
     pub const MAX_TASKS: usize = 100;
+    /// Processes listed, and timeline spans over all of them: they travel in every update.
+    pub const MAX_PROCESSES: usize = 32;
+    pub const MAX_SPANS: usize = 4800;
     pub const MAX_DECISIONS: usize = 50;
 }
 
@@ -417,10 +435,42 @@ pub struct MlProcessInfo {
     pub numa_node: Option<u32>,
     /// Libraries whose CUDA/NCCL entry points are probed in it.
     pub probed_libraries: Vec<String>,
+    /// Every CUDA/NCCL library it maps, probed or not, and why not.
+    #[serde(default)]
+    pub libraries: Vec<LibraryStatus>,
+    /// Its real user id.
+    #[serde(default)]
+    pub uid: Option<u32>,
+    /// Whether `enforce` may change it.
+    #[serde(default)]
+    pub admitted: bool,
+    /// Why (`admitted: user 1000`, `not admitted: ...`).
+    #[serde(default)]
+    pub admission: String,
     /// Time per phase since it was first seen, up to the end of the latest window.
     pub phase_ms: PhaseValues<u64>,
     /// Recent phase history (the last two minutes, at most 600 spans), oldest first.
     pub timeline: Vec<PhaseSpan>,
+}
+
+/// A CUDA/NCCL library an ML process maps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LibraryStatus {
+    /// As the process's `maps` names it.
+    pub path: String,
+    /// `pending`, `probed` or `refused`.
+    pub state: String,
+    /// Entry points probed, or why it was refused.
+    pub detail: String,
+}
+
+/// A library a process maps that was not taken as evidence of ML work.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RefusedEvidence {
+    pub pid: u32,
+    pub comm: String,
+    pub path: String,
+    pub why: String,
 }
 
 /// A thread of an ML process.

@@ -196,6 +196,14 @@ pub(crate) fn snapshot() -> Snapshot {
                 gpus: vec![0],
                 numa_node: Some(0),
                 probed_libraries: vec!["libcuda.so.1".into(), "libnccl.so.2".into()],
+                libraries: vec![LibraryStatus {
+                    path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
+                    state: "probed".into(),
+                    detail: "5 entry points probed".into(),
+                }],
+                uid: Some(1000),
+                admitted: true,
+                admission: "admitted: user 1000".into(),
                 phase_ms: PhaseValues { data_loading: 300, gpu_compute: 900, ..PhaseValues::default() },
                 timeline: vec![PhaseSpan {
                     phase: Phase::GpuCompute,
@@ -203,6 +211,15 @@ pub(crate) fn snapshot() -> Snapshot {
                     end_ms: 1_700_000_000_000,
                 }],
             }],
+            processes_not_shown: 0,
+            processes_not_tracked: 0,
+            refused_evidence: vec![RefusedEvidence {
+                pid: 77,
+                comm: "hog".into(),
+                path: "/tmp/libtorch_x.so".into(),
+                why: "/tmp is writable by everyone".into(),
+            }],
+            enforcement_inactive: None,
             tasks: vec![MlTaskInfo {
                 pid: 4242,
                 tid: 4243,

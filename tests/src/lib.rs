@@ -38,6 +38,53 @@ pub fn workload_binary() -> PathBuf {
     path
 }
 
+/// `hostile-process`, the test double of a local user attacking the daemon (workspace debug
+/// build, with the `ringside-workload` package).
+pub fn hostile_binary() -> PathBuf {
+    let path = target_dir().join("debug/hostile-process");
+    assert!(path.exists(), "{} is missing: run the tests with `cargo xtask test`", path.display());
+    path
+}
+
+/// A process started for a test, killed (with its children, which die with it) on drop.
+pub struct Reaped(pub Child);
+
+impl Reaped {
+    /// Starts `command` and waits for it to create `ready` (10 s at most).
+    pub fn start(command: &mut Command, ready: &Path) -> Result<Reaped> {
+        let child = Reaped(command.stdout(Stdio::null()).spawn().context("start the test process")?);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ready.exists() {
+            anyhow::ensure!(Instant::now() < deadline, "{} did not appear in 30 s", ready.display());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(child)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A process's resident memory (KiB), from `/proc/<pid>/status`.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse().ok()
+}
+
+/// The nice value of a thread, from `/proc`.
+pub fn nice_of(pid: u32, tid: u32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    stat.rsplit(')').next()?.split_whitespace().nth(16)?.parse().ok()
+}
+
 fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
 }
@@ -164,6 +211,15 @@ impl Default for DaemonOptions {
 pub const LOW_MEMORY_THRESHOLDS: &str =
     "[thresholds]\nmemory_used_pct_warning = 0.01\nmemory_used_pct_error = 0.02\nmemory_used_pct_critical = 100\n";
 
+/// Writes a secret (a token file) readable by its owner only, as the daemon demands.
+pub fn write_secret(path: &Path, contents: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    file.write_all(contents.as_bytes())?;
+    Ok(())
+}
+
 pub fn random_token() -> String {
     use std::io::Read;
     let mut bytes = [0u8; 16];
@@ -222,7 +278,7 @@ impl Daemon {
         match (&options.token_file, &options.token) {
             (Some(contents), _) => {
                 let path = scratch.0.join("tokens");
-                std::fs::write(&path, contents)?;
+                write_secret(&path, contents)?;
                 command.arg("--token-file").arg(path);
             }
             (None, Some(token)) => {

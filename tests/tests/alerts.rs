@@ -207,7 +207,7 @@ async fn snapshot_cli_prints_a_valid_snapshot_with_alert_history() -> Result<()>
     assert_eq!(daemon.ack_as(&daemon.token, id, json!({"note": "seen"})).await?.status(), 200);
     let scratch = Scratch::new("cli");
     let token_file = scratch.0.join("token");
-    std::fs::write(&token_file, format!("{}\n", daemon.token))?;
+    ringside_tests::write_secret(&token_file, &format!("{}\n", daemon.token))?;
     let binary = daemon_binary();
     let base = daemon.base.clone();
     let output = tokio::task::spawn_blocking(move || {

@@ -233,3 +233,46 @@ async fn metrics_are_valid_prometheus_text() -> anyhow::Result<()> {
     ringside_tests::promtool_check(&text)?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_generated_token_is_kept_private_in_the_data_dir_and_survives_a_restart() -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = ringside_tests::Scratch::new("token-kept");
+    let data_dir = scratch.0.join("data");
+    let options = || DaemonOptions { token: None, data_dir: Some(data_dir.clone()), ..DaemonOptions::default() };
+    let mut first = Daemon::start(options())?;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.permissions().mode() & 0o777);
+    assert_eq!(mode(&data_dir)?, 0o700, "the data dir is its owner's only");
+    let token_file = data_dir.join("token");
+    assert_eq!(mode(&token_file)?, 0o600);
+    assert_eq!(std::fs::read_to_string(&token_file)?.trim(), first.token);
+    assert!(first.terminate()?.success());
+    // A data dir opened up by hand is closed again; the token is the same after the restart.
+    std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o755))?;
+    let second = Daemon::start(options())?;
+    assert_eq!(second.token, first.token, "the console URL survives a restart");
+    assert_eq!(mode(&data_dir)?, 0o700);
+    assert_eq!(second.get("/api/alerts").await?.status(), 200);
+    Ok(())
+}
+
+#[test]
+fn a_token_file_every_user_can_read_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = ringside_tests::Scratch::new("token-open");
+    let tokens = scratch.0.join("tokens");
+    std::fs::write(&tokens, "a-token-that-everyone-can-read-here\n").unwrap();
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let output = std::process::Command::new(ringside_tests::daemon_binary())
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(scratch.0.join("data"))
+        .arg("--token-file")
+        .arg(&tokens)
+        .env_remove("RINGSIDE_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("open to every user") && stderr.contains("chmod 600"), "{stderr}");
+    assert!(!stderr.contains("a-token-that-everyone"), "the secret is never printed: {stderr}");
+}

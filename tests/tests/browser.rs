@@ -418,6 +418,10 @@ async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
         assert!(row.is_some_and(|r| r.contains("ml-workload")), "the main thread has a row in the table");
         let worker = text_of(&client, "#scheduler-panel .ml-processes").await?.unwrap_or_default();
         assert!(worker.contains("pt_data_worker") && worker.contains("worker of job"), "{worker}");
+        // Observe mode changes nobody, and each process says so next to its user.
+        let admission =
+            text_of(&client, &format!(".ml-process[data-pid='{pid}'] .admission")).await?.unwrap_or_default();
+        assert!(admission.contains("uid 0") && admission.contains("observe mode"), "{admission}");
         let programs = text_of(&client, "#scheduler-panel .programs summary").await?.unwrap_or_default();
         assert!(programs.contains("BPF programs"), "{programs}");
         std::fs::write(artifacts().join("scheduler.png"), client.screenshot().await?)?;

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ringside_tests::{Daemon, DaemonOptions, Scratch, Workload};
+use ringside_tests::{nice_of, Daemon, DaemonOptions, Scratch, Workload};
 use serde_json::Value;
 
 const PHASES: [&str; 4] = ["data_loading", "gpu_compute", "nccl_collective", "optimizer_step"];
@@ -168,15 +168,12 @@ async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
     Ok(())
 }
 
-fn nice_of(pid: u32, tid: u32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-    stat.rsplit(')').next()?.split_whitespace().nth(16)?.parse().ok()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn enforce_changes_real_scheduling_attributes_and_restores_them_at_stop() -> Result<()> {
     let _one = ONE_DAEMON.lock().await;
-    let mut daemon = Daemon::start(DaemonOptions { config: scheduler_config("enforce"), ..DaemonOptions::default() })?;
+    // The workload runs as root, like this test: admitted by user.
+    let config = scheduler_config("enforce") + "\n[scheduler.enforce]\nusers = [\"root\"]\n";
+    let mut daemon = Daemon::start(DaemonOptions { config, ..DaemonOptions::default() })?;
     let dir = Scratch::new("enforce");
     let workload = Workload::start(&dir.0, 800, 40)?;
     let pid = workload.pid();

@@ -38,7 +38,8 @@ impl Drop for Stopped {
 fn start_daemon(root: &Path, mode: &str, scratch: &Path) -> Result<Stopped> {
     let port = crate::bench::free_port()?;
     let config = scratch.join(format!("ringside-{mode}.toml"));
-    std::fs::write(&config, format!("[scheduler]\nmode = \"{mode}\"\n"))?;
+    // The workload runs as root, as the benchmark does: admitted by user.
+    std::fs::write(&config, format!("[scheduler]\nmode = \"{mode}\"\n\n[scheduler.enforce]\nusers = [\"root\"]\n"))?;
     let child = Command::new(root.join("target/release/ringsided"))
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .arg("--config")

@@ -235,10 +235,14 @@ fn initramfs(root: &Path, scratch: &Path, daemon: &Path, options: &Options) -> R
     let init = tree.join("init");
     std::fs::write(&init, INIT)?;
     std::fs::set_permissions(&init, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
-    std::fs::write(tree.join("etc/token"), "vm-test:ringside-guest-token-0123456789\n")?;
+    // The daemon refuses a token file others may read; cpio keeps the mode.
+    let token = tree.join("etc/token");
+    std::fs::write(&token, "vm-test:ringside-guest-token-0123456789\n")?;
+    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    // The guest's workload runs as root (uid 0, by number: a static binary has no NSS).
     std::fs::write(
         tree.join("etc/ringside.toml"),
-        "interval_ms = 500\n\n[scheduler]\nwindow_ms = 100\nscan_interval_ms = 500\n\n[[kernels]]\nid = \"canary\"\nkernel = \"echo\"\n",
+        "interval_ms = 500\n\n[scheduler]\nwindow_ms = 100\nscan_interval_ms = 500\n\n[scheduler.enforce]\nusers = [\"0\"]\n\n[[kernels]]\nid = \"canary\"\nkernel = \"echo\"\n",
     )?;
     std::fs::write(
         tree.join("etc/vm-test.env"),

@@ -5,9 +5,22 @@
 //! A process's own verdict is cached by (pid, start time), so a reused pid is looked at afresh;
 //! one found not to be ML is looked at again every `recheck_every` scans, since frameworks load
 //! CUDA lazily (on first use, long after start).
+//!
+//! A library is evidence only where [`library_trust`] finds that nobody else could have put it
+//! there; a library refused as evidence is reported (the newest [`MAX_REFUSED`]) so that an
+//! operator can see why a process is not taken for ML work.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
+use std::collections::{HashMap, VecDeque};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use super::library;
+use super::trust::{library_trust, Credentials};
+
+/// Processes looked at closely (maps, open files, command line) per scan at most.
+pub const VERDICTS_PER_SCAN: usize = 512;
+/// Refused library evidence kept for the console.
+pub const MAX_REFUSED: usize = 16;
 
 /// Library file names (prefixes) that mark a process as ML.
 pub const DEFAULT_LIBRARIES: [&str; 9] = [
@@ -37,8 +50,19 @@ pub enum MlReason {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MlProcess {
     pub pid: u32,
+    /// Tells this process from a later one given the same pid.
+    pub start_time: u64,
     pub comm: String,
     pub reason: MlReason,
+}
+
+/// A library that was not taken as evidence, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedEvidence {
+    pub pid: u32,
+    pub comm: String,
+    pub path: String,
+    pub why: String,
 }
 
 struct Seen {
@@ -55,6 +79,7 @@ pub struct MlDetector {
     cmdline_patterns: Vec<String>,
     recheck_every: u32,
     seen: HashMap<u32, Seen>,
+    refused: VecDeque<RefusedEvidence>,
 }
 
 /// (ppid, start time, comm) from `/proc/<pid>/stat`; the comm may hold spaces and parentheses.
@@ -69,18 +94,61 @@ pub fn parse_stat(text: &str) -> Option<(u32, u64, String)> {
 
 impl MlDetector {
     pub fn new(libraries: Vec<String>, cmdline_patterns: Vec<String>) -> MlDetector {
-        MlDetector { proc_root: "/proc".into(), libraries, cmdline_patterns, recheck_every: 10, seen: HashMap::new() }
+        MlDetector {
+            proc_root: "/proc".into(),
+            libraries,
+            cmdline_patterns,
+            recheck_every: 10,
+            seen: HashMap::new(),
+            refused: VecDeque::new(),
+        }
     }
 
-    fn own_verdict(&self, pid: u32) -> Option<MlReason> {
+    /// Looks at processes under another `/proc` (tests).
+    pub fn with_proc_root(mut self, proc_root: &Path) -> MlDetector {
+        self.proc_root = proc_root.to_path_buf();
+        self
+    }
+
+    /// Library evidence refused lately, newest first.
+    pub fn refused(&self) -> impl Iterator<Item = &RefusedEvidence> {
+        self.refused.iter()
+    }
+
+    fn own_verdict(&mut self, pid: u32, comm: &str) -> Option<MlReason> {
         let dir = self.proc_root.join(pid.to_string());
-        if let Ok(maps) = std::fs::read_to_string(dir.join("maps")) {
-            for line in maps.lines() {
-                let Some(path) = line.split_whitespace().nth(5) else { continue };
-                let file = path.rsplit('/').next().unwrap_or(path);
-                if self.libraries.iter().any(|l| file.starts_with(l.as_str())) {
-                    return Some(MlReason::Library(file.to_string()));
+        let mut uid = None;
+        let mut refused_here = 0;
+        for mapping in library::mappings(&self.proc_root, pid) {
+            let file = mapping.file_name();
+            if !self.libraries.iter().any(|l| file.starts_with(l.as_str())) {
+                continue;
+            }
+            let uid = *uid.get_or_insert_with(|| Credentials::of(&self.proc_root, pid).map(|c| c.uid));
+            let trusted = match uid {
+                Some(uid) => library_trust(&self.proc_root, pid, uid, &mapping),
+                None => Err("its credentials are unreadable".into()),
+            };
+            match trusted {
+                Ok(()) => return Some(MlReason::Library(file.to_string())),
+                // One report per library file a process maps (a library maps as several ranges).
+                Err(why)
+                    if refused_here < 4
+                        && !self.refused.iter().any(|r| r.pid == pid && r.path == mapping.path.to_string_lossy()) =>
+                {
+                    refused_here += 1;
+                    tracing::debug!(pid, library = %mapping.path.display(), "not ML evidence: {why}");
+                    if self.refused.len() == MAX_REFUSED {
+                        self.refused.pop_back();
+                    }
+                    self.refused.push_front(RefusedEvidence {
+                        pid,
+                        comm: comm.to_string(),
+                        path: mapping.path.to_string_lossy().into_owned(),
+                        why,
+                    });
                 }
+                Err(_) => {}
             }
         }
         if let Ok(fds) = std::fs::read_dir(dir.join("fd")) {
@@ -94,7 +162,10 @@ impl MlDetector {
             }
         }
         if !self.cmdline_patterns.is_empty() {
-            if let Ok(raw) = std::fs::read(dir.join("cmdline")) {
+            // Command lines can be megabytes long: patterns are matched in the first 64 KiB.
+            let mut raw = Vec::new();
+            let read = std::fs::File::open(dir.join("cmdline")).and_then(|f| f.take(64 * 1024).read_to_end(&mut raw));
+            if read.is_ok() {
                 let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
                 if let Some(p) = self.cmdline_patterns.iter().find(|p| cmdline.contains(p.as_str())) {
                     return Some(MlReason::Cmdline(p.clone()));
@@ -113,6 +184,7 @@ impl MlDetector {
     /// Looks at every process and returns the ML ones (with their descendants).
     pub fn scan(&mut self) -> Vec<MlProcess> {
         let mut alive = HashMap::new();
+        let mut budget = VERDICTS_PER_SCAN;
         let Ok(entries) = std::fs::read_dir(&self.proc_root) else { return Vec::new() };
         for entry in entries.flatten() {
             let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
@@ -129,8 +201,13 @@ impl MlDetector {
             seen.comm = comm;
             if seen.verdict.is_none() {
                 if seen.scans_since_check >= self.recheck_every {
-                    seen.verdict = self.own_verdict(pid);
-                    seen.scans_since_check = 0;
+                    // Past the budget a process waits for a later scan: thousands of new
+                    // processes must not stall the observer's windows.
+                    if budget > 0 {
+                        budget -= 1;
+                        seen.verdict = self.own_verdict(pid, &seen.comm);
+                        seen.scans_since_check = 0;
+                    }
                 } else {
                     seen.scans_since_check += 1;
                 }
@@ -145,7 +222,7 @@ impl MlDetector {
                 None => self.ml_ancestor(seen.ppid).map(MlReason::Parent),
             };
             if let Some(reason) = reason {
-                found.push(MlProcess { pid: *pid, comm: seen.comm.clone(), reason });
+                found.push(MlProcess { pid: *pid, start_time: seen.start_time, comm: seen.comm.clone(), reason });
             }
         }
         found.sort_by_key(|p| p.pid);

@@ -3,8 +3,11 @@
 //! every window ([`observer`]) and the metrics source over it ([`source`]). Fed by the
 //! `ringside-bpf` probe.
 
+pub mod journal;
+pub mod library;
 pub mod ml;
 pub mod observer;
 pub mod phase;
 pub mod policy;
 pub mod source;
+pub mod trust;

@@ -12,13 +12,16 @@ use std::time::{Duration, Instant};
 use ringside_bpf::scx::{self, ScxClass, ScxDecision, ScxScheduler};
 use ringside_bpf::{calls_of_library, EventKind, SchedProbe};
 use ringside_shared::{
-    Decision, MlProcessInfo, MlTaskInfo, Phase, PhaseSpan, PhaseValues, ProbeLosses, ProbeProgram, SchedulerTelemetry,
-    ScxCounters, ScxExitInfo, ScxStatus,
+    Decision, LibraryStatus, MlProcessInfo, MlTaskInfo, Phase, PhaseSpan, PhaseValues, ProbeLosses, ProbeProgram,
+    RefusedEvidence, SchedulerTelemetry, ScxCounters, ScxExitInfo, ScxStatus,
 };
 
-use super::ml::{MlDetector, MlReason, DEFAULT_LIBRARIES};
+use super::journal::thread_start_time;
+use super::library::{self, LibraryInspector, Limits, Request};
+use super::ml::{parse_stat, MlDetector, MlReason, DEFAULT_LIBRARIES};
 use super::phase::{Counters, Evidence, Hysteresis, Role};
-use super::policy::{self, Enforcer, PolicyTable};
+use super::policy::{self, Enforcer, PolicyTable, ThreadId};
+use super::trust::{Admission, Credentials};
 
 /// Run-queue samples kept per thread for its percentiles.
 const RUNQ_SAMPLES: usize = 512;
@@ -26,6 +29,8 @@ const RUNQ_SAMPLES: usize = 512;
 /// bounded in time and in spans (a process flapping every window makes one span per window).
 const TIMELINE_MS: u64 = 2 * 60 * 1000;
 const MAX_SPANS: usize = 600;
+/// CUDA/NCCL libraries looked at per process (a process mapping more is up to something).
+const MAX_LIBRARIES: usize = 16;
 
 /// What carries out the decisions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +64,11 @@ pub struct ObserverConfig {
     pub syscall_tracepoints: bool,
     pub proc_root: PathBuf,
     pub sys_root: PathBuf,
+    /// ML processes tracked at most; the rest are counted, not tracked.
+    pub max_processes: usize,
+    pub libraries: Limits,
+    /// Whose processes decisions may change.
+    pub admission: Admission,
 }
 
 /// What the observer publishes.
@@ -70,16 +80,40 @@ pub struct Published {
     /// Run-queue latencies (ns) of tracked threads since the metrics source last took them
     /// (the newest [`RUNQ_PENDING`] at most): the `stats` ring kernel's input.
     pub runq_latency_ns: Vec<u64>,
+    /// When the latest window was published.
+    pub published_at: Option<Instant>,
+    /// What the observer is doing now, for a report when it stops publishing.
+    pub stage: &'static str,
 }
 
 /// Run-queue samples kept for the metrics source between two ticks.
 pub const RUNQ_PENDING: usize = 16_384;
 
+/// A CUDA/NCCL library a process maps, as far as it has been looked at.
+struct Library {
+    path: PathBuf,
+    state: LibraryState,
+}
+
+enum LibraryState {
+    Pending,
+    Probed(usize),
+    Refused(String),
+}
+
 struct Process {
+    /// Tells this process from a later one given the same pid.
+    start_time: u64,
     job: u32,
     comm: String,
     reason: String,
     role: Role,
+    uid: Option<u32>,
+    /// Why enforcement may (`Ok`) or may not (`Err`) change it.
+    admission: Result<String, String>,
+    /// The lowest nice value its threads may be given.
+    nice_floor: i32,
+    libraries: Vec<Library>,
     phase: Hysteresis,
     phase_since_ms: u64,
     phase_ms: PhaseValues<u64>,
@@ -92,6 +126,7 @@ struct Process {
 
 struct Task {
     pid: u32,
+    start_time: u64,
     comm: String,
     before: Option<Counters>,
     last: Counters,
@@ -126,6 +161,9 @@ pub struct Observer {
     /// Run-queue samples of this window, published with it.
     window_runq: Vec<u64>,
     published: Arc<Mutex<Published>>,
+    libraries: LibraryInspector,
+    /// ML processes found at the latest scan beyond `max_processes`.
+    not_tracked: u64,
 }
 
 fn read_trimmed(path: impl AsRef<Path>) -> Option<String> {
@@ -165,6 +203,7 @@ impl Observer {
         probe: SchedProbe,
         config: ObserverConfig,
         scx: Option<Result<ScxScheduler, String>>,
+        enforcer: Enforcer,
         published: Arc<Mutex<Published>>,
     ) -> Observer {
         let libraries = DEFAULT_LIBRARIES.iter().map(|s| s.to_string()).collect();
@@ -186,11 +225,13 @@ impl Observer {
         }
         Observer {
             probe,
-            detector: MlDetector::new(libraries, config.ml_patterns.clone()),
+            detector: MlDetector::new(libraries, config.ml_patterns.clone()).with_proc_root(&config.proc_root),
+            libraries: LibraryInspector::new(config.proc_root.clone(), config.libraries),
+            not_tracked: 0,
             config,
             processes: HashMap::new(),
             tasks: HashMap::new(),
-            enforcer: Enforcer::default(),
+            enforcer,
             backend,
             scx,
             scx_status,
@@ -239,19 +280,35 @@ impl Observer {
         if restored > 0 {
             tracing::info!("restored the scheduling settings of {restored} threads");
         }
+        // Uprobes are slow to unregister: hand them to the probe's detaching thread rather
+        // than hold up the daemon's stop.
+        for pid in self.probe.probed_processes() {
+            self.probe.detach_process(pid);
+        }
+    }
+
+    fn stage(&self, stage: &'static str) {
+        if let Ok(mut published) = self.published.lock() {
+            published.stage = stage;
+        }
     }
 
     /// One window of `window_ns`, from `start_ms` to `end_ms` (wall clock).
     pub fn window(&mut self, window_ns: u64, start_ms: u64, end_ms: u64) {
+        self.stage("reading probe events");
         self.handle_events();
+        self.attach_inspected();
         let scan_due = self.last_scan.is_none_or(|t| t.elapsed() >= self.config.scan_interval);
         if scan_due {
+            self.stage("scanning processes");
             self.scan();
             self.last_scan = Some(Instant::now());
             self.thread_count = self.probe.thread_count();
             self.skipped_runs = self.probe.skipped_runs().iter().map(|(_, n)| n).sum();
         }
+        self.stage("observing threads");
         self.observe(window_ns, start_ms, end_ms);
+        self.stage("publishing");
         self.publish();
     }
 
@@ -275,12 +332,16 @@ impl Observer {
                         continue;
                     }
                     let parent_job = self.processes.get(&parent_tgid).map(|p| p.job);
-                    if let Some(job) = parent_job {
+                    // A fork bomb under an ML job is tracked up to the cap; the next scan counts the rest.
+                    let full = self.processes.len() >= self.config.max_processes;
+                    let start_time = self.start_time_of(tgid);
+                    if let (Some(job), false, Some(start_time)) = (parent_job, full, start_time) {
                         if !inherited {
                             let _ = self.probe.track(tgid, job);
                         }
                         self.add_process(
                             tgid,
+                            start_time,
                             job,
                             event.comm.clone(),
                             format!("child of {parent_tgid}"),
@@ -309,23 +370,37 @@ impl Observer {
             .unwrap_or(0)
     }
 
-    fn add_process(&mut self, pid: u32, job: u32, comm: String, reason: String, role: Role) {
+    fn start_time_of(&self, pid: u32) -> Option<u64> {
+        let stat = std::fs::read_to_string(self.config.proc_root.join(pid.to_string()).join("stat")).ok()?;
+        parse_stat(&stat).map(|(_, start, _)| start)
+    }
+
+    fn add_process(&mut self, pid: u32, start_time: u64, job: u32, comm: String, reason: String, role: Role) {
         if self.processes.contains_key(&pid) {
             return;
         }
         tracing::info!(pid, job, comm, reason, "tracking ML process");
-        if let Some(scheduler) = &self.scx {
-            if let Err(e) = scheduler.add_job(pid) {
-                tracing::warn!(pid, "sched_ext: {e}");
+        let creds = Credentials::of(&self.config.proc_root, pid);
+        let (admission, nice_floor) = self.admission_of(pid, creds.as_ref());
+        if admission.is_ok() {
+            if let Some(scheduler) = &self.scx {
+                if let Err(e) = scheduler.add_job(pid) {
+                    tracing::warn!(pid, "sched_ext: {e}");
+                }
             }
         }
         self.processes.insert(
             pid,
             Process {
+                start_time,
                 job,
                 comm,
                 reason,
                 role,
+                uid: creds.map(|c| c.uid),
+                admission,
+                nice_floor,
+                libraries: Vec::new(),
                 phase: Hysteresis::default(),
                 phase_since_ms: crate::now_ms(),
                 phase_ms: PhaseValues::default(),
@@ -336,6 +411,17 @@ impl Observer {
                 threads: 0,
             },
         );
+    }
+
+    /// Whether enforcement may change `pid`, and the lowest nice value it may give it.
+    fn admission_of(&self, pid: u32, creds: Option<&Credentials>) -> (Result<String, String>, i32) {
+        if self.backend == Backend::Observe {
+            return (Err("observe mode: nothing is changed".into()), 0);
+        }
+        let Some(creds) = creds else { return (Err("not admitted: its credentials are unreadable".into()), 0) };
+        let admission = self.config.admission.admits(&self.config.proc_root, pid, creds);
+        let floor = if admission.is_ok() { self.config.admission.nice_floor(pid, creds) } else { 0 };
+        (admission, floor)
     }
 
     fn remove_process(&mut self, pid: u32) {
@@ -354,10 +440,36 @@ impl Observer {
         }
     }
 
-    /// Finds ML processes, tracks new ones and probes the CUDA/NCCL libraries they map.
+    /// Finds ML processes, tracks new ones (up to `max_processes`), checks whom enforcement
+    /// may change and asks for the CUDA/NCCL libraries they map to be inspected.
     fn scan(&mut self) {
         let found = self.detector.scan();
         let alive: HashSet<u32> = found.iter().map(|p| p.pid).collect();
+        // A pid that names another process now: the one tracked is gone.
+        let replaced: Vec<u32> = found
+            .iter()
+            .filter(|ml| self.processes.get(&ml.pid).is_some_and(|p| p.start_time != ml.start_time))
+            .map(|ml| ml.pid)
+            .collect();
+        // Processes that ended without an exit event (e.g. events lost).
+        let gone: Vec<u32> = self
+            .processes
+            .keys()
+            .copied()
+            .filter(|pid| !alive.contains(pid) && !self.config.proc_root.join(pid.to_string()).exists())
+            .collect();
+        for pid in replaced.into_iter().chain(gone) {
+            self.remove_process(pid);
+        }
+        // New ones, main processes first, then the busiest, while there is room.
+        let mut new: Vec<_> = found.iter().filter(|ml| !self.processes.contains_key(&ml.pid)).collect();
+        new.sort_by_key(|ml| {
+            let worker = matches!(ml.reason, MlReason::Parent(_));
+            (worker, std::cmp::Reverse(self.probe.thread(ml.pid).map(|t| t.on_cpu_ns).unwrap_or(0)), ml.pid)
+        });
+        let room = self.config.max_processes.saturating_sub(self.processes.len());
+        self.not_tracked = new.len().saturating_sub(room) as u64;
+        let admitted: HashSet<u32> = new.iter().take(room).map(|ml| ml.pid).collect();
         for ml in &found {
             let (job, role, reason) = match &ml.reason {
                 MlReason::Parent(ancestor) => (*ancestor, Role::Worker, format!("child of {ancestor}")),
@@ -373,25 +485,19 @@ impl Observer {
                         p.reason = reason;
                     }
                 }
-                None => self.add_process(ml.pid, job, ml.comm.clone(), reason, role),
+                None if admitted.contains(&ml.pid) => {
+                    self.add_process(ml.pid, ml.start_time, job, ml.comm.clone(), reason, role)
+                }
+                None => continue,
             }
             if let Err(e) = self.probe.track(ml.pid, job) {
                 tracing::warn!(pid = ml.pid, "cannot track: {e}");
             }
         }
-        // Processes that ended without an exit event (e.g. events lost).
-        let gone: Vec<u32> = self
-            .processes
-            .keys()
-            .copied()
-            .filter(|pid| !alive.contains(pid) && !self.config.proc_root.join(pid.to_string()).exists())
-            .collect();
-        for pid in gone {
-            self.remove_process(pid);
-        }
         let pids: Vec<u32> = self.processes.keys().copied().collect();
         for pid in pids {
-            self.probe_libraries(pid);
+            self.refresh_admission(pid);
+            self.request_libraries(pid);
             let gpus = policy::gpus_of(&self.config.proc_root, pid);
             let node =
                 gpus.first().and_then(|gpu| policy::gpu_numa_node(&self.config.proc_root, &self.config.sys_root, *gpu));
@@ -410,24 +516,91 @@ impl Observer {
         }
     }
 
-    fn probe_libraries(&mut self, pid: u32) {
-        let Ok(maps) = std::fs::read_to_string(self.config.proc_root.join(pid.to_string()).join("maps")) else {
+    /// Reads a process's credentials afresh (an exec can change them): a process no longer
+    /// admitted gets its threads' own settings back.
+    fn refresh_admission(&mut self, pid: u32) {
+        let creds = Credentials::of(&self.config.proc_root, pid);
+        let (admission, nice_floor) = self.admission_of(pid, creds.as_ref());
+        let Some(process) = self.processes.get_mut(&pid) else { return };
+        let was = process.admission.is_ok();
+        process.uid = creds.map(|c| c.uid);
+        process.admission = admission;
+        process.nice_floor = nice_floor;
+        let now = process.admission.is_ok();
+        if was == now {
             return;
-        };
-        let mut libraries: Vec<PathBuf> = maps
-            .lines()
-            .filter_map(|line| line.split_whitespace().nth(5))
-            .map(PathBuf::from)
-            .filter(|path| !calls_of_library(path).is_empty())
-            .collect();
-        libraries.sort();
-        libraries.dedup();
-        let probed = self.probe.probed_libraries(pid);
-        for library in libraries.into_iter().filter(|l| !probed.contains(l)) {
-            match self.probe.attach_library(pid, &library) {
-                Ok(found) => tracing::info!(pid, library = %library.display(), found, "probing CUDA/NCCL calls"),
-                Err(e) => tracing::warn!(pid, "cannot probe {}: {e}", library.display()),
+        }
+        if let Some(scheduler) = &self.scx {
+            if now {
+                let _ = scheduler.add_job(pid);
+            } else {
+                scheduler.remove_job(pid);
             }
+        }
+        if !now {
+            let tids: Vec<u32> = self.tasks.iter().filter(|(_, t)| t.pid == pid).map(|(tid, _)| *tid).collect();
+            for tid in tids {
+                let _ = self.enforcer.restore(tid);
+                if let Some(scheduler) = &self.scx {
+                    scheduler.clear(tid);
+                }
+            }
+        }
+    }
+
+    /// Queues the CUDA/NCCL libraries a process maps that have not been looked at (nor are
+    /// waiting to be) for the inspector.
+    fn request_libraries(&mut self, pid: u32) {
+        let Some(process) = self.processes.get_mut(&pid) else { return };
+        if process.libraries.iter().filter(|l| !matches!(l.state, LibraryState::Pending)).count() >= MAX_LIBRARIES {
+            return;
+        }
+        for mapping in library::mappings(&self.config.proc_root, pid) {
+            if calls_of_library(&mapping.path).is_empty() {
+                continue;
+            }
+            // Pending entries stay until answered; one whose worker was abandoned is asked again.
+            let known = process.libraries.iter().position(|l| l.path == mapping.path);
+            if let Some(i) = known {
+                match process.libraries[i].state {
+                    LibraryState::Pending if self.libraries.is_queued(pid, &mapping.path) => continue,
+                    LibraryState::Pending => {}
+                    _ => continue,
+                }
+            } else if process.libraries.len() >= MAX_LIBRARIES {
+                break;
+            }
+            let path = mapping.path.clone();
+            if !self.libraries.request(Request { pid, mapping }) {
+                break;
+            }
+            if known.is_none() {
+                process.libraries.push(Library { path, state: LibraryState::Pending });
+            }
+        }
+    }
+
+    /// Attaches the call probes to the libraries the inspector has read and accepted.
+    fn attach_inspected(&mut self) {
+        for done in self.libraries.poll() {
+            let Some(process) = self.processes.get_mut(&done.pid) else { continue };
+            let Some(library) = process.libraries.iter_mut().find(|l| l.path == done.path) else { continue };
+            library.state = match done.result {
+                Ok((file, entries)) => match self.probe.attach_library(done.pid, &done.path, &file, &entries) {
+                    Ok(found) => {
+                        tracing::info!(pid = done.pid, library = %done.path.display(), found, "probing CUDA/NCCL calls");
+                        LibraryState::Probed(found)
+                    }
+                    Err(e) => {
+                        tracing::warn!(pid = done.pid, "cannot probe {}: {e}", done.path.display());
+                        LibraryState::Refused(e)
+                    }
+                },
+                Err(why) => {
+                    tracing::warn!(pid = done.pid, "not probing {}: {why}", done.path.display());
+                    LibraryState::Refused(why)
+                }
+            };
         }
     }
 
@@ -455,8 +628,10 @@ impl Observer {
                 if !self.config.syscall_tracepoints {
                     counters.read_bytes = read_chars(&task_dir.join(tid.to_string()).join("io"));
                 }
+                let proc_root = &self.config.proc_root;
                 let task = self.tasks.entry(tid).or_insert_with(|| Task {
                     pid,
+                    start_time: thread_start_time(proc_root, pid, tid).unwrap_or(0),
                     comm: read_trimmed(task_dir.join(tid.to_string()).join("comm")).unwrap_or_default(),
                     before: None,
                     last: Counters::default(),
@@ -552,8 +727,11 @@ impl Observer {
                     (c, Some(node)) if !c.is_empty() => decision.action += &format!(", cpus {c} (node {node})"),
                     _ => decision.action += ", any cpu",
                 }
-                match (self.backend, &self.scx) {
-                    (Backend::Scx, Some(scheduler)) => {
+                let not_admitted = process.admission.as_ref().err().filter(|_| self.backend != Backend::Observe);
+                match (self.backend, &self.scx, not_admitted) {
+                    (Backend::Observe, ..) => {}
+                    (_, _, Some(why)) => decision.error = Some(why.clone()),
+                    (Backend::Scx, Some(scheduler), None) => {
                         let class = match phase {
                             Phase::DataLoading | Phase::OptimizerStep => ScxClass::Latency,
                             Phase::GpuCompute => ScxClass::Feeder,
@@ -583,10 +761,22 @@ impl Observer {
                             Err(e) => decision.error = Some(e.to_string()),
                         }
                     }
-                    (Backend::Setattr, _) => match self.enforcer.apply(tid, p.nice, p.sched_policy == "batch", &cpus) {
-                        Ok(()) => decision.applied = true,
-                        Err(e) => decision.error = Some(e),
-                    },
+                    (Backend::Setattr, _, None) => {
+                        let thread = ThreadId { pid: task.pid, tid, start_time: task.start_time };
+                        match self.enforcer.apply(thread, p.nice, process.nice_floor, p.sched_policy == "batch", &cpus)
+                        {
+                            Ok(nice) => {
+                                decision.applied = true;
+                                if nice != p.nice {
+                                    decision.action +=
+                                        &format!(" (nice {nice}: the process may not go below it itself)");
+                                    decision.nice = nice;
+                                    decision.weight = policy::weight_of_nice(nice);
+                                }
+                            }
+                            Err(e) => decision.error = Some(e),
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -744,9 +934,18 @@ impl Observer {
                 }
             })
             .collect();
-        let mut processes: Vec<MlProcessInfo> = self
-            .processes
-            .iter()
+        // The busiest processes (on-CPU time of their threads in the latest window) are listed,
+        // and the timeline spans are shared out among them: both travel in every update.
+        let mut activity: HashMap<u32, u64> = HashMap::new();
+        for task in self.tasks.values() {
+            *activity.entry(task.pid).or_default() += task.last.on_cpu_ns;
+        }
+        let mut ranked: Vec<(&u32, &Process)> = self.processes.iter().collect();
+        ranked.sort_by_key(|(pid, _)| (std::cmp::Reverse(activity.get(pid).copied().unwrap_or(0)), **pid));
+        ranked.truncate(SchedulerTelemetry::MAX_PROCESSES);
+        let spans_each = (SchedulerTelemetry::MAX_SPANS / ranked.len().max(1)).min(MAX_SPANS);
+        let mut processes: Vec<MlProcessInfo> = ranked
+            .into_iter()
             .map(|(pid, p)| MlProcessInfo {
                 pid: *pid,
                 job: p.job,
@@ -764,11 +963,29 @@ impl Observer {
                     .iter()
                     .map(|l| l.file_name().unwrap_or_default().to_string_lossy().into_owned())
                     .collect(),
+                libraries: p
+                    .libraries
+                    .iter()
+                    .map(|l| {
+                        let (state, detail) = match &l.state {
+                            LibraryState::Pending => ("pending", String::new()),
+                            LibraryState::Probed(n) => ("probed", format!("{n} entry points probed")),
+                            LibraryState::Refused(why) => ("refused", why.clone()),
+                        };
+                        LibraryStatus { path: l.path.to_string_lossy().into_owned(), state: state.into(), detail }
+                    })
+                    .collect(),
+                uid: p.uid,
+                admitted: p.admission.is_ok(),
+                admission: match &p.admission {
+                    Ok(why) | Err(why) => why.clone(),
+                },
                 phase_ms: p.phase_ms.clone(),
-                timeline: p.timeline.iter().cloned().collect(),
+                timeline: p.timeline.iter().skip(p.timeline.len().saturating_sub(spans_each)).cloned().collect(),
             })
             .collect();
         processes.sort_by_key(|p| (p.job, p.pid));
+        let processes_not_shown = (self.processes.len() - processes.len()) as u64;
         let programs: Vec<ProbeProgram> = self
             .probe
             .programs()
@@ -791,6 +1008,16 @@ impl Observer {
             attach_mode: Some(self.probe.mode().as_str().into()),
             programs,
             processes,
+            processes_not_shown,
+            processes_not_tracked: self.not_tracked,
+            refused_evidence: self
+                .detector
+                .refused()
+                .map(|r| RefusedEvidence { pid: r.pid, comm: r.comm.clone(), path: r.path.clone(), why: r.why.clone() })
+                .collect(),
+            enforcement_inactive: (self.backend != Backend::Observe && self.config.admission.is_empty()).then(|| {
+                "enforce mode admits no process: list users, groups or cgroups under [scheduler.enforce]".to_string()
+            }),
             tasks,
             decisions: self.decisions.iter().cloned().collect(),
             lost: ProbeLosses {
@@ -803,16 +1030,27 @@ impl Observer {
             backend: self.backend.as_str().into(),
             scx: self.scx_status(),
         };
-        let degraded = (!failed.is_empty()).then(|| {
-            format!(
+        let mut problems: Vec<String> = Vec::new();
+        if !failed.is_empty() {
+            problems.push(format!(
                 "some probes did not attach ({}): their signals are missing from phase detection",
                 failed.join(", ")
-            )
-        });
+            ));
+        }
+        problems.extend(telemetry.enforcement_inactive.clone());
+        problems.extend(self.libraries.stopped().map(|why| format!("{why}: CUDA/NCCL calls are no longer probed")));
+        if self.not_tracked > 0 {
+            problems.push(format!(
+                "{} ML processes beyond [scheduler] max_processes = {} are not tracked",
+                self.not_tracked, self.config.max_processes
+            ));
+        }
+        let degraded = (!problems.is_empty()).then(|| problems.join("; "));
         match self.published.lock() {
             Ok(mut published) => {
                 published.telemetry = Some(telemetry);
                 published.degraded = degraded;
+                published.published_at = Some(Instant::now());
                 let pending = &mut published.runq_latency_ns;
                 pending.append(&mut self.window_runq);
                 if pending.len() > RUNQ_PENDING {

@@ -11,7 +11,9 @@
 //! map keyed by thread id, so the same records can drive it.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use super::journal::{thread_start_time, Journal, Saved};
 
 use ringside_bpf::parse_cpu_list;
 use ringside_shared::Phase;
@@ -182,14 +184,6 @@ pub fn node_cpus(sys_root: &Path, node: u32) -> Vec<usize> {
         .unwrap_or_default()
 }
 
-/// A thread's own scheduling settings, saved before the first change.
-#[derive(Clone, Copy)]
-struct Original {
-    nice: i32,
-    policy: i32,
-    affinity: libc::cpu_set_t,
-}
-
 /// A thread's scheduling settings as the kernel reports them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
@@ -205,18 +199,9 @@ fn errno() -> std::io::Error {
 
 /// Reads a thread's settings.
 pub fn read_settings(tid: u32) -> Result<Settings, String> {
-    let original = read_original(tid)?;
-    let cpus = (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: `affinity` is an initialised cpu_set_t and the index is below CPU_SETSIZE.
-        .filter(|cpu| unsafe { libc::CPU_ISSET(*cpu, &original.affinity) })
-        .collect();
-    Ok(Settings { nice: original.nice, policy: original.policy, cpus })
-}
-
-fn read_original(tid: u32) -> Result<Original, String> {
     // SAFETY: plain syscalls on a thread id; errno is cleared first because -1 is a valid
     // priority; the cpu_set_t is zeroed and its size passed.
-    unsafe {
+    let (nice, policy, affinity) = unsafe {
         *libc::__errno_location() = 0;
         let nice = libc::getpriority(libc::PRIO_PROCESS, tid);
         if nice == -1 && *libc::__errno_location() != 0 {
@@ -230,11 +215,27 @@ fn read_original(tid: u32) -> Result<Original, String> {
         if libc::sched_getaffinity(tid as i32, std::mem::size_of::<libc::cpu_set_t>(), &mut affinity) != 0 {
             return Err(format!("sched_getaffinity: {}", errno()));
         }
-        Ok(Original { nice, policy, affinity })
-    }
+        (nice, policy, affinity)
+    };
+    let cpus = (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `affinity` is an initialised cpu_set_t and the index is below CPU_SETSIZE.
+        .filter(|cpu| unsafe { libc::CPU_ISSET(*cpu, &affinity) })
+        .collect();
+    Ok(Settings { nice, policy, cpus })
 }
 
-fn write(tid: u32, nice: i32, policy: i32, affinity: Option<&libc::cpu_set_t>) -> Result<(), String> {
+/// Sets a thread's policy, nice value and (when `cpus` is not empty) CPUs.
+pub fn write_settings(tid: u32, nice: i32, policy: i32, cpus: &[usize]) -> Result<(), String> {
+    let affinity = (!cpus.is_empty()).then(|| {
+        // SAFETY: a zeroed cpu_set_t is valid; CPU_SET is given indices below CPU_SETSIZE.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            for &cpu in cpus.iter().filter(|c| **c < libc::CPU_SETSIZE as usize) {
+                libc::CPU_SET(cpu, &mut set);
+            }
+            set
+        }
+    });
     // SAFETY: plain syscalls on a thread id with valid, initialised arguments.
     unsafe {
         let param = libc::sched_param { sched_priority: 0 };
@@ -244,7 +245,7 @@ fn write(tid: u32, nice: i32, policy: i32, affinity: Option<&libc::cpu_set_t>) -
         if libc::setpriority(libc::PRIO_PROCESS, tid, nice) != 0 {
             return Err(format!("setpriority: {}", errno()));
         }
-        if let Some(set) = affinity {
+        if let Some(set) = &affinity {
             if libc::sched_setaffinity(tid as i32, std::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
                 return Err(format!("sched_setaffinity: {}", errno()));
             }
@@ -253,47 +254,105 @@ fn write(tid: u32, nice: i32, policy: i32, affinity: Option<&libc::cpu_set_t>) -
     Ok(())
 }
 
-/// Applies decisions and remembers what to restore.
-#[derive(Default)]
+/// A thread to change: its ids and its start time (which tells it from a later thread given
+/// the same id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadId {
+    pub pid: u32,
+    pub tid: u32,
+    pub start_time: u64,
+}
+
+/// Applies decisions and remembers what to restore, in memory and in the [`Journal`], which
+/// holds a thread's own settings before its first change. Dropping it (daemon stop, or the
+/// observer thread unwinding from a panic) restores every thread still changed.
 pub struct Enforcer {
-    originals: HashMap<u32, Original>,
+    proc_root: PathBuf,
+    originals: HashMap<u32, Saved>,
+    journal: Option<Journal>,
 }
 
 impl Enforcer {
-    /// Applies a nice value, policy and (if given) CPUs to a thread, saving its own settings
-    /// first. Threads under a real-time policy are left alone.
-    pub fn apply(&mut self, tid: u32, nice: i32, batch: bool, cpus: &[usize]) -> Result<(), String> {
-        if let std::collections::hash_map::Entry::Vacant(entry) = self.originals.entry(tid) {
-            let original = read_original(tid)?;
-            if original.policy != libc::SCHED_OTHER && original.policy != libc::SCHED_BATCH {
-                return Err(format!("left alone: it runs under real-time or idle policy {}", original.policy));
-            }
-            entry.insert(original);
-        }
-        let affinity = (!cpus.is_empty()).then(|| {
-            // SAFETY: a zeroed cpu_set_t is valid; CPU_SET is given indices below CPU_SETSIZE.
-            unsafe {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                for &cpu in cpus.iter().filter(|c| **c < libc::CPU_SETSIZE as usize) {
-                    libc::CPU_SET(cpu, &mut set);
-                }
-                set
-            }
-        });
-        write(tid, nice, if batch { libc::SCHED_BATCH } else { libc::SCHED_OTHER }, affinity.as_ref())
+    pub fn new(proc_root: PathBuf, journal: Option<Journal>) -> Enforcer {
+        Enforcer { proc_root, originals: HashMap::new(), journal }
     }
 
-    /// Puts a thread's own settings back; false if nothing was changed.
+    /// Whether `thread` is the thread its id names now.
+    fn alive(&self, thread: ThreadId) -> bool {
+        thread_start_time(&self.proc_root, thread.pid, thread.tid) == Some(thread.start_time)
+    }
+
+    /// Applies a nice value (never below `nice_floor`, unless the thread's own value already
+    /// is), policy and (if given) CPUs to a thread, saving its own settings first. Threads
+    /// under a real-time policy are left alone. Returns the nice value applied.
+    pub fn apply(
+        &mut self,
+        thread: ThreadId,
+        nice: i32,
+        nice_floor: i32,
+        batch: bool,
+        cpus: &[usize],
+    ) -> Result<i32, String> {
+        if self.originals.get(&thread.tid).is_some_and(|o| o.start_time != thread.start_time) {
+            // The id now names another thread: the one saved is gone.
+            self.forget(thread.tid);
+        }
+        if !self.originals.contains_key(&thread.tid) {
+            let own = read_settings(thread.tid)?;
+            if own.policy != libc::SCHED_OTHER && own.policy != libc::SCHED_BATCH {
+                return Err(format!("left alone: it runs under real-time or idle policy {}", own.policy));
+            }
+            // Checked after reading: the settings read are this thread's.
+            if !self.alive(thread) {
+                return Err("the thread is gone (its id names another thread now)".into());
+            }
+            let saved = Saved {
+                pid: thread.pid,
+                tid: thread.tid,
+                start_time: thread.start_time,
+                nice: own.nice,
+                policy: own.policy,
+                cpus: own.cpus,
+            };
+            if let Some(journal) = &mut self.journal {
+                journal
+                    .saved(&saved)
+                    .map_err(|e| format!("cannot record its own settings first, so it is not changed: {e}"))?;
+            }
+            self.originals.insert(thread.tid, saved);
+        }
+        let own_nice = self.originals[&thread.tid].nice;
+        let nice = nice.max(nice_floor.min(own_nice));
+        write_settings(thread.tid, nice, if batch { libc::SCHED_BATCH } else { libc::SCHED_OTHER }, cpus)?;
+        Ok(nice)
+    }
+
+    /// Puts a thread's own settings back; false if nothing was changed (or the thread is gone).
     pub fn restore(&mut self, tid: u32) -> Result<bool, String> {
-        match self.originals.remove(&tid) {
-            Some(o) => write(tid, o.nice, o.policy, Some(&o.affinity)).map(|()| true),
-            None => Ok(false),
+        let Some(saved) = self.originals.remove(&tid) else { return Ok(false) };
+        let thread = ThreadId { pid: saved.pid, tid, start_time: saved.start_time };
+        let result = if self.alive(thread) {
+            write_settings(tid, saved.nice, saved.policy, &saved.cpus).map(|()| true)
+        } else {
+            Ok(false)
+        };
+        self.journal_restored(&saved);
+        result
+    }
+
+    fn journal_restored(&mut self, saved: &Saved) {
+        if let Some(journal) = &mut self.journal {
+            if let Err(e) = journal.restored(saved.tid, saved.start_time, self.originals.values()) {
+                tracing::warn!("enforcement journal: {e}");
+            }
         }
     }
 
     /// A thread that exited: nothing to restore.
     pub fn forget(&mut self, tid: u32) {
-        self.originals.remove(&tid);
+        if let Some(saved) = self.originals.remove(&tid) {
+            self.journal_restored(&saved);
+        }
     }
 
     pub fn changed(&self) -> usize {
@@ -307,7 +366,22 @@ impl Enforcer {
     /// Restores every thread still changed (at stop). Returns how many were restored.
     pub fn restore_all(&mut self) -> usize {
         let tids: Vec<u32> = self.originals.keys().copied().collect();
-        tids.into_iter().filter(|tid| matches!(self.restore(*tid), Ok(true))).count()
+        let restored = tids.into_iter().filter(|tid| matches!(self.restore(*tid), Ok(true))).count();
+        if let Some(journal) = &mut self.journal {
+            if let Err(e) = journal.clear() {
+                tracing::warn!("enforcement journal: {e}");
+            }
+        }
+        restored
+    }
+}
+
+impl Drop for Enforcer {
+    fn drop(&mut self) {
+        let restored = self.restore_all();
+        if restored > 0 {
+            tracing::info!("restored the scheduling settings of {restored} threads");
+        }
     }
 }
 
@@ -377,15 +451,33 @@ mod tests {
         });
         let tid = rx.recv().unwrap();
         let before = read_settings(tid).unwrap();
-        let mut enforcer = Enforcer::default();
+        let dir = crate::test_support::ScratchDir::new("enforcer");
+        let (journal, _) = Journal::open(&dir.path().join("enforce.journal")).unwrap();
+        let mut enforcer = Enforcer::new("/proc".into(), Some(journal));
+        let me = std::process::id();
+        let start_time = thread_start_time(Path::new("/proc"), me, tid).unwrap();
+        let id = ThreadId { pid: me, tid, start_time };
         // Raising nice (less favoured) and a subset of CPUs needs no privilege.
         let one_cpu = vec![before.cpus[0]];
-        enforcer.apply(tid, 7, true, &one_cpu).unwrap();
+        assert_eq!(enforcer.apply(id, 7, -20, true, &one_cpu).unwrap(), 7);
+        // Saved on disk before the change: a daemon killed now would find it.
+        let (_, left) = Journal::open(&dir.path().join("enforce.journal")).unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!((left[0].tid, left[0].nice, left[0].cpus.clone()), (tid, before.nice, before.cpus.clone()));
         let during = read_settings(tid).unwrap();
         assert_eq!((during.nice, during.policy, during.cpus.clone()), (7, libc::SCHED_BATCH, one_cpu));
         assert!(enforcer.restore(tid).unwrap());
         assert_eq!(read_settings(tid).unwrap(), before);
         assert!(!enforcer.restore(tid).unwrap(), "nothing left to restore");
+        assert!(Journal::open(&dir.path().join("enforce.journal")).unwrap().1.is_empty());
+        // A floor above the asked value wins (RLIMIT_NICE), unless the thread's own is lower.
+        assert_eq!(enforcer.apply(id, -5, 3, false, &[]).unwrap(), before.nice.clamp(-5, 3));
+        // An id that names another thread now is refused and never changed.
+        let reused = ThreadId { start_time: start_time + 1, ..id };
+        drop(enforcer);
+        let mut enforcer = Enforcer::new("/proc".into(), None);
+        assert!(enforcer.apply(reused, 9, -20, false, &[]).unwrap_err().contains("gone"));
+        assert_eq!(read_settings(tid).unwrap(), before, "dropping the enforcer restored the thread");
         done_tx.send(()).unwrap();
         thread.join().unwrap();
     }

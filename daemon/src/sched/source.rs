@@ -4,16 +4,19 @@
 //! reason, and the daemon serves the rest. When the source is dropped (daemon stop) the
 //! observer restores every thread it changed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ringside_bpf::{AttachMode, SchedProbe};
 use ringside_shared::SchedulerTelemetry;
 
+use super::journal::{restore_leftovers, Journal};
+use super::library::Limits;
 use super::observer::{Backend, Observer, ObserverConfig, Published};
-use super::policy::PolicyTable;
+use super::policy::{Enforcer, PolicyTable};
+use super::trust::{Admission, AdmissionConfig};
 use crate::pipeline::{MetricsSource, Sample, SourceError, SourceStatus};
 use ringside_bpf::scx::{self, ScxScheduler};
 
@@ -41,7 +44,21 @@ pub struct SchedulerConfig {
     /// than the waits they block in. Exact, but it slows every syscall of every task on the node.
     pub syscall_tracepoints: bool,
     pub policy: PolicyTable,
+    /// ML processes tracked at most (the first found, main processes and the busiest first);
+    /// the rest are counted and reported, not tracked.
+    pub max_processes: usize,
+    /// Larger CUDA/NCCL library files are not read (nor probed).
+    pub max_library_bytes: u64,
+    /// `[scheduler.enforce]`: whose processes `enforce` may change.
+    pub enforce: AdmissionConfig,
 }
+
+/// One library file's inspection may take this long before it is abandoned.
+const LIBRARY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a stopping daemon waits for the observer before restoring from the journal itself.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
+/// The journal of enforced threads' own settings, in the data dir.
+pub const JOURNAL_FILE: &str = "enforce.journal";
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
@@ -54,6 +71,9 @@ impl Default for SchedulerConfig {
             scan_interval_ms: 1000,
             syscall_tracepoints: false,
             policy: PolicyTable::default(),
+            max_processes: 256,
+            max_library_bytes: 2 << 30,
+            enforce: AdmissionConfig::default(),
         }
     }
 }
@@ -96,6 +116,16 @@ impl SchedulerConfig {
         if !(100..=600_000).contains(&self.scan_interval_ms) {
             return Err(format!("[scheduler] scan_interval_ms = {} must be from 100 to 600000", self.scan_interval_ms));
         }
+        if !(1..=65_536).contains(&self.max_processes) {
+            return Err(format!("[scheduler] max_processes = {} must be from 1 to 65536", self.max_processes));
+        }
+        if !((1 << 20)..=(64 << 30)).contains(&self.max_library_bytes) {
+            return Err(format!(
+                "[scheduler] max_library_bytes = {} must be from 1048576 (1 MiB) to 68719476736 (64 GiB)",
+                self.max_library_bytes
+            ));
+        }
+        Admission::resolve(&self.enforce)?;
         self.policy.check()
     }
 }
@@ -104,20 +134,61 @@ pub struct SchedulerSource {
     running: Result<Running, String>,
     numa_nodes: u32,
     total_cpus: u32,
+    /// Why enforcement is off although the config asks for it.
+    enforcement_off: Option<String>,
 }
 
 struct Running {
     published: Arc<Mutex<Published>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    started: Instant,
+    /// No window published for this long: the observer is stuck.
+    stall_after: Duration,
+    journal: PathBuf,
+}
+
+/// Puts back what an earlier run left changed (it was killed before it could) and empties the
+/// journal; `Err` if the journal cannot be used, and then nothing may be enforced.
+pub fn recover(path: &Path) -> Result<Journal, String> {
+    let (mut journal, leftovers) =
+        Journal::open(path).map_err(|e| format!("cannot open the enforcement journal {}: {e}", path.display()))?;
+    if !leftovers.is_empty() {
+        let (restored, skipped) = restore_leftovers(Path::new("/proc"), &leftovers);
+        tracing::warn!(
+            restored,
+            skipped,
+            "an earlier run was stopped with threads changed: restored their own settings (threads that are gone or whose id was reused are left alone)"
+        );
+    }
+    journal.clear().map_err(|e| format!("cannot write the enforcement journal {}: {e}", path.display()))?;
+    Ok(journal)
 }
 
 impl SchedulerSource {
     /// Loads the probe and starts the observer; a failure is kept and reported on every tick,
     /// not fatal.
-    pub fn start(config: &SchedulerConfig, numa_nodes: u32, total_cpus: u32) -> SchedulerSource {
+    /// `data_dir` holds the enforcement journal: what it holds from an earlier run is put back
+    /// first, whatever this run's mode.
+    pub fn start(config: &SchedulerConfig, numa_nodes: u32, total_cpus: u32, data_dir: &Path) -> SchedulerSource {
+        let journal_path = data_dir.join(JOURNAL_FILE);
+        let journal = recover(&journal_path);
         let probe = SchedProbe::load_with_options(&AttachMode::ALL, config.syscall_tracepoints);
-        let (backend, load_scx) = config.resolve();
+        let (mut backend, mut load_scx) = config.resolve();
+        let mut enforcement_off = None;
+        let journal = match journal {
+            Ok(journal) => Some(journal),
+            Err(why) if backend != Backend::Observe => {
+                tracing::error!("{why}: enforcement is off");
+                enforcement_off = Some(format!("{why}: enforcement is off"));
+                (backend, load_scx) = (Backend::Observe, false);
+                None
+            }
+            Err(why) => {
+                tracing::warn!("{why}");
+                None
+            }
+        };
         let running = probe.map_err(|e| e.to_string()).and_then(|probe| {
             let scx = load_scx.then(|| {
                 let loaded = ScxScheduler::load(std::path::Path::new("/sys")).map_err(|e| e.to_string());
@@ -136,31 +207,58 @@ impl SchedulerSource {
                 syscall_tracepoints: config.syscall_tracepoints,
                 proc_root: PathBuf::from("/proc"),
                 sys_root: PathBuf::from("/sys"),
+                max_processes: config.max_processes,
+                libraries: Limits { max_bytes: config.max_library_bytes, timeout: LIBRARY_TIMEOUT },
+                admission: Admission::resolve(&config.enforce)?,
             };
             let published = Arc::new(Mutex::new(Published::default()));
             let stop = Arc::new(AtomicBool::new(false));
-            let observer = Observer::new(probe, observer_config, scx, published.clone());
+            let enforcer = Enforcer::new(PathBuf::from("/proc"), journal);
+            let observer = Observer::new(probe, observer_config, scx, enforcer, published.clone());
             let thread_stop = stop.clone();
             let thread = std::thread::Builder::new()
                 .name("sched-observer".into())
                 .spawn(move || observer.run(thread_stop))
                 .map_err(|e| format!("cannot start the observer thread: {e}"))?;
-            Ok(Running { published, stop, thread: Some(thread) })
+            // A window overdue by three (and at least a second: one collection tick) means the
+            // observer is stuck.
+            let stall_after = (Duration::from_millis(config.window_ms) * 3).max(Duration::from_secs(1));
+            Ok(Running {
+                published,
+                stop,
+                thread: Some(thread),
+                started: Instant::now(),
+                stall_after,
+                journal: journal_path,
+            })
         });
         if let Err(why) = &running {
             tracing::warn!("scheduler unavailable: {why}");
         }
-        SchedulerSource { running, numa_nodes, total_cpus }
+        SchedulerSource { running, numa_nodes, total_cpus, enforcement_off }
     }
 }
 
 impl Drop for SchedulerSource {
+    /// Stops the observer, which restores every thread it changed; one that does not stop
+    /// within [`SHUTDOWN_WAIT`] (stuck in the kernel) is left behind, and what it changed is
+    /// restored from the journal here.
     fn drop(&mut self) {
-        if let Ok(running) = &mut self.running {
-            running.stop.store(true, Ordering::Relaxed);
-            if let Some(thread) = running.thread.take() {
-                let _ = thread.join();
-            }
+        let Ok(running) = &mut self.running else { return };
+        running.stop.store(true, Ordering::Relaxed);
+        let Some(thread) = running.thread.take() else { return };
+        let deadline = Instant::now() + SHUTDOWN_WAIT;
+        while !thread.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if thread.is_finished() {
+            let _ = thread.join();
+            return;
+        }
+        let stage = running.published.lock().map(|p| p.stage).unwrap_or("unknown");
+        tracing::error!("the scheduler's observer did not stop within {SHUTDOWN_WAIT:?} (it was {stage}): restoring from the journal");
+        if let Err(why) = recover(&running.journal) {
+            tracing::error!("{why}");
         }
     }
 }
@@ -181,6 +279,14 @@ impl MetricsSource for SchedulerSource {
             return Err(SourceError("the scheduler's observer thread stopped".into()));
         }
         let mut published = running.published.lock().map_err(|_| SourceError("observer state poisoned".into()))?;
+        let quiet = published.published_at.unwrap_or(running.started).elapsed();
+        if quiet > running.stall_after {
+            return Err(SourceError(format!(
+                "the scheduler's observer has published no window for {} ms (it is {}): its data is stale",
+                quiet.as_millis(),
+                published.stage
+            )));
+        }
         // Samples stay with the observer until its first window is published with them.
         if published.telemetry.is_some() {
             sample.runq_latency_ns = std::mem::take(&mut published.runq_latency_ns);
@@ -192,6 +298,9 @@ impl MetricsSource for SchedulerSource {
             Some(SchedulerTelemetry { numa_nodes: self.numa_nodes, total_cpus: self.total_cpus, ..telemetry.clone() });
         let scx_error = telemetry.scx.as_ref().and_then(|s| s.error.as_deref());
         Ok(match (&published.degraded, scx_error) {
+            _ if self.enforcement_off.is_some() => {
+                SourceStatus::Degraded(self.enforcement_off.clone().unwrap_or_default())
+            }
             (Some(why), _) => SourceStatus::Degraded(why.clone()),
             (None, Some(why)) => SourceStatus::Degraded(format!("{why}; decisions carried out with setattr")),
             (None, None) => SourceStatus::Up,

@@ -1,0 +1,397 @@
+//! The daemon's trust boundary, end to end: the real `ringsided` as root beside processes of
+//! other users doing what any local user can do (`hostile-process`, a test double): mapping
+//! huge sparse files named like CUDA, swapping a mapped library for a FIFO or a link to
+//! `/dev/zero`, posing as ML work to get a boost, holding a GPU device open in 5000 processes,
+//! and a daemon killed with threads changed. CI runs as root: these run for real.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use ringside_tests::{hostile_binary, nice_of, rss_kib, Daemon, DaemonOptions, Reaped, Scratch, Workload};
+use serde_json::Value;
+
+/// One daemon at a time: each sees every process on the node.
+static ONE_DAEMON: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const SCHEDULER: &str = "[scheduler]\nwindow_ms = 100\nscan_interval_ms = 200\n";
+
+fn process(snapshot: &Value, pid: u32) -> Option<&Value> {
+    snapshot["scheduler"]["processes"].as_array()?.iter().find(|p| p["pid"] == pid)
+}
+
+fn component(health: &Value, name: &str) -> Value {
+    health["components"].as_array().into_iter().flatten().find(|c| c["name"] == name).cloned().unwrap_or_default()
+}
+
+/// Polls the snapshot until `ready` says so.
+async fn wait_for(daemon: &Daemon, what: &str, secs: u64, ready: impl Fn(&Value) -> bool) -> Result<Value> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let snapshot = daemon.get_json("/api/snapshot").await?;
+        if ready(&snapshot) {
+            return Ok(snapshot);
+        }
+        if Instant::now() > deadline {
+            bail!("{what} not within {secs} s; scheduler: {}", snapshot["scheduler"]);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `hostile-process map FILE ARGS…`, started under `wrapper` (e.g. `setpriv` to another user).
+fn map(scratch: &Path, file: &Path, args: &[&str], wrapper: &[String]) -> Result<Reaped> {
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    // Writable for the other users the process may run as.
+    let dir = scratch.join("ready");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))?;
+    let ready = dir.join(N.fetch_add(1, Ordering::Relaxed).to_string());
+    let mut command = match wrapper.split_first() {
+        Some((program, rest)) => {
+            let mut c = Command::new(program);
+            c.args(rest).arg(hostile_binary());
+            c
+        }
+        None => Command::new(hostile_binary()),
+    };
+    command.arg("map").arg(file).args(args).arg("--ready").arg(&ready);
+    Reaped::start(&mut command, &ready)
+}
+
+/// A sparse file of `bytes` (nothing but its size is stored).
+fn sparse(path: &Path, bytes: u64) -> Result<()> {
+    std::fs::create_dir_all(path.parent().context("parent")?)?;
+    std::fs::File::create(path)?.set_len(bytes)?;
+    Ok(())
+}
+
+/// A small shared library named like CUDA's driver that defines two of the probed entry points.
+fn cuda_like_library(path: &Path) -> Result<()> {
+    std::fs::create_dir_all(path.parent().context("parent")?)?;
+    let source = path.with_extension("c");
+    std::fs::write(&source, "int cuLaunchKernel(void) { return 0; }\nint cuStreamSynchronize(void) { return 0; }\n")?;
+    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
+    let status = Command::new(cc).args(["-shared", "-fPIC", "-o"]).arg(path).arg(&source).status()?;
+    anyhow::ensure!(status.success(), "building the CUDA-named library failed");
+    Ok(())
+}
+
+async fn idle_rss_kib(daemon: &Daemon) -> Result<u64> {
+    wait_for(daemon, "the first published window", 15, |s| !s["scheduler"].is_null()).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    rss_kib(daemon.pid()).context("the daemon's RSS")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn huge_sparse_libraries_are_refused_without_being_read() -> Result<()> {
+    let _one = ONE_DAEMON.lock().await;
+    let daemon = Daemon::start(DaemonOptions { config: SCHEDULER.into(), ..DaemonOptions::default() })?;
+    let idle = idle_rss_kib(&daemon).await?;
+    let scratch = Scratch::new("sparse");
+    let mut mappers = Vec::new();
+    for (dir, gib) in [("eight", 8u64), ("forty", 40)] {
+        let file = scratch.0.join(dir).join("libcuda.so.1");
+        sparse(&file, gib << 30)?;
+        mappers.push(map(&scratch.0, &file, &[], &[])?);
+    }
+    let started = Instant::now();
+    let snapshot = wait_for(&daemon, "both mappers seen with their library refused", 15, |s| {
+        mappers.iter().all(|m| {
+            process(s, m.pid())
+                .is_some_and(|p| p["libraries"].as_array().is_some_and(|l| l.iter().any(|l| l["state"] == "refused")))
+        })
+    })
+    .await?;
+    let refused_after = started.elapsed();
+    for mapper in &mappers {
+        let library = &process(&snapshot, mapper.pid()).unwrap()["libraries"][0];
+        let detail = library["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains("GiB, over the 2.0 GiB read at most"), "{library}");
+        assert!(library["path"].as_str().unwrap_or_default().ends_with("libcuda.so.1"), "{library}");
+    }
+    // Scans go on; nothing is read again, nothing grows.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = rss_kib(daemon.pid()).context("RSS")?;
+    println!("daemon RSS: idle {idle} KiB, with 8 and 40 GiB sparse libcuda.so.1 mapped {after} KiB; refused in {refused_after:?}");
+    assert!(after <= idle + 64 * 1024, "RSS grew from {idle} KiB to {after} KiB");
+    let health = daemon.get_json("/healthz").await?;
+    assert_eq!(component(&health, "scheduler")["status"], "up", "{health}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_library_replaced_by_a_fifo_or_a_link_to_dev_zero_wedges_nothing() -> Result<()> {
+    let _one = ONE_DAEMON.lock().await;
+    let mut daemon = Daemon::start(DaemonOptions { config: SCHEDULER.into(), ..DaemonOptions::default() })?;
+    let scratch = Scratch::new("replaced");
+    let mut mappers = Vec::new();
+    for replace in ["fifo", "symlink-to-zero"] {
+        let file = scratch.0.join(replace).join("libcuda.so.1");
+        cuda_like_library(&file)?;
+        mappers.push(map(&scratch.0, &file, &["--replace", replace], &[])?);
+        let kind = std::fs::symlink_metadata(&file)?.file_type();
+        assert!(!kind.is_file(), "{replace}: the path no longer holds the library");
+    }
+    // The mapped file itself (deleted, still mapped) is read and probed; the path is not followed.
+    let snapshot = wait_for(&daemon, "both libraries probed through their mappings", 15, |s| {
+        mappers.iter().all(|m| {
+            process(s, m.pid())
+                .is_some_and(|p| p["libraries"].as_array().is_some_and(|l| l.iter().any(|l| l["state"] == "probed")))
+        })
+    })
+    .await?;
+    let end_of = |s: &Value, pid: u32| {
+        process(s, pid).and_then(|p| p["timeline"].as_array()?.last()?["end_ms"].as_u64()).unwrap_or(0)
+    };
+    let before = end_of(&snapshot, mappers[0].pid());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let later = daemon.get_json("/api/snapshot").await?;
+    assert!(end_of(&later, mappers[0].pid()) >= before + 1000, "windows keep being published");
+    let health = daemon.get_json("/healthz").await?;
+    assert_eq!(component(&health, "scheduler")["status"], "up", "{health}");
+    let stop = Instant::now();
+    let status = daemon.terminate()?;
+    println!("SIGTERM to exit: {:?}", stop.elapsed());
+    assert!(status.success() && stop.elapsed() < Duration::from_secs(5), "{status:?} in {:?}", stop.elapsed());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn enforce_without_admission_changes_nothing_and_says_why() -> Result<()> {
+    let _one = ONE_DAEMON.lock().await;
+    let config = format!("{SCHEDULER}mode = \"enforce\"\nbackend = \"setattr\"\n");
+    let daemon = Daemon::start(DaemonOptions { config, ..DaemonOptions::default() })?;
+    let dir = Scratch::new("unadmitted-workload");
+    let workload = Workload::start(&dir.0, 400, 6)?;
+    let pid = workload.pid();
+    let snapshot = wait_for(&daemon, "a decision for the workload", 15, |s| {
+        s["scheduler"]["decisions"].as_array().is_some_and(|d| d.iter().any(|d| d["pid"] == pid))
+    })
+    .await?;
+    let scheduler = &snapshot["scheduler"];
+    assert!(
+        scheduler["enforcement_inactive"].as_str().unwrap_or_default().contains("admits no process"),
+        "{scheduler}"
+    );
+    let decision = scheduler["decisions"].as_array().unwrap().iter().find(|d| d["pid"] == pid).unwrap().clone();
+    assert_eq!(decision["applied"], false, "{decision}");
+    assert!(decision["error"].as_str().unwrap_or_default().contains("not admitted"), "{decision}");
+    assert_eq!(nice_of(pid, pid), Some(0));
+    let health = component(&daemon.get_json("/healthz").await?, "scheduler");
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert!(health["detail"].as_str().unwrap_or_default().contains("[scheduler.enforce]"), "{health}");
+    Ok(())
+}
+
+/// `setpriv` to `uid` (its own group, no others), optionally keeping CAP_SYS_NICE (with which
+/// a process may set any nice value itself). Raising RLIMIT_NICE instead would take
+/// CAP_SYS_RESOURCE, which the test machines do not grant even to root.
+fn as_user(uid: u32, sys_nice: bool) -> Vec<String> {
+    let mut wrapper: Vec<String> =
+        vec!["setpriv".into(), format!("--reuid={uid}"), format!("--regid={uid}"), "--clear-groups".into()];
+    if sys_nice {
+        wrapper.extend(["--inh-caps=+sys_nice".into(), "--ambient-caps=+sys_nice".into()]);
+    }
+    wrapper
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_admitted_users_are_reniced_and_never_beyond_their_own_rlimit() -> Result<()> {
+    let _one = ONE_DAEMON.lock().await;
+    // Uid 1 (`daemon` on Debian) is admitted by number; nobody (65534) is not.
+    let config =
+        format!("{SCHEDULER}mode = \"enforce\"\nbackend = \"setattr\"\n\n[scheduler.enforce]\nusers = [\"1\"]\n");
+    let daemon = Daemon::start(DaemonOptions { config, ..DaemonOptions::default() })?;
+    let scratch = Scratch::new("admission");
+    // A copy of a harmless program named like PyTorch, in a directory only root may write.
+    let library = scratch.0.join("lib").join("libtorch_x.so");
+    std::fs::create_dir_all(library.parent().unwrap())?;
+    std::fs::copy("/bin/true", &library)?;
+    // The same, straight in /tmp, where anyone could have put it: no evidence at all.
+    let planted = PathBuf::from(format!("/tmp/libtorch_x-{}.so", std::process::id()));
+    std::fs::copy("/bin/true", &planted)?;
+    struct Remove(PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _planted = Remove(planted.clone());
+    let unadmitted = map(&scratch.0, &library, &["--spin"], &as_user(65534, true))?;
+    let admitted = map(&scratch.0, &library, &["--spin"], &as_user(1, true))?;
+    let capped = map(&scratch.0, &library, &["--spin"], &as_user(1, false))?;
+    let planter = map(&scratch.0, &planted, &["--spin"], &as_user(65534, false))?;
+
+    // The admitted hog holding CAP_SYS_NICE may go to -5 (it could itself); the unadmitted
+    // one could too, and is still left alone.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut unadmitted_nice = Vec::new();
+    while nice_of(admitted.pid(), admitted.pid()) != Some(-5) {
+        unadmitted_nice.extend(nice_of(unadmitted.pid(), unadmitted.pid()));
+        anyhow::ensure!(Instant::now() < deadline, "the admitted hog was never reniced to -5");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Let a few more windows pass with both running.
+    for _ in 0..20 {
+        unadmitted_nice.extend(nice_of(unadmitted.pid(), unadmitted.pid()));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(unadmitted_nice.iter().all(|n| *n == 0), "the unadmitted hog kept its nice: {unadmitted_nice:?}");
+    assert_eq!(nice_of(capped.pid(), capped.pid()), Some(0), "with RLIMIT_NICE 0 it may not go below 0");
+
+    let snapshot = daemon.get_json("/api/snapshot").await?;
+    let seen = process(&snapshot, unadmitted.pid()).context("the unadmitted hog is observed")?;
+    assert_eq!((seen["admitted"].as_bool(), seen["uid"].as_u64()), (Some(false), Some(65534)), "{seen}");
+    assert!(seen["admission"].as_str().unwrap_or_default().starts_with("not admitted"), "{seen}");
+    assert!(seen["reason"].as_str().unwrap_or_default().contains("libtorch_x.so"), "{seen}");
+    let boosted = process(&snapshot, admitted.pid()).context("the admitted hog")?;
+    assert_eq!(boosted["admission"], "admitted: user 1", "{boosted}");
+    let decisions = snapshot["scheduler"]["decisions"].as_array().cloned().unwrap_or_default();
+    assert!(
+        decisions.iter().any(|d| d["pid"] == unadmitted.pid()
+            && d["applied"] == false
+            && d["error"].as_str().is_some_and(|e| e.starts_with("not admitted"))),
+        "{decisions:?}"
+    );
+    let capped_decision = decisions.iter().find(|d| d["pid"] == capped.pid() && d["applied"] == true);
+    assert!(capped_decision.is_some_and(|d| d["nice"] == 0), "{decisions:?}");
+    // The planted library is no evidence: reported, the process not taken for ML work.
+    assert!(process(&snapshot, planter.pid()).is_none());
+    let refused = snapshot["scheduler"]["refused_evidence"].as_array().cloned().unwrap_or_default();
+    let report = refused.iter().find(|r| r["pid"] == planter.pid()).with_context(|| format!("{refused:?}"))?;
+    assert!(report["why"].as_str().unwrap_or_default().contains("/tmp is writable by everyone"), "{report}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn five_thousand_processes_holding_a_gpu_device_stay_within_the_bounds() -> Result<()> {
+    let _one = ONE_DAEMON.lock().await;
+    let daemon = Daemon::start(DaemonOptions { config: SCHEDULER.into(), ..DaemonOptions::default() })?;
+    let idle = idle_rss_kib(&daemon).await?;
+    // A device node named like NVIDIA's (the null device's numbers).
+    let device = PathBuf::from(format!("/dev/nvidia-ringside-test-{}", std::process::id()));
+    let _ = std::fs::remove_file(&device);
+    let made = Command::new("mknod").arg(&device).args(["c", "1", "3"]).status()?;
+    anyhow::ensure!(made.success(), "mknod (root needed)");
+    struct Remove(PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _device = Remove(device.clone());
+    let scratch = Scratch::new("many");
+    let ready = scratch.0.join("ready");
+    let started = Instant::now();
+    let holder = Reaped::start(
+        Command::new(hostile_binary()).arg("hold").arg(&device).args(["--children", "5000", "--ready"]).arg(&ready),
+        &ready,
+    )?;
+    println!("5000 children forked in {:?}", started.elapsed());
+    let snapshot = wait_for(&daemon, "every holder found, 256 tracked", 60, |s| {
+        let scheduler = &s["scheduler"];
+        scheduler["processes_not_tracked"].as_u64().unwrap_or(0) >= 4700
+    })
+    .await?;
+    println!("found in {:?}", started.elapsed());
+    let scheduler = &snapshot["scheduler"];
+    let shown = scheduler["processes"].as_array().map(Vec::len).unwrap_or(0);
+    assert_eq!(shown, 32, "at most 32 processes listed");
+    assert_eq!(scheduler["processes_not_shown"], 256 - 32, "{}", scheduler["processes_not_tracked"]);
+    let spans: usize =
+        scheduler["processes"].as_array().unwrap().iter().map(|p| p["timeline"].as_array().map_or(0, Vec::len)).sum();
+    assert!(spans <= 4800);
+    let health = component(&daemon.get_json("/healthz").await?, "scheduler");
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert!(health["detail"].as_str().unwrap_or_default().contains("max_processes = 256"), "{health}");
+
+    // Update frames stay within the documented budget; /metrics has series for 32 pids at most.
+    let mut client = daemon.ws(None).await?;
+    let mut largest = 0;
+    let mut updates = 0;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while updates < 5 && Instant::now() < deadline {
+        use futures_util::StreamExt;
+        let frame = tokio::time::timeout(Duration::from_secs(5), client.socket.next()).await?.context("closed")??;
+        if let tokio_tungstenite::tungstenite::Message::Text(text) = frame {
+            largest = largest.max(text.len());
+            updates += usize::from(text.as_str().starts_with("{\"type\":\"update\""));
+        }
+    }
+    let metrics = daemon.get("/metrics").await?.text().await?;
+    let pids: std::collections::HashSet<&str> =
+        metrics.match_indices("pid=\"").map(|(i, _)| metrics[i + 5..].split('"').next().unwrap_or("")).collect();
+    let rss = rss_kib(daemon.pid()).context("RSS")?;
+    println!(
+        "5001 ML processes: largest frame {largest} bytes over {updates} updates, /metrics {} bytes with {} pids, RSS {idle} -> {rss} KiB",
+        metrics.len(),
+        pids.len()
+    );
+    assert!(updates >= 3, "updates keep flowing");
+    assert!(largest <= 512 * 1024, "a frame of {largest} bytes is over the 512 KiB budget");
+    assert!(pids.len() <= 32, "{} pids in /metrics", pids.len());
+    ringside_tests::promtool_check(&metrics)?;
+    drop(holder);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_kill_9_a_restart_restores_every_changed_thread_and_nothing_else() -> Result<()> {
+    let _one = ONE_DAEMON.lock().await;
+    let scratch = Scratch::new("journal");
+    let data_dir = scratch.0.join("data");
+    let config =
+        format!("{SCHEDULER}mode = \"enforce\"\nbackend = \"setattr\"\n\n[scheduler.enforce]\nusers = [\"root\"]\n");
+    let options = |config: &str| DaemonOptions {
+        config: config.into(),
+        data_dir: Some(data_dir.clone()),
+        ..DaemonOptions::default()
+    };
+    let mut daemon = Daemon::start(options(&config))?;
+    let workload = Workload::start(&scratch.0, 800, 40)?;
+    let pid = workload.pid();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while nice_of(pid, pid) != Some(-5) {
+        anyhow::ensure!(Instant::now() < deadline, "the main thread was never reniced");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    daemon.kill_hard()?;
+    drop(daemon);
+    let tids = |pid: u32| -> Vec<u32> {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
+            .unwrap_or_default()
+    };
+    let changed: Vec<u32> = tids(pid).into_iter().filter(|t| nice_of(pid, *t) != Some(0)).collect();
+    assert!(changed.contains(&pid), "killed with threads changed: {changed:?}");
+
+    // An unrelated process whose id the journal names with another start time (a reused id).
+    let bystander = Reaped(Command::new("sleep").arg("60").spawn()?);
+    let journal = data_dir.join("enforce.journal");
+    let line = format!(
+        "{{\"event\":\"saved\",\"pid\":{0},\"tid\":{0},\"start_time\":1,\"nice\":10,\"policy\":3,\"cpus\":[0]}}\n",
+        bystander.pid()
+    );
+    use std::io::Write;
+    std::fs::OpenOptions::new().append(true).open(&journal)?.write_all(line.as_bytes())?;
+
+    // Restarted in observe mode: what the journal holds is put back before the first scan.
+    let restarted = Daemon::start(options(SCHEDULER))?;
+    let restored_in = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while tids(pid).iter().any(|t| nice_of(pid, *t).is_some_and(|n| n != 0)) {
+        anyhow::ensure!(Instant::now() < deadline, "threads still changed after the restart: {:?}", tids(pid));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("changed threads restored {:?} after the restart printed its address", restored_in.elapsed());
+    assert_eq!(nice_of(bystander.pid(), bystander.pid()), Some(0), "a reused id is never touched");
+    let kept = std::fs::read_to_string(&journal)?;
+    assert!(kept.trim().is_empty(), "the journal is emptied once restored: {kept}");
+    drop(restarted);
+    drop(workload);
+    Ok(())
+}
