@@ -307,3 +307,63 @@ impl MetricsSource for SchedulerSource {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::Sample;
+
+    /// A source around an observer thread that does `work` (a stand-in for one stuck in the
+    /// kernel), with its last window published `quiet` ago while it was in `stage`.
+    fn source_with(journal: PathBuf, quiet: Duration, stage: &'static str, work: Duration) -> SchedulerSource {
+        let published = Published {
+            telemetry: Some(SchedulerTelemetry::default()),
+            published_at: Some(Instant::now() - quiet),
+            stage,
+            ..Published::default()
+        };
+        let thread = std::thread::spawn(move || std::thread::sleep(work));
+        SchedulerSource {
+            running: Ok(Running {
+                published: Arc::new(Mutex::new(published)),
+                stop: Arc::new(AtomicBool::new(false)),
+                thread: Some(thread),
+                started: Instant::now(),
+                stall_after: Duration::from_secs(1),
+                journal,
+            }),
+            numa_nodes: 1,
+            total_cpus: 2,
+            enforcement_off: None,
+        }
+    }
+
+    #[test]
+    fn an_observer_that_stops_publishing_is_reported_down_with_what_it_was_doing() {
+        let dir = crate::test_support::ScratchDir::new("stalled");
+        let mut fresh = source_with(dir.path().join(JOURNAL_FILE), Duration::ZERO, "publishing", Duration::ZERO);
+        assert_eq!(fresh.collect(&mut Sample::new(0)), Ok(SourceStatus::Up));
+        let mut stalled =
+            source_with(dir.path().join(JOURNAL_FILE), Duration::from_secs(2), "scanning processes", Duration::ZERO);
+        let why = stalled.collect(&mut Sample::new(0)).unwrap_err().0;
+        assert!(why.contains("published no window") && why.contains("scanning processes"), "{why}");
+    }
+
+    #[test]
+    fn a_stuck_observer_does_not_hold_up_the_stop_and_the_journal_is_restored_without_it() {
+        let dir = crate::test_support::ScratchDir::new("stuck");
+        let path = dir.path().join(JOURNAL_FILE);
+        // What a stuck observer left changed: a thread that is gone, so nothing is written,
+        // but the journal is read and emptied.
+        let (mut journal, _) = Journal::open(&path).unwrap();
+        let gone =
+            super::super::journal::Saved { pid: 1, tid: u32::MAX - 7, start_time: 1, nice: 0, policy: 0, cpus: vec![] };
+        journal.saved(&gone).unwrap();
+        let source = source_with(path.clone(), Duration::ZERO, "reading probe events", Duration::from_secs(30));
+        let started = Instant::now();
+        drop(source);
+        let took = started.elapsed();
+        assert!(took >= SHUTDOWN_WAIT && took < SHUTDOWN_WAIT + Duration::from_secs(2), "{took:?}");
+        assert!(Journal::open(&path).unwrap().1.is_empty(), "restored from the journal");
+    }
+}
