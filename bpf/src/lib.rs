@@ -508,21 +508,23 @@ impl SchedProbe {
         self.mode
     }
 
-    /// Every program and attach point with its state, uprobes included (one line per process
-    /// and library).
+    /// Every program and attach point with its state, the CUDA/NCCL uprobes summed up in one line
+    /// (each process's libraries are listed with the process).
     pub fn programs(&self) -> Vec<ProgramStatus> {
         let mut all = self.programs.clone();
-        let mut pids: Vec<_> = self.uprobes.keys().copied().collect();
-        pids.sort_unstable();
-        for pid in pids {
-            for (library, links) in &self.uprobes[&pid] {
-                all.push(ProgramStatus {
-                    name: format!("{} (pid {pid})", library.file_name().unwrap_or_default().to_string_lossy()),
-                    attach: "uprobe".into(),
-                    state: "attached".into(),
-                    detail: Some(format!("{} probes", links.len())),
-                });
-            }
+        // One line for every CUDA/NCCL uprobe, however many processes are probed.
+        if !self.uprobes.is_empty() {
+            let libraries: usize = self.uprobes.values().map(Vec::len).sum();
+            let probes: usize = self.uprobes.values().flatten().map(|(_, links)| links.len()).sum();
+            all.push(ProgramStatus {
+                name: "on_call".into(),
+                attach: "uprobe".into(),
+                state: "attached".into(),
+                detail: Some(format!(
+                    "{probes} probes on {libraries} CUDA/NCCL libraries in {} processes",
+                    self.uprobes.len()
+                )),
+            });
         }
         all
     }

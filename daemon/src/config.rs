@@ -612,15 +612,26 @@ mod tests {
 wall:bbbbbbbbbbbbbbbb2:viewer
 ",
         );
+        private(&token.0);
         let config =
             Config::load(&cli(&["--token-file", token.0.to_str().unwrap()]), Some("a-token-from-the-env".into()))
                 .unwrap();
         assert_eq!((config.tokens.len(), config.token_origin), (2, TokenOrigin::File));
     }
 
+    /// Makes a file readable by its owner only, as token files must be.
+    fn private(path: &std::path::Path) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+
     #[test]
     fn token_file_is_read() {
         let token = write("0123456789abcdef0123\n");
+        // Open to every user: refused, naming the fix and never the secret.
+        let open = Config::load(&cli(&["--token-file", token.0.to_str().unwrap()]), None).unwrap_err().to_string();
+        assert!(open.contains("chmod 600") && !open.contains("0123456789abcdef0123"), "{open}");
+        private(&token.0);
         let config = Config::load(&cli(&["--token-file", token.0.to_str().unwrap()]), None).unwrap();
         assert_eq!(config.tokens[0].secret, "0123456789abcdef0123");
         assert_eq!(config.token_origin, TokenOrigin::File);

@@ -376,8 +376,27 @@ impl SchedulerTelemetry {
     pub const MAX_TASKS: usize = 100;
     /// Processes listed, and timeline spans over all of them: they travel in every update.
     pub const MAX_PROCESSES: usize = 32;
-    pub const MAX_SPANS: usize = 4800;
+    pub const MAX_SPANS: usize = 2400;
     pub const MAX_DECISIONS: usize = 50;
+    /// Libraries listed per process, and refused evidence kept.
+    pub const MAX_LIBRARIES: usize = 4;
+    pub const MAX_REFUSED: usize = 16;
+    /// Text a local user chooses (paths, and reasons that quote them) is clipped to this many
+    /// characters, keeping the end (a path's file name).
+    pub const MAX_TEXT: usize = 160;
+    /// What the scheduler's part of an update may take, serialized, with every list at its
+    /// bound and every clipped text at its length (checked by a test).
+    pub const FRAME_BUDGET: usize = 448 * 1024;
+}
+
+/// `text`, or its last `max - 1` characters after an ellipsis when it is longer.
+pub fn clip(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_string();
+    }
+    let tail: String = text.chars().skip(count - (max.saturating_sub(1))).collect();
+    format!("…{tail}")
 }
 
 /// One BPF program or attach point.
@@ -449,7 +468,8 @@ pub struct MlProcessInfo {
     pub admission: String,
     /// Time per phase since it was first seen, up to the end of the latest window.
     pub phase_ms: PhaseValues<u64>,
-    /// Recent phase history (the last two minutes, at most 600 spans), oldest first.
+    /// Recent phase history (the last two minutes, at most 600 spans, fewer when many processes
+    /// are listed: see [`SchedulerTelemetry::MAX_SPANS`]), oldest first.
     pub timeline: Vec<PhaseSpan>,
 }
 

@@ -421,3 +421,65 @@ fn schema_describes_the_snapshot() {
     let required: Vec<&str> = schema["required"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
     assert!(required.contains(&"node") && required.contains(&"alerts"));
 }
+
+/// The scheduler's part of an update with every list at its bound and every text a user can
+/// choose at its clipped length: it must fit [`SchedulerTelemetry::FRAME_BUDGET`].
+#[test]
+fn worst_case_scheduler_telemetry_fits_the_frame_budget() {
+    let base = snapshot().scheduler.expect("the fixture has a scheduler");
+    let long = |c: char| clip(&c.to_string().repeat(4096), SchedulerTelemetry::MAX_TEXT);
+    assert_eq!(long('x').chars().count(), SchedulerTelemetry::MAX_TEXT);
+    assert!(long('x').starts_with('…'));
+    let spans = SchedulerTelemetry::MAX_SPANS / SchedulerTelemetry::MAX_PROCESSES;
+    let process = MlProcessInfo {
+        comm: "c".repeat(15),
+        reason: long('r'),
+        gpus: (0..8).collect(),
+        probed_libraries: (0..SchedulerTelemetry::MAX_LIBRARIES).map(|_| long('p')).collect(),
+        libraries: (0..SchedulerTelemetry::MAX_LIBRARIES)
+            .map(|_| LibraryStatus { path: long('l'), state: "refused".into(), detail: long('d') })
+            .collect(),
+        uid: Some(u32::MAX),
+        admission: long('a'),
+        timeline: (0..spans)
+            .map(|i| PhaseSpan {
+                phase: Phase::NcclCollective,
+                start_ms: 1_800_000_000_000 + i as u64,
+                end_ms: 1_800_000_000_100 + i as u64,
+            })
+            .collect(),
+        ..base.processes[0].clone()
+    };
+    let task = MlTaskInfo {
+        comm: "t".repeat(15),
+        features: ["cpu", "read", "iowait", "futex", "sync", "nccl", "ioctl", "launches_per_s"]
+            .into_iter()
+            .map(|k| (k.to_string(), 123456.789))
+            .collect(),
+        last_decision: Some(long('s')),
+        ..base.tasks[0].clone()
+    };
+    let decision = Decision {
+        comm: "t".repeat(15),
+        action: long('x'),
+        reason: long('y'),
+        error: Some(long('e')),
+        cpus: "0-95,192-287".into(),
+        ..base.decisions[0].clone()
+    };
+    let worst = SchedulerTelemetry {
+        processes: vec![process; SchedulerTelemetry::MAX_PROCESSES],
+        tasks: vec![task; SchedulerTelemetry::MAX_TASKS],
+        decisions: vec![decision; SchedulerTelemetry::MAX_DECISIONS],
+        refused_evidence: vec![
+            RefusedEvidence { pid: u32::MAX, comm: "c".repeat(15), path: long('q'), why: long('w') };
+            SchedulerTelemetry::MAX_REFUSED
+        ],
+        programs: vec![base.programs[0].clone(); 24],
+        enforcement_inactive: Some(long('i')),
+        ..base
+    };
+    let bytes = serde_json::to_string(&worst).unwrap().len();
+    println!("worst-case scheduler telemetry: {bytes} bytes");
+    assert!(bytes <= SchedulerTelemetry::FRAME_BUDGET, "{bytes} bytes");
+}

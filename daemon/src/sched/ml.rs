@@ -20,7 +20,7 @@ use super::trust::{library_trust, Credentials};
 /// Processes looked at closely (maps, open files, command line) per scan at most.
 pub const VERDICTS_PER_SCAN: usize = 512;
 /// Refused library evidence kept for the console.
-pub const MAX_REFUSED: usize = 16;
+pub const MAX_REFUSED: usize = ringside_shared::SchedulerTelemetry::MAX_REFUSED;
 
 /// Library file names (prefixes) that mark a process as ML.
 pub const DEFAULT_LIBRARIES: [&str; 9] = [

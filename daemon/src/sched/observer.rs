@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use ringside_bpf::scx::{self, ScxClass, ScxDecision, ScxScheduler};
 use ringside_bpf::{calls_of_library, EventKind, SchedProbe};
 use ringside_shared::{
-    Decision, LibraryStatus, MlProcessInfo, MlTaskInfo, Phase, PhaseSpan, PhaseValues, ProbeLosses, ProbeProgram,
+    clip, Decision, LibraryStatus, MlProcessInfo, MlTaskInfo, Phase, PhaseSpan, PhaseValues, ProbeLosses, ProbeProgram,
     RefusedEvidence, SchedulerTelemetry, ScxCounters, ScxExitInfo, ScxStatus,
 };
 
@@ -29,8 +29,11 @@ const RUNQ_SAMPLES: usize = 512;
 /// bounded in time and in spans (a process flapping every window makes one span per window).
 const TIMELINE_MS: u64 = 2 * 60 * 1000;
 const MAX_SPANS: usize = 600;
-/// CUDA/NCCL libraries looked at per process (a process mapping more is up to something).
-const MAX_LIBRARIES: usize = 16;
+/// CUDA/NCCL libraries looked at per process (the driver, the runtime and NCCL: a process
+/// mapping more is up to something).
+const MAX_LIBRARIES: usize = SchedulerTelemetry::MAX_LIBRARIES;
+/// A tracked process's `maps` is read for new libraries every this many scans.
+const MAPS_EVERY: u32 = 5;
 
 /// What carries out the decisions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +117,8 @@ struct Process {
     /// The lowest nice value its threads may be given.
     nice_floor: i32,
     libraries: Vec<Library>,
+    /// Scans since its `maps` was last read for libraries.
+    scans_since_maps: u32,
     phase: Hysteresis,
     phase_since_ms: u64,
     phase_ms: PhaseValues<u64>,
@@ -401,6 +406,7 @@ impl Observer {
                 admission,
                 nice_floor,
                 libraries: Vec::new(),
+                scans_since_maps: 0,
                 phase: Hysteresis::default(),
                 phase_since_ms: crate::now_ms(),
                 phase_ms: PhaseValues::default(),
@@ -553,6 +559,17 @@ impl Observer {
     fn request_libraries(&mut self, pid: u32) {
         let Some(process) = self.processes.get_mut(&pid) else { return };
         if process.libraries.iter().filter(|l| !matches!(l.state, LibraryState::Pending)).count() >= MAX_LIBRARIES {
+            return;
+        }
+        // `maps` of a large process is megabytes: read when new, every MAPS_EVERY scans after
+        // (frameworks load CUDA lazily), and while a request waits to be sent again.
+        let lost = process
+            .libraries
+            .iter()
+            .any(|l| matches!(l.state, LibraryState::Pending) && !self.libraries.is_queued(pid, &l.path));
+        let due = process.scans_since_maps == 0 || process.scans_since_maps >= MAPS_EVERY || lost;
+        process.scans_since_maps = if due { 1 } else { process.scans_since_maps + 1 };
+        if !due {
             return;
         }
         for mapping in library::mappings(&self.config.proc_root, pid) {
@@ -934,6 +951,7 @@ impl Observer {
                 }
             })
             .collect();
+        const TEXT: usize = SchedulerTelemetry::MAX_TEXT;
         // The busiest processes (on-CPU time of their threads in the latest window) are listed,
         // and the timeline spans are shared out among them: both travel in every update.
         let mut activity: HashMap<u32, u64> = HashMap::new();
@@ -951,7 +969,7 @@ impl Observer {
                 job: p.job,
                 comm: p.comm.clone(),
                 role: p.role.as_str().into(),
-                reason: p.reason.clone(),
+                reason: clip(&p.reason, TEXT),
                 phase: p.phase.phase,
                 phase_since_ms: p.phase_since_ms,
                 threads: p.threads,
@@ -961,7 +979,7 @@ impl Observer {
                     .probe
                     .probed_libraries(*pid)
                     .iter()
-                    .map(|l| l.file_name().unwrap_or_default().to_string_lossy().into_owned())
+                    .map(|l| clip(&l.file_name().unwrap_or_default().to_string_lossy(), TEXT))
                     .collect(),
                 libraries: p
                     .libraries
@@ -972,13 +990,17 @@ impl Observer {
                             LibraryState::Probed(n) => ("probed", format!("{n} entry points probed")),
                             LibraryState::Refused(why) => ("refused", why.clone()),
                         };
-                        LibraryStatus { path: l.path.to_string_lossy().into_owned(), state: state.into(), detail }
+                        LibraryStatus {
+                            path: clip(&l.path.to_string_lossy(), TEXT),
+                            state: state.into(),
+                            detail: clip(&detail, TEXT),
+                        }
                     })
                     .collect(),
                 uid: p.uid,
                 admitted: p.admission.is_ok(),
                 admission: match &p.admission {
-                    Ok(why) | Err(why) => why.clone(),
+                    Ok(why) | Err(why) => clip(why, TEXT),
                 },
                 phase_ms: p.phase_ms.clone(),
                 timeline: p.timeline.iter().skip(p.timeline.len().saturating_sub(spans_each)).cloned().collect(),
@@ -1013,7 +1035,12 @@ impl Observer {
             refused_evidence: self
                 .detector
                 .refused()
-                .map(|r| RefusedEvidence { pid: r.pid, comm: r.comm.clone(), path: r.path.clone(), why: r.why.clone() })
+                .map(|r| RefusedEvidence {
+                    pid: r.pid,
+                    comm: r.comm.clone(),
+                    path: clip(&r.path, TEXT),
+                    why: clip(&r.why, TEXT),
+                })
                 .collect(),
             enforcement_inactive: (self.backend != Backend::Observe && self.config.admission.is_empty()).then(|| {
                 "enforce mode admits no process: list users, groups or cgroups under [scheduler.enforce]".to_string()
