@@ -46,6 +46,16 @@ pub fn hostile_binary() -> PathBuf {
     path
 }
 
+/// Waits for a process under test to create `path` (its sign that it is set up).
+pub fn wait_for_file(path: &Path, limit: Duration) -> Result<()> {
+    let deadline = Instant::now() + limit;
+    while !path.exists() {
+        anyhow::ensure!(Instant::now() < deadline, "{} did not appear within {limit:?}", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 /// A process started for a test, killed (with its children, which die with it) on drop.
 pub struct Reaped(pub Child);
 
@@ -53,11 +63,7 @@ impl Reaped {
     /// Starts `command` and waits for it to create `ready` (10 s at most).
     pub fn start(command: &mut Command, ready: &Path) -> Result<Reaped> {
         let child = Reaped(command.stdout(Stdio::null()).spawn().context("start the test process")?);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !ready.exists() {
-            anyhow::ensure!(Instant::now() < deadline, "{} did not appear in 30 s", ready.display());
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_file(ready, Duration::from_secs(30))?;
         Ok(child)
     }
 
@@ -71,6 +77,11 @@ impl Drop for Reaped {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The ML process `pid` in a snapshot's scheduler telemetry.
+pub fn ml_process(snapshot: &serde_json::Value, pid: u32) -> Option<&serde_json::Value> {
+    snapshot["scheduler"]["processes"].as_array()?.iter().find(|p| p["pid"] == pid)
 }
 
 /// A process's resident memory (KiB), from `/proc/<pid>/status`.
@@ -106,11 +117,7 @@ impl Workload {
             .spawn()
             .context("start ml-workload")?;
         let workload = Workload(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !dir.join("ready").exists() {
-            anyhow::ensure!(Instant::now() < deadline, "ml-workload did not get ready in 10 s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_file(&dir.join("ready"), Duration::from_secs(10)).context("ml-workload did not get ready")?;
         Ok(workload)
     }
 
@@ -378,6 +385,26 @@ impl Daemon {
     /// POST `/api/alerts/{id}/ack` with `token` and a JSON body.
     pub async fn ack_as(&self, token: &str, id: u64, body: serde_json::Value) -> Result<reqwest::Response> {
         Ok(self.http().post(format!("{}/api/alerts/{id}/ack", self.base)).bearer_auth(token).json(&body).send().await?)
+    }
+
+    /// Polls `/api/snapshot` until `ready` says so, within `secs`.
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        secs: u64,
+        ready: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<serde_json::Value> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let snapshot = self.get_json("/api/snapshot").await?;
+            if ready(&snapshot) {
+                return Ok(snapshot);
+            }
+            if Instant::now() > deadline {
+                bail!("{what} not within {secs} s; scheduler: {}", snapshot["scheduler"]);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     pub async fn get_json(&self, path: &str) -> Result<serde_json::Value> {

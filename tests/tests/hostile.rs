@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
-use ringside_tests::{hostile_binary, nice_of, rss_kib, Daemon, DaemonOptions, Reaped, Scratch, Workload};
+use anyhow::{Context, Result};
+use ringside_tests::{hostile_binary, ml_process, nice_of, rss_kib, Daemon, DaemonOptions, Reaped, Scratch, Workload};
 use serde_json::Value;
 
 /// One daemon at a time: each sees every process on the node.
@@ -17,27 +17,8 @@ static ONE_DAEMON: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const SCHEDULER: &str = "[scheduler]\nwindow_ms = 100\nscan_interval_ms = 200\n";
 
-fn process(snapshot: &Value, pid: u32) -> Option<&Value> {
-    snapshot["scheduler"]["processes"].as_array()?.iter().find(|p| p["pid"] == pid)
-}
-
 fn component(health: &Value, name: &str) -> Value {
     health["components"].as_array().into_iter().flatten().find(|c| c["name"] == name).cloned().unwrap_or_default()
-}
-
-/// Polls the snapshot until `ready` says so.
-async fn wait_for(daemon: &Daemon, what: &str, secs: u64, ready: impl Fn(&Value) -> bool) -> Result<Value> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let snapshot = daemon.get_json("/api/snapshot").await?;
-        if ready(&snapshot) {
-            return Ok(snapshot);
-        }
-        if Instant::now() > deadline {
-            bail!("{what} not within {secs} s; scheduler: {}", snapshot["scheduler"]);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// `hostile-process map FILE ARGS…`, started under `wrapper` (e.g. `setpriv` to another user).
@@ -81,7 +62,7 @@ fn cuda_like_library(path: &Path) -> Result<()> {
 }
 
 async fn idle_rss_kib(daemon: &Daemon) -> Result<u64> {
-    wait_for(daemon, "the first published window", 15, |s| !s["scheduler"].is_null()).await?;
+    daemon.wait_for("the first published window", 15, |s| !s["scheduler"].is_null()).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     rss_kib(daemon.pid()).context("the daemon's RSS")
 }
@@ -99,16 +80,18 @@ async fn huge_sparse_libraries_are_refused_without_being_read() -> Result<()> {
         mappers.push(map(&scratch.0, &file, &[], &[])?);
     }
     let started = Instant::now();
-    let snapshot = wait_for(&daemon, "both mappers seen with their library refused", 15, |s| {
-        mappers.iter().all(|m| {
-            process(s, m.pid())
-                .is_some_and(|p| p["libraries"].as_array().is_some_and(|l| l.iter().any(|l| l["state"] == "refused")))
+    let snapshot = daemon
+        .wait_for("both mappers seen with their library refused", 15, |s| {
+            mappers.iter().all(|m| {
+                ml_process(s, m.pid()).is_some_and(|p| {
+                    p["libraries"].as_array().is_some_and(|l| l.iter().any(|l| l["state"] == "refused"))
+                })
+            })
         })
-    })
-    .await?;
+        .await?;
     let refused_after = started.elapsed();
     for mapper in &mappers {
-        let library = &process(&snapshot, mapper.pid()).unwrap()["libraries"][0];
+        let library = &ml_process(&snapshot, mapper.pid()).unwrap()["libraries"][0];
         let detail = library["detail"].as_str().unwrap_or_default();
         assert!(detail.contains("GiB, over the 2.0 GiB read at most"), "{library}");
         assert!(library["path"].as_str().unwrap_or_default().ends_with("libcuda.so.1"), "{library}");
@@ -137,15 +120,17 @@ async fn a_library_replaced_by_a_fifo_or_a_link_to_dev_zero_wedges_nothing() -> 
         assert!(!kind.is_file(), "{replace}: the path no longer holds the library");
     }
     // The mapped file itself (deleted, still mapped) is read and probed; the path is not followed.
-    let snapshot = wait_for(&daemon, "both libraries probed through their mappings", 15, |s| {
-        mappers.iter().all(|m| {
-            process(s, m.pid())
-                .is_some_and(|p| p["libraries"].as_array().is_some_and(|l| l.iter().any(|l| l["state"] == "probed")))
+    let snapshot = daemon
+        .wait_for("both libraries probed through their mappings", 15, |s| {
+            mappers.iter().all(|m| {
+                ml_process(s, m.pid()).is_some_and(|p| {
+                    p["libraries"].as_array().is_some_and(|l| l.iter().any(|l| l["state"] == "probed"))
+                })
+            })
         })
-    })
-    .await?;
+        .await?;
     let end_of = |s: &Value, pid: u32| {
-        process(s, pid).and_then(|p| p["timeline"].as_array()?.last()?["end_ms"].as_u64()).unwrap_or(0)
+        ml_process(s, pid).and_then(|p| p["timeline"].as_array()?.last()?["end_ms"].as_u64()).unwrap_or(0)
     };
     let before = end_of(&snapshot, mappers[0].pid());
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -168,10 +153,11 @@ async fn enforce_without_admission_changes_nothing_and_says_why() -> Result<()> 
     let dir = Scratch::new("unadmitted-workload");
     let workload = Workload::start(&dir.0, 400, 6)?;
     let pid = workload.pid();
-    let snapshot = wait_for(&daemon, "a decision for the workload", 15, |s| {
-        s["scheduler"]["decisions"].as_array().is_some_and(|d| d.iter().any(|d| d["pid"] == pid))
-    })
-    .await?;
+    let snapshot = daemon
+        .wait_for("a decision for the workload", 15, |s| {
+            s["scheduler"]["decisions"].as_array().is_some_and(|d| d.iter().any(|d| d["pid"] == pid))
+        })
+        .await?;
     let scheduler = &snapshot["scheduler"];
     assert!(
         scheduler["enforcement_inactive"].as_str().unwrap_or_default().contains("admits no process"),
@@ -244,11 +230,11 @@ async fn only_admitted_users_are_reniced_and_never_beyond_their_own_rlimit() -> 
     assert_eq!(nice_of(capped.pid(), capped.pid()), Some(0), "with RLIMIT_NICE 0 it may not go below 0");
 
     let snapshot = daemon.get_json("/api/snapshot").await?;
-    let seen = process(&snapshot, unadmitted.pid()).context("the unadmitted hog is observed")?;
+    let seen = ml_process(&snapshot, unadmitted.pid()).context("the unadmitted hog is observed")?;
     assert_eq!((seen["admitted"].as_bool(), seen["uid"].as_u64()), (Some(false), Some(65534)), "{seen}");
     assert!(seen["admission"].as_str().unwrap_or_default().starts_with("not admitted"), "{seen}");
     assert!(seen["reason"].as_str().unwrap_or_default().contains("libtorch_x.so"), "{seen}");
-    let boosted = process(&snapshot, admitted.pid()).context("the admitted hog")?;
+    let boosted = ml_process(&snapshot, admitted.pid()).context("the admitted hog")?;
     assert_eq!(boosted["admission"], "admitted: user 1", "{boosted}");
     let decisions = snapshot["scheduler"]["decisions"].as_array().cloned().unwrap_or_default();
     assert!(
@@ -260,7 +246,7 @@ async fn only_admitted_users_are_reniced_and_never_beyond_their_own_rlimit() -> 
     let capped_decision = decisions.iter().find(|d| d["pid"] == capped.pid() && d["applied"] == true);
     assert!(capped_decision.is_some_and(|d| d["nice"] == 0), "{decisions:?}");
     // The planted library is no evidence: reported, the process not taken for ML work.
-    assert!(process(&snapshot, planter.pid()).is_none());
+    assert!(ml_process(&snapshot, planter.pid()).is_none());
     let refused = snapshot["scheduler"]["refused_evidence"].as_array().cloned().unwrap_or_default();
     let report = refused.iter().find(|r| r["pid"] == planter.pid()).with_context(|| format!("{refused:?}"))?;
     assert!(report["why"].as_str().unwrap_or_default().contains("/tmp is writable by everyone"), "{report}");
@@ -292,11 +278,12 @@ async fn five_thousand_processes_holding_a_gpu_device_stay_within_the_bounds() -
         &ready,
     )?;
     println!("5000 children forked in {:?}", started.elapsed());
-    let snapshot = wait_for(&daemon, "every holder found, 256 tracked", 60, |s| {
-        let scheduler = &s["scheduler"];
-        scheduler["processes_not_tracked"].as_u64().unwrap_or(0) >= 4700
-    })
-    .await?;
+    let snapshot = daemon
+        .wait_for("every holder found, 256 tracked", 60, |s| {
+            let scheduler = &s["scheduler"];
+            scheduler["processes_not_tracked"].as_u64().unwrap_or(0) >= 4700
+        })
+        .await?;
     println!("found in {:?}", started.elapsed());
     let scheduler = &snapshot["scheduler"];
     let shown = scheduler["processes"].as_array().map(Vec::len).unwrap_or(0);

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
-use ringside_tests::{nice_of, Daemon, DaemonOptions, Scratch, Workload};
+use anyhow::{Context, Result};
+use ringside_tests::{ml_process, nice_of, Daemon, DaemonOptions, Scratch, Workload};
 use serde_json::Value;
 
 const PHASES: [&str; 4] = ["data_loading", "gpu_compute", "nccl_collective", "optimizer_step"];
@@ -19,25 +19,6 @@ static ONE_DAEMON: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn scheduler_config(mode: &str) -> String {
     format!("[scheduler]\nmode = \"{mode}\"\nwindow_ms = {WINDOW_MS}\nscan_interval_ms = 200\n")
-}
-
-fn process(snapshot: &Value, pid: u32) -> Option<&Value> {
-    snapshot["scheduler"]["processes"].as_array()?.iter().find(|p| p["pid"] == pid)
-}
-
-/// Polls the snapshot until `ready` says so.
-async fn wait_for(daemon: &Daemon, what: &str, secs: u64, ready: impl Fn(&Value) -> bool) -> Result<Value> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let snapshot = daemon.get_json("/api/snapshot").await?;
-        if ready(&snapshot) {
-            return Ok(snapshot);
-        }
-        if Instant::now() > deadline {
-            bail!("{what} not within {secs} s; scheduler: {}", snapshot["scheduler"]);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// One line of the workload's ground truth.
@@ -87,11 +68,12 @@ async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
     let pid = workload.pid();
 
     // Detected, tracked, its libraries probed, its DataLoader worker part of the job.
-    let snapshot = wait_for(&daemon, "the workload tracked with both libraries probed", 10, |s| {
-        process(s, pid).is_some_and(|p| p["probed_libraries"].as_array().is_some_and(|l| l.len() >= 2))
-    })
-    .await?;
-    let main = process(&snapshot, pid).unwrap();
+    let snapshot = daemon
+        .wait_for("the workload tracked with both libraries probed", 10, |s| {
+            ml_process(s, pid).is_some_and(|p| p["probed_libraries"].as_array().is_some_and(|l| l.len() >= 2))
+        })
+        .await?;
+    let main = ml_process(&snapshot, pid).unwrap();
     assert_eq!(main["role"], "main", "{main}");
     assert!(main["reason"].as_str().unwrap_or_default().contains("libcuda.so"), "{main}");
     let processes = snapshot["scheduler"]["processes"].as_array().unwrap();
@@ -115,7 +97,7 @@ async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
     while workload.0.try_wait()?.is_none() {
         anyhow::ensure!(Instant::now() < deadline, "the workload did not finish in 60 s");
         let snapshot = daemon.get_json("/api/snapshot").await?;
-        if let Some(p) = process(&snapshot, pid) {
+        if let Some(p) = ml_process(&snapshot, pid) {
             timeline = p["timeline"].as_array().cloned().unwrap_or_default();
         }
         if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -160,7 +142,7 @@ async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
     assert!(matches!((p50, p99, max), (Some(a), Some(b), Some(c)) if a <= b && b <= c), "{stats}");
     let decisions = scheduler["decisions"].as_array().unwrap();
     assert!(decisions.iter().any(|d| d["pid"] == pid && d["applied"] == false), "observe records decisions");
-    wait_for(&daemon, "the exited workload leaving the table", 5, |s| process(s, pid).is_none()).await?;
+    daemon.wait_for("the exited workload leaving the table", 5, |s| ml_process(s, pid).is_none()).await?;
     let metrics = daemon.get("/metrics").await?.text().await?;
     assert!(metrics.contains("zernel_scheduler_phase_time_pct{phase=\"gpu_compute\"}"), "{metrics}");
     assert!(metrics.contains("ringside_kernel_stats_runq_latency_seconds{kernel=\"runq\",stat=\"p99\"}"), "{metrics}");
@@ -178,12 +160,13 @@ async fn enforce_changes_real_scheduling_attributes_and_restores_them_at_stop() 
     let workload = Workload::start(&dir.0, 800, 40)?;
     let pid = workload.pid();
     // The main thread enters a phase; the decision is applied and reads back from /proc.
-    let snapshot = wait_for(&daemon, "an applied decision for the workload's main thread", 15, |s| {
-        s["scheduler"]["decisions"]
-            .as_array()
-            .is_some_and(|d| d.iter().any(|d| d["tid"] == pid && d["applied"] == true && d["nice"] == -5))
-    })
-    .await?;
+    let snapshot = daemon
+        .wait_for("an applied decision for the workload's main thread", 15, |s| {
+            s["scheduler"]["decisions"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|d| d["tid"] == pid && d["applied"] == true && d["nice"] == -5))
+        })
+        .await?;
     assert_eq!(snapshot["scheduler"]["mode"], "enforce");
     let deadline = Instant::now() + Duration::from_secs(10);
     while nice_of(pid, pid) != Some(-5) {

@@ -17,6 +17,9 @@ use std::path::{Path, PathBuf};
 use super::library;
 use super::trust::{library_trust, Credentials};
 
+/// Open files looked at per process: device files are opened early, and a process holding a
+/// million open files must not stall a scan.
+pub const MAX_FDS: usize = 4096;
 /// Processes looked at closely (maps, open files, command line) per scan at most.
 pub const VERDICTS_PER_SCAN: usize = 512;
 /// Refused library evidence kept for the console.
@@ -152,7 +155,7 @@ impl MlDetector {
             }
         }
         if let Ok(fds) = std::fs::read_dir(dir.join("fd")) {
-            for fd in fds.flatten() {
+            for fd in fds.flatten().take(MAX_FDS) {
                 if let Ok(target) = std::fs::read_link(fd.path()) {
                     let target = target.to_string_lossy();
                     if target.starts_with("/dev/nvidia") {

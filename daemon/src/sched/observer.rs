@@ -32,6 +32,10 @@ const MAX_SPANS: usize = 600;
 /// CUDA/NCCL libraries looked at per process (the driver, the runtime and NCCL: a process
 /// mapping more is up to something).
 const MAX_LIBRARIES: usize = SchedulerTelemetry::MAX_LIBRARIES;
+/// Threads observed per process, and over all processes, in one window: a process with a
+/// hundred thousand threads must not stall the window.
+const MAX_THREADS_PER_PROCESS: usize = 1024;
+const MAX_THREADS_OBSERVED: usize = 8192;
 /// A tracked process's `maps` is read for new libraries every this many scans.
 const MAPS_EVERY: u32 = 5;
 
@@ -169,6 +173,8 @@ pub struct Observer {
     libraries: LibraryInspector,
     /// ML processes found at the latest scan beyond `max_processes`.
     not_tracked: u64,
+    /// Windows observed.
+    windows: u64,
 }
 
 fn read_trimmed(path: impl AsRef<Path>) -> Option<String> {
@@ -233,6 +239,7 @@ impl Observer {
             detector: MlDetector::new(libraries, config.ml_patterns.clone()).with_proc_root(&config.proc_root),
             libraries: LibraryInspector::new(config.proc_root.clone(), config.libraries),
             not_tracked: 0,
+            windows: 0,
             config,
             processes: HashMap::new(),
             tasks: HashMap::new(),
@@ -623,14 +630,32 @@ impl Observer {
 
     fn observe(&mut self, window_ns: u64, start_ms: u64, end_ms: u64) {
         let window_ms = window_ns / 1_000_000;
-        let pids: Vec<u32> = self.processes.keys().copied().collect();
+        let mut pids: Vec<u32> = self.processes.keys().copied().collect();
+        // Past the window's thread budget the remaining processes wait for a later window; the
+        // starting point turns so that none waits for good.
+        pids.sort_unstable();
+        self.windows += 1;
+        let turn = (self.windows % pids.len().max(1) as u64) as usize;
+        pids.rotate_left(turn);
+        let mut budget = MAX_THREADS_OBSERVED;
         let mut seen_tids = HashSet::new();
         for pid in pids {
+            if budget == 0 {
+                // Not looked at this window: its threads are kept as they are.
+                seen_tids.extend(self.tasks.iter().filter(|(_, t)| t.pid == pid).map(|(tid, _)| *tid));
+                continue;
+            }
             let role = self.processes[&pid].role;
             let task_dir = self.config.proc_root.join(pid.to_string()).join("task");
             let tids: Vec<u32> = std::fs::read_dir(&task_dir)
-                .map(|d| d.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok())).collect())
+                .map(|d| {
+                    d.flatten()
+                        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+                        .take(MAX_THREADS_PER_PROCESS.min(budget))
+                        .collect()
+                })
                 .unwrap_or_default();
+            budget -= tids.len();
             let mut evidence = Evidence::default();
             for &tid in &tids {
                 seen_tids.insert(tid);

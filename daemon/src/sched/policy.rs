@@ -139,11 +139,12 @@ pub fn format_cpu_list(cpus: &[usize]) -> String {
     parts.join(",")
 }
 
-/// GPU minor numbers a process holds open (`/dev/nvidiaN`).
+/// GPU minor numbers a process holds open (`/dev/nvidiaN`), among its first
+/// [`super::ml::MAX_FDS`] open files.
 pub fn gpus_of(proc_root: &Path, pid: u32) -> Vec<u32> {
     let mut gpus = Vec::new();
     if let Ok(fds) = std::fs::read_dir(proc_root.join(pid.to_string()).join("fd")) {
-        for fd in fds.flatten() {
+        for fd in fds.flatten().take(super::ml::MAX_FDS) {
             if let Ok(target) = std::fs::read_link(fd.path()) {
                 if let Some(n) =
                     target.to_str().and_then(|t| t.strip_prefix("/dev/nvidia")).and_then(|n| n.parse().ok())
