@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use fantoccini::{Client, ClientBuilder, Locator};
-use ringside_tests::{workspace_root, Daemon, DaemonOptions, Scratch, Workload, LOW_MEMORY_THRESHOLDS};
+use ringside_tests::{
+    hostile_binary, workspace_root, Daemon, DaemonOptions, Reaped, Scratch, Workload, LOW_MEMORY_THRESHOLDS,
+};
 
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// A rule that raises a critical alert from the host's real memory use.
@@ -394,6 +396,15 @@ async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
     let workload_dir = Scratch::new("workload");
     let workload = Workload::start(&workload_dir.0, 700, 6)?;
     let pid = workload.pid();
+    // Beside it, a process mapping a 3 GiB sparse file named like the CUDA driver: refused.
+    let huge = workload_dir.0.join("huge").join("libcuda.so.1");
+    std::fs::create_dir_all(huge.parent().unwrap())?;
+    std::fs::File::create(&huge)?.set_len(3 << 30)?;
+    let ready = workload_dir.0.join("huge-ready");
+    let mapper = Reaped::start(
+        std::process::Command::new(hostile_binary()).arg("map").arg(&huge).arg("--ready").arg(&ready),
+        &ready,
+    )?;
     let driver = Driver::start()?;
     let profile = Scratch::new("chromium-profile");
     let downloads = Scratch::new("downloads");
@@ -422,6 +433,15 @@ async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
         let admission =
             text_of(&client, &format!(".ml-process[data-pid='{pid}'] .admission")).await?.unwrap_or_default();
         assert!(admission.contains("uid 0") && admission.contains("observe mode"), "{admission}");
+        let refused = format!(".ml-process[data-pid='{}'] .library-refused", mapper.pid());
+        let refused = eventually("the huge library shown as refused", WAIT, || async {
+            Ok(text_of(&client, &refused).await?.filter(|t| t.contains("over the 2.0 GiB")))
+        })
+        .await?;
+        assert!(
+            refused.contains("not probed") && refused.contains("libcuda.so.1") && refused.contains("3.0 GiB"),
+            "{refused}"
+        );
         let programs = text_of(&client, "#scheduler-panel .programs summary").await?.unwrap_or_default();
         assert!(programs.contains("BPF programs"), "{programs}");
         std::fs::write(artifacts().join("scheduler.png"), client.screenshot().await?)?;
@@ -435,5 +455,6 @@ async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
     }
     let _ = client.close().await;
     drop(workload);
+    drop(mapper);
     outcome
 }
