@@ -169,9 +169,14 @@ struct Worker {
     busy: Arc<Mutex<Option<(Request, Instant)>>>,
 }
 
+/// What the worker does with one request (the real [`inspect`], or a test's stand-in).
+type InspectFn =
+    fn(&Path, &Request, Limits, &Mutex<HashMap<FileKey, Verdict>>) -> Result<(File, Vec<EntryPoint>), String>;
+
 pub struct LibraryInspector {
     proc_root: PathBuf,
     limits: Limits,
+    inspect: InspectFn,
     cache: Arc<Mutex<HashMap<FileKey, Verdict>>>,
     worker: Option<Worker>,
     /// Requests sent and not answered yet.
@@ -182,9 +187,14 @@ pub struct LibraryInspector {
 
 impl LibraryInspector {
     pub fn new(proc_root: PathBuf, limits: Limits) -> LibraryInspector {
+        LibraryInspector::with(proc_root, limits, inspect)
+    }
+
+    fn with(proc_root: PathBuf, limits: Limits, inspect: InspectFn) -> LibraryInspector {
         let mut inspector = LibraryInspector {
             proc_root,
             limits,
+            inspect,
             cache: Arc::default(),
             worker: None,
             queued: HashSet::new(),
@@ -199,8 +209,8 @@ impl LibraryInspector {
         let (requests, inbox) = std::sync::mpsc::sync_channel::<Request>(QUEUE);
         let (outbox, results) = std::sync::mpsc::channel();
         let busy: Arc<Mutex<Option<(Request, Instant)>>> = Arc::default();
-        let (proc_root, limits, cache, worker_busy) =
-            (self.proc_root.clone(), self.limits, self.cache.clone(), busy.clone());
+        let (proc_root, limits, cache, worker_busy, inspect) =
+            (self.proc_root.clone(), self.limits, self.cache.clone(), busy.clone(), self.inspect);
         let spawned = std::thread::Builder::new().name("sched-libraries".into()).spawn(move || {
             for request in inbox {
                 if let Ok(mut slot) = worker_busy.lock() {
@@ -402,5 +412,41 @@ mod tests {
         }
         assert_eq!(inspector.cache.lock().unwrap().len(), 1);
         assert!(inspector.stopped().is_none());
+    }
+
+    /// A stand-in for a read that never returns (a file on a hung network or FUSE mount).
+    fn stuck(
+        _: &Path,
+        _: &Request,
+        _: Limits,
+        _: &Mutex<HashMap<FileKey, Verdict>>,
+    ) -> Result<(File, Vec<EntryPoint>), String> {
+        std::thread::sleep(Duration::from_secs(3600));
+        Err("unreachable".into())
+    }
+
+    #[test]
+    fn a_stuck_read_is_refused_at_the_time_limit_and_inspection_stops_after_four() {
+        let me = std::process::id();
+        let libc = mappings(Path::new("/proc"), me).into_iter().find(|m| m.file_name().starts_with("libc.so")).unwrap();
+        let limits = Limits { max_bytes: 1 << 31, timeout: Duration::from_millis(100) };
+        let mut inspector = LibraryInspector::with("/proc".into(), limits, stuck);
+        for round in 1..=MAX_ABANDONED {
+            // One in hand and one queued behind it: the queued one is lost with the worker.
+            assert!(inspector.request(Request { pid: me, mapping: libc.clone() }));
+            assert!(inspector.request(Request { pid: me + 1, mapping: libc.clone() }));
+            assert!(inspector.is_queued(me + 1, &libc.path));
+            let started = Instant::now();
+            let done = wait_for(&mut inspector);
+            assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+            let why = done.result.expect_err("refused");
+            assert!(why.contains("took over 100ms: abandoned"), "{why}");
+            assert!(!inspector.is_queued(me + 1, &libc.path), "asked again later");
+            if round < MAX_ABANDONED {
+                assert!(inspector.stopped().is_none());
+            }
+        }
+        assert!(inspector.stopped().unwrap().contains("4 files could not be read"));
+        assert!(!inspector.request(Request { pid: me, mapping: libc }));
     }
 }
