@@ -29,7 +29,14 @@ pub mod scx;
 pub use cpus::parse_cpu_list;
 
 mod skel {
-    #![allow(clippy::all, non_camel_case_types, non_snake_case, dead_code, unused_imports)]
+    #![allow(
+        clippy::all,
+        clippy::undocumented_unsafe_blocks,
+        non_camel_case_types,
+        non_snake_case,
+        dead_code,
+        unused_imports
+    )]
     include!(concat!(env!("OUT_DIR"), "/sched.skel.rs"));
 }
 

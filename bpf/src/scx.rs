@@ -13,7 +13,14 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
 mod skel {
-    #![allow(clippy::all, non_camel_case_types, non_snake_case, dead_code, unused_imports)]
+    #![allow(
+        clippy::all,
+        clippy::undocumented_unsafe_blocks,
+        non_camel_case_types,
+        non_snake_case,
+        dead_code,
+        unused_imports
+    )]
     include!(concat!(env!("OUT_DIR"), "/scx.skel.rs"));
 }
 

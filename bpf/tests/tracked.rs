@@ -224,6 +224,7 @@ fn ten_thousand_short_lived_children_of_a_tracked_process_leave_nothing_behind()
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork failed at {i}");
         if pid == 0 {
+            // SAFETY: _exit is async-signal-safe; the child ends here.
             unsafe { libc::_exit(0) };
         }
         // SAFETY: waiting for our own child.

@@ -99,6 +99,7 @@ pub struct HeapRing {
 // SAFETY: slot bytes are written only by the one producer while the slot is free and read only
 // by the one consumer after it is published; the Release/Acquire pairs above order the two.
 unsafe impl Sync for HeapRing {}
+// SAFETY: the ring owns its allocation and shares it only as described for Sync.
 unsafe impl Send for HeapRing {}
 
 // SAFETY: `slots` holds capacity * slot_size bytes, zeroed, in u64 words (built by `ring`,
@@ -236,6 +237,7 @@ pub struct Producer<M: RingMemory = HeapRing> {
 // SAFETY: `geometry.slots` points into the memory the `Arc` keeps alive; each end is one
 // thread's at a time (its methods take `&mut self`), as without the copied pointer.
 unsafe impl<M: RingMemory> Send for Producer<M> {}
+// SAFETY: as for the producer: the consumer end is one thread's at a time.
 unsafe impl<M: RingMemory> Send for Consumer<M> {}
 
 /// The reading end; `&mut self` like the producer: one thread consumes.
@@ -462,8 +464,8 @@ impl<M: RingMemory> Consumer<M> {
 /// `src` must be readable and `dst` writable for `len` bytes, and the two must not overlap.
 #[inline(always)]
 pub(crate) unsafe fn copy_words(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY (every block): each access lies within the first `len` bytes of `src` or `dst`,
-    // per the branch's bounds on `len`.
+    // SAFETY: each access lies within the first `len` bytes of `src` or `dst`, per the branch's
+    // bounds on `len`.
     unsafe {
         if len > 16 {
             std::ptr::copy_nonoverlapping(src, dst, len);

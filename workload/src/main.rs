@@ -120,6 +120,7 @@ fn open(path: &Path) -> Result<*mut c_void, String> {
         let why = if why.is_null() {
             "unknown error".into()
         } else {
+            // SAFETY: not null, so a NUL-terminated string owned by the C library.
             unsafe { std::ffi::CStr::from_ptr(why) }.to_string_lossy().into_owned()
         };
         return Err(format!("dlopen {}: {why}", path.display()));

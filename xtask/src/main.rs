@@ -6,8 +6,9 @@
 //! - `console`: builds the console (wasm32, `wasm-release` profile) and runs wasm-bindgen (as a
 //!   library pinned to the exact `wasm-bindgen` version in Cargo.lock) into `frontend/dist/`.
 //! - `run [-- ARGS]`: setup, console, release build of `ringsided`, then runs it with ARGS.
-//! - `test`: setup --test, console, every test of the workspace (unit, end-to-end, browser),
-//!   the ring's tests under Miri (`miri`), then `vm-test`.
+//! - `test`: setup --test, console, `cargo fmt --check` and `cargo clippy -D warnings`, every
+//!   test of the workspace (unit, end-to-end, browser), the ring's tests under Miri (`miri`),
+//!   then `vm-test`.
 //! - `miri`: the ring's unit tests under Miri, which checks every access for undefined
 //!   behaviour and data races and emulates weak memory, over several scheduling seeds.
 //! - `vm-test`: the sched_ext scheduler in a guest kernel under qemu (see [`vm`]).
@@ -169,8 +170,23 @@ fn setup(for_tests: bool) -> Result<()> {
     if for_tests {
         wanted.extend_from_slice(TEST_PACKAGES);
         miri_toolchain()?;
+        lint_components()?;
     }
     install(&wanted)
+}
+
+/// rustfmt and clippy for the test command's style checks, if the toolchain lacks them.
+fn lint_components() -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    for (component, check) in [("rustfmt", "fmt"), ("clippy", "clippy")] {
+        if !succeeds(&cargo, &[check, "--version"]) {
+            step(&format!("rustup component add {component}"));
+            if !succeeds("rustup", &["component", "add", component]) {
+                bail!("`rustup component add {component}` failed; run it by hand and retry");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Installs the dated nightly with Miri if it is missing.
@@ -354,6 +370,10 @@ fn test(root: &Path) -> Result<()> {
     // its package has integration tests; the end-to-end tests start that binary. Building it
     // here separately would resolve features differently and compile the dependencies twice.
     let results = [
+        // Style first: formatting as rustfmt.toml says, and no clippy warning (the workspace's
+        // lints included: every unsafe block says why it is sound).
+        ("formatting", cargo(&["fmt", "--all", "--check"])),
+        ("clippy", cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])),
         ("the workspace's tests", cargo(&["test", "--workspace", "--no-fail-fast"])),
         ("Miri", miri()),
         // The sched_ext scheduler runs only in a kernel that has sched_ext: a guest's.

@@ -91,6 +91,7 @@ pub(crate) struct PinnedMemory {
 // SAFETY: the memory is shared with the device by design; every access goes through atomics
 // (the control block and ring indices) or the ring protocol (slots), see ring.rs.
 unsafe impl Send for PinnedMemory {}
+// SAFETY: as for Send: shared access is by atomics or the ring protocol only.
 unsafe impl Sync for PinnedMemory {}
 
 impl PinnedMemory {

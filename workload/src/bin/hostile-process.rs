@@ -78,8 +78,10 @@ fn hold(args: &[String]) -> ! {
     let _held = std::fs::File::open(device).unwrap_or_else(|e| fail(&format!("cannot open {device}: {e}")));
     let me = std::process::id() as libc::pid_t;
     for _ in 0..children {
-        // SAFETY: the child only calls async-signal-safe functions (prctl, pause, _exit).
+        // SAFETY: fork in a single-threaded process; the child goes on below.
         match unsafe { libc::fork() } {
+            // SAFETY: the child only calls async-signal-safe functions (prctl, getppid, pause,
+            // _exit).
             0 => unsafe {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 // The parent may have died before the line above took effect.
