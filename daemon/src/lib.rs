@@ -1,9 +1,12 @@
 //! `ringsided`: Ringside's node daemon.
 //!
-//! Module map: [`config`] (flags, file, env), [`host`] (the host metrics source), [`pipeline`]
-//! (sources, collection loop, history, window aggregates), [`alerts`] (conditions and the alert
-//! store), [`state`] (the node state and its broadcast), [`server`] (HTTP, WebSocket, console),
-//! [`prometheus`] (`/metrics`).
+//! Module map: [`config`] (flags, file, env), [`host`] (the host metrics source), [`sched`] (the
+//! ML-aware scheduler: detection, phases, decisions, enforcement, its trust boundary, and its
+//! metrics source), [`kernels`] (ring kernels as metrics sources), [`pipeline`] (sources,
+//! collection loop, history, window aggregates), [`alerts`] (conditions, rules, the alert store,
+//! Alertmanager forwarding), [`state`] (the node state and its broadcast), [`server`] (HTTP,
+//! WebSocket, console), [`prometheus`] (`/metrics`), [`http_client`] (the small HTTP/1.1 client
+//! of the Alertmanager forwarder and `ringsided snapshot`).
 //!
 //! Architecture invariant: the server only reads [`state::NodeState`] and calls its methods;
 //! metrics reach it only through the pipeline, never from a route.

@@ -6,8 +6,10 @@ use ringside_shared::protocol::{MAX_BY_CHARS, MAX_NOTE_CHARS};
 use ringside_shared::{Alert, Severity, TransitionKind};
 
 use crate::chart::clock;
+use crate::connection::LinkHandle;
+use crate::format::age;
+use crate::store::storage;
 use crate::store::Store;
-use crate::views::{age, storage, LinkHandle};
 
 /// Local-storage key of the name sent with acknowledgements.
 const OPERATOR_KEY: &str = "ringside-operator";

@@ -23,6 +23,9 @@ struct Live {
     _on_close: Closure<dyn FnMut(CloseEvent)>,
 }
 
+/// The console's one connection, shared by the components that send commands.
+pub type LinkHandle = leptos::prelude::StoredValue<Link, leptos::prelude::LocalStorage>;
+
 /// Owns the current socket; cloning shares it.
 #[derive(Clone)]
 pub struct Link {

@@ -5,8 +5,8 @@ use leptos::prelude::*;
 use ringside_shared::{KernelBackend, KernelState, KernelStatsOutput, RingKernelMetrics};
 
 use crate::chart::{Series, TimeSeriesChart};
+use crate::format::{age, micros};
 use crate::store::Store;
-use crate::views::age;
 
 fn state_class(state: KernelState) -> &'static str {
     match state {
@@ -15,10 +15,6 @@ fn state_class(state: KernelState) -> &'static str {
         KernelState::Terminating | KernelState::Terminated => "kstate kstate-stopped",
         KernelState::Failed => "kstate kstate-failed",
     }
-}
-
-fn micros(ns: Option<u64>) -> String {
-    ns.map(|v| format!("{:.1} µs", v as f64 / 1000.0)).unwrap_or_else(|| "–".into())
 }
 
 /// A `stats` kernel's result: what it summarises and the summary.

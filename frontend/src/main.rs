@@ -2,13 +2,14 @@
 //! one node live over the daemon's WebSocket.
 
 mod alerts;
+mod app;
 mod chart;
 mod connection;
+mod format;
 mod kernels;
 mod scheduler;
 mod store;
-mod views;
 
 fn main() {
-    leptos::mount::mount_to_body(views::App);
+    leptos::mount::mount_to_body(app::App);
 }

@@ -5,19 +5,14 @@
 use leptos::prelude::*;
 use ringside_shared::{ComponentStatus, MlProcessInfo, Phase, PhaseValues, SchedulerTelemetry};
 
+use crate::format::{age, micros};
 use crate::store::Store;
-use crate::views::age;
 
 /// How much of each process's timeline is drawn.
 const TIMELINE_SPAN_MS: u64 = 120_000;
 
 fn phase_class(phase: Phase) -> String {
     format!("phase phase-{}", phase.as_str())
-}
-
-fn micros(ns: Option<u64>) -> String {
-    ns.map(|v| if v >= 1_000_000 { format!("{:.1} ms", v as f64 / 1e6) } else { format!("{:.0} µs", v as f64 / 1e3) })
-        .unwrap_or_else(|| "–".into())
 }
 
 /// `gpu 4.2 s · load 1.1 s` — the phases with time, longest first.

@@ -165,3 +165,8 @@ impl Store {
         });
     }
 }
+
+/// The browser's local storage (the acknowledging name, the theme), where there is one.
+pub fn storage() -> Option<web_sys::Storage> {
+    leptos::prelude::window().local_storage().ok().flatten()
+}

@@ -1,38 +1,13 @@
-//! The console's components, named after what the user sees.
+//! The console's root: the app, its header, theme toggle and connection banner, and the host
+//! and daemon panels; the other panels live in their own modules.
 
 use leptos::prelude::*;
 use ringside_shared::ComponentStatus;
 
 use crate::chart::{format_value, Series, TimeSeriesChart};
-use crate::connection::Link;
-use crate::store::{Connection, Store};
-
-pub type LinkHandle = StoredValue<Link, LocalStorage>;
-
-pub fn storage() -> Option<web_sys::Storage> {
-    window().local_storage().ok().flatten()
-}
-
-/// "12 s", "4 min", "3 h", "2 d".
-pub fn age(ms: u64) -> String {
-    let s = ms / 1000;
-    match s {
-        0..=59 => format!("{s} s"),
-        60..=3599 => format!("{} min", s / 60),
-        3600..=86_399 => format!("{} h", s / 3600),
-        _ => format!("{} d", s / 86_400),
-    }
-}
-
-fn bytes(b: u64) -> String {
-    const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
-    let gib = b as f64 / GIB;
-    if gib >= 1.0 {
-        format!("{gib:.1} GiB")
-    } else {
-        format!("{:.0} MiB", b as f64 / 1024.0 / 1024.0)
-    }
-}
+use crate::connection::{Link, LinkHandle};
+use crate::format::bytes;
+use crate::store::{storage, Connection, Store};
 
 #[component]
 pub fn App() -> impl IntoView {

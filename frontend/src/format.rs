@@ -1,0 +1,52 @@
+//! How the console writes times, durations and sizes: one way each, used by every panel.
+
+/// "12 s", "4 min", "3 h", "2 d".
+pub fn age(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{} min", s / 60),
+        3600..=86_399 => format!("{} h", s / 3600),
+        _ => format!("{} d", s / 86_400),
+    }
+}
+
+/// A short duration given in nanoseconds: "0.4 µs" (tenths below 10 µs, where ring-kernel
+/// latencies live), "84 µs", "34.1 ms"; "–" when there is none.
+pub fn micros(ns: Option<u64>) -> String {
+    match ns {
+        None => "–".into(),
+        Some(v) if v >= 1_000_000 => format!("{:.1} ms", v as f64 / 1e6),
+        Some(v) if v >= 10_000 => format!("{:.0} µs", v as f64 / 1e3),
+        Some(v) => format!("{:.1} µs", v as f64 / 1e3),
+    }
+}
+
+/// "1.2 GiB", "640 MiB".
+pub fn bytes(b: u64) -> String {
+    const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+    let gib = b as f64 / GIB;
+    if gib >= 1.0 {
+        format!("{gib:.1} GiB")
+    } else {
+        format!("{:.0} MiB", b as f64 / 1024.0 / 1024.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_keep_their_precision_where_it_matters() {
+        assert_eq!(micros(None), "–");
+        assert_eq!(micros(Some(420)), "0.4 µs");
+        assert_eq!(micros(Some(9_940)), "9.9 µs");
+        assert_eq!(micros(Some(84_200)), "84 µs");
+        assert_eq!(micros(Some(34_120_000)), "34.1 ms");
+        assert_eq!(age(59_999), "59 s");
+        assert_eq!(age(7_200_000), "2 h");
+        assert_eq!(bytes(3 << 30), "3.0 GiB");
+        assert_eq!(bytes(640 << 20), "640 MiB");
+    }
+}
