@@ -1,20 +1,25 @@
 //! `ringsided`: Ringside's node daemon.
 //!
-//! Module map: [`config`] (flags, file, env), [`host`] (the host metrics source), [`sched`] (the
-//! ML-aware scheduler: detection, phases, decisions, enforcement, its trust boundary, and its
-//! metrics source), [`kernels`] (ring kernels as metrics sources), [`pipeline`] (sources,
-//! collection loop, history, window aggregates), [`alerts`] (conditions, rules, the alert store,
-//! Alertmanager forwarding), [`state`] (the node state and its broadcast), [`server`] (HTTP,
-//! WebSocket, console), [`prometheus`] (`/metrics`), [`http_client`] (the small HTTP/1.1 client
-//! of the Alertmanager forwarder and `ringsided snapshot`).
+//! Module map, from the top down: [`collector`] (the collection loop), [`server`] (HTTP,
+//! WebSocket, console), [`prometheus`] (`/metrics`), [`state`] (the node state and its
+//! broadcast), [`config`] (flags, file, env, gathering each subsystem's config); the subsystems
+//! [`sched`] (the ML-aware scheduler: detection, phases, decisions, enforcement, its trust
+//! boundary, its metrics source), [`kernels`] (ring kernels as metrics sources), [`host`] (the
+//! host metrics source), [`alerts`] (conditions, rules, the alert store, Alertmanager
+//! forwarding, their config); the leaves [`pipeline`] (sources, samples, history, window
+//! aggregates), [`clock`], [`identity`] (tokens and who is asking) and [`http_client`].
 //!
-//! Architecture invariant: the server only reads [`state::NodeState`] and calls its methods;
-//! metrics reach it only through the pipeline, never from a route.
+//! Architecture invariants: modules import only modules below them (no circle); the server only
+//! reads [`state::NodeState`] and calls its methods; metrics reach it only through the pipeline,
+//! never from a route.
 
 pub mod alerts;
+pub mod clock;
+pub mod collector;
 pub mod config;
 pub mod host;
 pub mod http_client;
+pub mod identity;
 pub mod kernels;
 pub mod pipeline;
 pub mod prometheus;
@@ -30,40 +35,6 @@ use ringside_shared::ComponentStatus;
 
 use crate::config::{Config, TokenOrigin};
 use crate::state::NodeState;
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
-/// (year, month, day, hour, minute, second) of a Unix time in milliseconds, UTC.
-fn civil(ms: u64) -> (i64, i64, i64, u64, u64, u64) {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day, rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
-/// `YYYYMMDDTHHMMSSZ` for a Unix time in milliseconds (UTC), as used in download file names.
-pub fn utc_compact(ms: u64) -> String {
-    let (y, mo, d, h, mi, s) = civil(ms);
-    format!("{y:04}{mo:02}{d:02}T{h:02}{mi:02}{s:02}Z")
-}
-
-/// RFC 3339 with milliseconds, UTC (`2026-12-02T11:25:05.000Z`).
-pub fn utc_rfc3339(ms: u64) -> String {
-    let (y, mo, d, h, mi, s) = civil(ms);
-    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:03}Z", ms % 1000)
-}
 
 /// Resolves on SIGINT or SIGTERM.
 async fn stop_signal() {
@@ -93,7 +64,7 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         config.tokens = generated_token(&config.data_dir.join(GENERATED_TOKEN_FILE), config.tokens)?;
     }
 
-    let started = now_ms();
+    let started = clock::now_ms();
     let paths = host::HostPaths::default();
     let node = host::node_identity(&paths, started);
     let db_path = config.data_dir.join("alerts.db");
@@ -145,7 +116,7 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
     }
     announce(&config, local);
 
-    let collector = tokio::spawn(pipeline::run(state.clone(), sources, stop_rx.clone()));
+    let collector = tokio::spawn(collector::run(state.clone(), sources, stop_rx.clone()));
     if let Some(am) = &config.alertmanager {
         let generator = format!("http://{local}/");
         let forwarder = alerts::alertmanager::Forwarder::new(am.clone(), state.clone(), generator)
@@ -310,16 +281,5 @@ pub(crate) mod test_support {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.0);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn utc_file_time() {
-        assert_eq!(super::utc_compact(0), "19700101T000000Z");
-        assert_eq!(super::utc_compact(1_796_210_705_000), "20261202T112505Z");
-        assert_eq!(super::utc_compact(951_782_400_000), "20000229T000000Z");
-        assert_eq!(super::utc_rfc3339(1_796_210_705_123), "2026-12-02T11:25:05.123Z");
     }
 }

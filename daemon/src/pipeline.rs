@@ -1,22 +1,17 @@
-//! The telemetry pipeline: metrics sources, the collection loop, the bounded history and the
-//! window aggregates computed from it.
+//! The telemetry pipeline's vocabulary: metrics sources and the [`Sample`] they fill, one tick's
+//! collection ([`collect_all`]), the bounded history and the window aggregates computed from it.
+//! The loop that runs it every interval is `collector`, above the node state; this module
+//! depends on neither.
 //!
-//! Every interval the loop asks each [`MetricsSource`] to fill its part of a [`Sample`], then
-//! hands the sample to [`NodeState::apply_tick`], which keeps history, runs the alert check and
-//! broadcasts the update. Sources are synchronous and fast (file reads, map lookups); one that
-//! fails is reported as a down component and an alert, and the others carry on.
+//! Sources are synchronous (file reads, map lookups, ring sends); one that fails is reported as
+//! a down component and an alert, and the others carry on.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
-use std::time::Duration;
 
 use ringside_shared::{
     ComponentHealth, ComponentStatus, HistoryPoint, HostMetrics, KernelPoint, KernelStateChange, KernelWindow,
     RingKernelMetrics, SchedulerTelemetry, SchedulerWindow, WindowAggregates,
 };
-use tokio::sync::watch;
-
-use crate::state::NodeState;
 
 /// What one collection tick gathered.
 #[derive(Debug, Clone, Default)]
@@ -77,21 +72,6 @@ pub fn collect_all(
         components.push(ComponentHealth { name, status, detail });
     }
     (sample, components, failures)
-}
-
-/// The collection loop; returns when `shutdown` turns true.
-pub async fn run(state: Arc<NodeState>, mut sources: Vec<Box<dyn MetricsSource>>, mut shutdown: watch::Receiver<bool>) {
-    let mut ticker = tokio::time::interval(Duration::from_millis(state.interval_ms()));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            _ = shutdown.changed() => return,
-        }
-        let started = std::time::Instant::now();
-        let (sample, components, failures) = collect_all(&mut sources, crate::now_ms());
-        state.apply_tick(sample, components, &failures, started.elapsed());
-    }
 }
 
 /// A fixed-capacity ring: pushing onto a full ring overwrites the oldest entry.

@@ -12,12 +12,12 @@ use ringside_shared::{
 };
 use tokio::sync::{broadcast, mpsc};
 
+use crate::alerts::config::Thresholds;
 use crate::alerts::rules::RuleEngine;
 use crate::alerts::store::{AckError, AlertChange, AlertStore};
 use crate::alerts::{self};
-use crate::config::Thresholds;
+use crate::identity::Identity;
 use crate::pipeline::{self, CounterRecord, HistoryRing, Sample};
-use crate::server::auth::Identity;
 
 /// A serialised server message, shared by every client it is sent to.
 pub type Frame = Arc<str>;
@@ -111,7 +111,7 @@ impl NodeState {
             forward: Mutex::new(None),
             latest: RwLock::new(Latest {
                 seq: 0,
-                taken_at_ms: crate::now_ms(),
+                taken_at_ms: crate::clock::now_ms(),
                 components: Vec::new(),
                 host: None,
                 scheduler: None,
@@ -309,7 +309,7 @@ impl NodeState {
         let by = by.map(|b| b.trim().to_string()).filter(|b| !b.is_empty()).unwrap_or_else(|| identity.name.clone());
         let (alert, changed) = {
             let mut alerting = self.alerting.lock().unwrap_or_else(|e| e.into_inner());
-            let outcome = alerting.store.acknowledge(id, by, identity.name.clone(), note, crate::now_ms());
+            let outcome = alerting.store.acknowledge(id, by, identity.name.clone(), note, crate::clock::now_ms());
             self.note_store_health(&alerting.store);
             outcome?
         };

@@ -3,6 +3,9 @@
 //! Architecture invariant: this crate is used by the daemon (native) and by the console (wasm32),
 //! so it holds types and pure functions only: no tokio, no I/O, nothing of ours as a dependency.
 
+/// Milliseconds since the Unix epoch (UTC).
+pub type UnixMillis = u64;
+
 pub mod alert;
 pub mod protocol;
 pub mod snapshot;

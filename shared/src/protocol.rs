@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Alert, Role};
 use crate::snapshot::{
     ComponentHealth, HistoryPoint, HostMetrics, KernelState, NodeIdentity, RingKernelMetrics, SchedulerTelemetry,
-    Snapshot, UnixMillis, WindowAggregates,
+    Snapshot, WindowAggregates,
 };
+use crate::UnixMillis;
 
 /// Bumped on any change a v1 client could not read.
 pub const PROTOCOL_VERSION: u32 = 1;

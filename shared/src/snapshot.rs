@@ -9,9 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::Alert;
-
-/// Milliseconds since the Unix epoch (UTC).
-pub type UnixMillis = u64;
+use crate::UnixMillis;
 
 /// Everything the daemon knows about the node at one instant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -11,7 +11,7 @@ use std::time::Duration;
 use ringside_shared::{Alert, ComponentStatus};
 use tokio::sync::{mpsc, watch};
 
-use crate::config::AlertmanagerConfig;
+use super::config::AlertmanagerConfig;
 use crate::http_client::{self, Request, Url};
 use crate::state::NodeState;
 
@@ -41,11 +41,11 @@ pub fn payload(alert: &Alert, instance: &str, generator_url: &str) -> serde_json
     let mut value = serde_json::json!({
         "labels": labels,
         "annotations": annotations,
-        "startsAt": crate::utc_rfc3339(alert.raised_at_ms),
+        "startsAt": crate::clock::utc_rfc3339(alert.raised_at_ms),
         "generatorURL": generator_url,
     });
     if let Some(resolved) = alert.resolved_at_ms {
-        value["endsAt"] = crate::utc_rfc3339(resolved).into();
+        value["endsAt"] = crate::clock::utc_rfc3339(resolved).into();
     }
     value
 }

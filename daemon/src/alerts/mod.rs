@@ -1,8 +1,10 @@
 //! Alerts: the built-in checks ([`conditions`]) and the config's rules ([`rules`]) turn a tick
 //! into conditions; the [`store`] turns conditions into alerts with a lifecycle, persisted in
-//! the [`db`]; [`alertmanager`] forwards them to a fleet's Alertmanager.
+//! the [`db`]; [`alertmanager`] forwards them to a fleet's Alertmanager. [`config`] holds the
+//! subsystem's own settings.
 
 pub mod alertmanager;
+pub mod config;
 pub mod db;
 pub mod rules;
 pub mod store;
@@ -11,8 +13,8 @@ use std::collections::BTreeMap;
 
 use ringside_shared::{AlertType, KernelState, Severity, WindowAggregates};
 
-use crate::config::Thresholds;
 use crate::pipeline::Sample;
+use config::Thresholds;
 
 /// A condition that holds in this tick.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,7 +5,7 @@
 //! One JSON line per event in `<data dir>/enforce.journal`: `saved` (fsync'd before the change
 //! is made) and `restored` (written after the thread is back, not fsync'd: at worst a thread is
 //! set to its own settings once more). Threads are named by (tid, start time): at start-up
-//! [`restore_leftovers`] puts back each thread whose start time still matches and never
+//! `policy::restore_leftovers` puts back each thread whose start time still matches and never
 //! touches a thread that merely reuses an id. The file is rewritten with only what is still
 //! changed when it grows past [`COMPACT_AFTER`] lines.
 
@@ -61,7 +61,8 @@ pub fn thread_start_time(proc_root: &Path, pid: u32, tid: u32) -> Option<u64> {
 
 impl Journal {
     /// Opens the journal at `path` and returns what an earlier run left changed (threads saved
-    /// and not restored), to be put back with [`restore_leftovers`] and then [`Journal::clear`]ed.
+    /// and not restored), to be put back with `policy::restore_leftovers` and then
+    /// [`Journal::clear`]ed.
     pub fn open(path: &Path) -> std::io::Result<(Journal, Vec<Saved>)> {
         let mut left: HashMap<(u32, u64), Saved> = HashMap::new();
         let mut order = Vec::new();
@@ -158,27 +159,6 @@ impl Journal {
     }
 }
 
-/// Puts back the settings of every thread an earlier run left changed whose start time still
-/// matches; a thread that is gone, or whose id now names another thread, is left alone.
-/// Returns (restored, skipped).
-pub fn restore_leftovers(proc_root: &Path, leftovers: &[Saved]) -> (usize, usize) {
-    let (mut restored, mut skipped) = (0, 0);
-    for saved in leftovers {
-        if thread_start_time(proc_root, saved.pid, saved.tid) != Some(saved.start_time) {
-            skipped += 1;
-            continue;
-        }
-        match super::policy::write_settings(saved.tid, saved.nice, saved.policy, &saved.cpus) {
-            Ok(()) => restored += 1,
-            Err(e) => {
-                tracing::warn!(tid = saved.tid, "cannot restore the settings an earlier run changed: {e}");
-                skipped += 1;
-            }
-        }
-    }
-    (restored, skipped)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,15 +208,5 @@ mod tests {
         let lines = std::fs::read_to_string(&path).unwrap().lines().count();
         assert!(lines < 10, "compacted: {lines} lines");
         assert_eq!(Journal::open(&path).unwrap().1, vec![saved(1, 5)]);
-    }
-
-    #[test]
-    fn leftovers_of_a_thread_whose_id_was_reused_are_not_applied() {
-        let me = std::process::id();
-        let start = thread_start_time(Path::new("/proc"), me, me).expect("own start time");
-        let other = Saved { pid: me, tid: me, start_time: start + 1, nice: 19, policy: 3, cpus: vec![0] };
-        assert_eq!(restore_leftovers(Path::new("/proc"), &[other]), (0, 1));
-        let gone = Saved { pid: u32::MAX - 1, tid: u32::MAX - 1, start_time: 1, nice: 0, policy: 0, cpus: vec![] };
-        assert_eq!(restore_leftovers(Path::new("/proc"), &[gone]), (0, 1));
     }
 }

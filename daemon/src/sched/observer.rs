@@ -263,7 +263,7 @@ impl Observer {
     pub fn run(mut self, stop: Arc<AtomicBool>) {
         let mut next = Instant::now() + self.config.window;
         let mut last = Instant::now();
-        let mut last_ms = crate::now_ms();
+        let mut last_ms = crate::clock::now_ms();
         while !stop.load(Ordering::Relaxed) {
             let now = Instant::now();
             if next > now {
@@ -278,7 +278,7 @@ impl Observer {
             }
             self.check_scx();
             let elapsed = now.duration_since(last).as_nanos() as u64;
-            let now_ms = crate::now_ms();
+            let now_ms = crate::clock::now_ms();
             self.window(elapsed, last_ms, now_ms);
             last = now;
             last_ms = now_ms;
@@ -415,7 +415,7 @@ impl Observer {
                 libraries: Vec::new(),
                 scans_since_maps: 0,
                 phase: Hysteresis::default(),
-                phase_since_ms: crate::now_ms(),
+                phase_since_ms: crate::clock::now_ms(),
                 phase_ms: PhaseValues::default(),
                 timeline: VecDeque::new(),
                 gpus: Vec::new(),
@@ -861,7 +861,7 @@ impl Observer {
     fn check_scx(&mut self) {
         let Some(scheduler) = &self.scx else { return };
         let Some(exit) = scheduler.exit() else { return };
-        let at_ms = crate::now_ms();
+        let at_ms = crate::clock::now_ms();
         let info = ScxExitInfo {
             at_ms,
             kind: exit_kind_name(exit.kind).into(),

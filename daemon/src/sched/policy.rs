@@ -377,6 +377,27 @@ impl Enforcer {
     }
 }
 
+/// Puts back the settings of every thread an earlier run left changed whose start time still
+/// matches; a thread that is gone, or whose id now names another thread, is left alone.
+/// Returns (restored, skipped).
+pub fn restore_leftovers(proc_root: &Path, leftovers: &[Saved]) -> (usize, usize) {
+    let (mut restored, mut skipped) = (0, 0);
+    for saved in leftovers {
+        if thread_start_time(proc_root, saved.pid, saved.tid) != Some(saved.start_time) {
+            skipped += 1;
+            continue;
+        }
+        match write_settings(saved.tid, saved.nice, saved.policy, &saved.cpus) {
+            Ok(()) => restored += 1,
+            Err(e) => {
+                tracing::warn!(tid = saved.tid, "cannot restore the settings an earlier run changed: {e}");
+                skipped += 1;
+            }
+        }
+    }
+    (restored, skipped)
+}
+
 impl Drop for Enforcer {
     fn drop(&mut self) {
         let restored = self.restore_all();
@@ -481,5 +502,15 @@ mod tests {
         assert_eq!(read_settings(tid).unwrap(), before, "dropping the enforcer restored the thread");
         done_tx.send(()).unwrap();
         thread.join().unwrap();
+    }
+
+    #[test]
+    fn leftovers_of_a_thread_whose_id_was_reused_are_not_applied() {
+        let me = std::process::id();
+        let start = thread_start_time(Path::new("/proc"), me, me).expect("own start time");
+        let other = Saved { pid: me, tid: me, start_time: start + 1, nice: 19, policy: 3, cpus: vec![0] };
+        assert_eq!(restore_leftovers(Path::new("/proc"), &[other]), (0, 1));
+        let gone = Saved { pid: u32::MAX - 1, tid: u32::MAX - 1, start_time: 1, nice: 0, policy: 0, cpus: vec![] };
+        assert_eq!(restore_leftovers(Path::new("/proc"), &[gone]), (0, 1));
     }
 }

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use ringside_bpf::{AttachMode, SchedProbe};
 use ringside_shared::SchedulerTelemetry;
 
-use super::journal::{restore_leftovers, Journal};
+use super::journal::Journal;
 use super::library::Limits;
 use super::observer::{Backend, Observer, ObserverConfig, Published};
-use super::policy::{Enforcer, PolicyTable};
+use super::policy::{restore_leftovers, Enforcer, PolicyTable};
 use super::trust::{Admission, AdmissionConfig};
 use crate::pipeline::{MetricsSource, Sample, SourceError, SourceStatus};
 use ringside_bpf::scx::{self, ScxScheduler};
@@ -241,7 +241,7 @@ impl SchedulerSource {
 
 impl Drop for SchedulerSource {
     /// Stops the observer, which restores every thread it changed; one that does not stop
-    /// within [`SHUTDOWN_WAIT`] (stuck in the kernel) is left behind, and what it changed is
+    /// within `SHUTDOWN_WAIT` (stuck in the kernel) is left behind, and what it changed is
     /// restored from the journal here.
     fn drop(&mut self) {
         let Ok(running) = &mut self.running else { return };

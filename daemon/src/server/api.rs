@@ -21,7 +21,7 @@ pub async fn healthz(State(app): State<SharedApp>) -> Response {
     Json(serde_json::json!({
         "status": if healthy { "ok" } else { "degraded" },
         "version": env!("CARGO_PKG_VERSION"),
-        "uptime_s": crate::now_ms().saturating_sub(started) / 1000,
+        "uptime_s": crate::clock::now_ms().saturating_sub(started) / 1000,
         "components": components,
         "scheduler": app.state.scheduler_backend().map(|(backend, scx)| serde_json::json!({
             "backend": backend,
@@ -51,7 +51,7 @@ pub async fn snapshot(State(app): State<SharedApp>, Query(query): Query<Snapshot
         let name = format!(
             "ringside-snapshot-{}-{}.json",
             file_name_safe(&snapshot.node.hostname),
-            crate::utc_compact(snapshot.taken_at_ms)
+            crate::clock::utc_compact(snapshot.taken_at_ms)
         );
         if let Ok(value) = HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
             response.headers_mut().insert(header::CONTENT_DISPOSITION, value);

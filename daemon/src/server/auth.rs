@@ -11,17 +11,9 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use ringside_shared::Role;
-
 use super::{ApiError, SharedApp};
-use crate::config::Credential;
-
-/// Who a request is from: the name and role of the token it carried.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Identity {
-    pub name: String,
-    pub role: Role,
-}
+use crate::identity::Credential;
+pub use crate::identity::Identity;
 
 pub const COOKIE_NAME: &str = "ringside_token";
 /// How long the browser keeps the cookie: 30 days.
@@ -117,6 +109,7 @@ pub fn origin_allowed(headers: &HeaderMap, allowed: &[String]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ringside_shared::Role;
 
     fn headers(pairs: &[(header::HeaderName, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();

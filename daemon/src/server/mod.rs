@@ -24,7 +24,7 @@ pub const MAX_BODY_BYTES: usize = 16 * 1024;
 
 pub struct App {
     pub state: Arc<NodeState>,
-    pub credentials: Vec<crate::config::Credential>,
+    pub credentials: Vec<crate::identity::Credential>,
     /// Origins besides the daemon's own that may open the WebSocket.
     pub allowed_origins: Vec<String>,
     /// Turns true when the daemon stops; WebSocket sessions close with 1001 then.

@@ -109,7 +109,7 @@ async fn run_session(
         identity: identity.name.clone(),
         role: identity.role,
         node: state.node().clone(),
-        server_time_ms: crate::now_ms(),
+        server_time_ms: crate::clock::now_ms(),
         interval_ms: state.interval_ms(),
     });
     send(socket, encode(&hello)).await?;
@@ -167,7 +167,7 @@ fn handle_command(app: &SharedApp, identity: &Identity, text: &str) -> Option<Se
         Err(e) => return Some(e.into_message()),
     };
     match command {
-        ClientCommand::Ping { nonce } => Some(ServerMessage::Pong { nonce, server_time_ms: crate::now_ms() }),
+        ClientCommand::Ping { nonce } => Some(ServerMessage::Pong { nonce, server_time_ms: crate::clock::now_ms() }),
         ClientCommand::AckAlert { id, note, by } => match app.state.acknowledge(id, identity, by, note) {
             Ok(_) => None,
             Err(e @ AckError::NotFound(_)) => Some(error(ErrorCode::AlertNotFound, e.to_string())),

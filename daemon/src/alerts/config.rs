@@ -1,0 +1,121 @@
+//! The alerting subsystem's own configuration: `[thresholds]` (when the built-in conditions
+//! raise alerts), `[alerts]` (the lifecycle) and `[alertmanager]` (forwarding). The daemon's
+//! config reads them from its file; alerting depends on nothing of the config's.
+
+use serde::Deserialize;
+
+use super::store::Lifecycle;
+
+/// The `[thresholds]` table: when alerts are raised.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Thresholds {
+    /// Drop rate (0-1) over the window for warning, error and critical.
+    pub drop_rate_warning: f64,
+    pub drop_rate_error: f64,
+    pub drop_rate_critical: f64,
+    /// Mean latency over the window for a warning; error and critical are multiples of it.
+    pub latency_warning_ms: f64,
+    pub latency_error_factor: f64,
+    pub latency_critical_factor: f64,
+    /// Queue depth as a share of capacity (0-1) that raises `queue_near_full`.
+    pub queue_full_ratio: f64,
+    /// Memory in use (total - available), in percent, for warning, error and critical.
+    pub memory_used_pct_warning: f64,
+    pub memory_used_pct_error: f64,
+    pub memory_used_pct_critical: f64,
+    /// `/proc/pressure/memory` "some avg10" (percent) that raises a memory-pressure warning.
+    pub memory_stall_pct_warning: f64,
+}
+
+impl Thresholds {
+    /// Every threshold by its config key, for the snapshot's config summary.
+    pub fn by_key(&self) -> std::collections::BTreeMap<String, f64> {
+        [
+            ("drop_rate_warning", self.drop_rate_warning),
+            ("drop_rate_error", self.drop_rate_error),
+            ("drop_rate_critical", self.drop_rate_critical),
+            ("latency_warning_ms", self.latency_warning_ms),
+            ("latency_error_factor", self.latency_error_factor),
+            ("latency_critical_factor", self.latency_critical_factor),
+            ("queue_full_ratio", self.queue_full_ratio),
+            ("memory_used_pct_warning", self.memory_used_pct_warning),
+            ("memory_used_pct_error", self.memory_used_pct_error),
+            ("memory_used_pct_critical", self.memory_used_pct_critical),
+            ("memory_stall_pct_warning", self.memory_stall_pct_warning),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            drop_rate_warning: 0.01,
+            drop_rate_error: 0.05,
+            drop_rate_critical: 0.10,
+            latency_warning_ms: 10.0,
+            latency_error_factor: 5.0,
+            latency_critical_factor: 10.0,
+            queue_full_ratio: 0.9,
+            memory_used_pct_warning: 90.0,
+            memory_used_pct_error: 95.0,
+            memory_used_pct_critical: 98.0,
+            memory_stall_pct_warning: 10.0,
+        }
+    }
+}
+
+/// The `[alerts]` table: the alert lifecycle.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlertsConfig {
+    /// How long a condition must stay clear before its alert resolves.
+    pub clear_for_ms: u64,
+    /// A condition returning this soon after its alert resolved reopens the same alert.
+    pub flap_window_ms: u64,
+    /// Occurrences within the flap window after which an alert counts as flapping.
+    pub flap_threshold: u32,
+    /// Resolved alerts listed in the console and the API.
+    pub resolved_kept: usize,
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        let l = Lifecycle::default();
+        AlertsConfig {
+            clear_for_ms: l.clear_for_ms,
+            flap_window_ms: l.flap_window_ms,
+            flap_threshold: l.flap_threshold,
+            resolved_kept: l.resolved_kept,
+        }
+    }
+}
+
+impl AlertsConfig {
+    pub fn lifecycle(&self) -> Lifecycle {
+        Lifecycle {
+            clear_for_ms: self.clear_for_ms,
+            flap_window_ms: self.flap_window_ms,
+            flap_threshold: self.flap_threshold,
+            resolved_kept: self.resolved_kept,
+        }
+    }
+}
+
+/// The `[alertmanager]` table: forward alerts to a Prometheus Alertmanager (v2 API).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertmanagerConfig {
+    /// Base URL, e.g. `http://127.0.0.1:9093`.
+    pub url: String,
+    /// Active alerts are sent again this often, so Alertmanager keeps them firing.
+    #[serde(default = "default_resend_ms")]
+    pub resend_interval_ms: u64,
+}
+
+fn default_resend_ms() -> u64 {
+    60_000
+}
