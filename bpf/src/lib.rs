@@ -208,9 +208,17 @@ pub struct ProgramStatus {
     pub name: String,
     /// How it is (or was to be) attached, e.g. `tp_btf`, `tracepoint`, `uprobe`.
     pub attach: String,
-    /// `attached`, `fallback` (a better mode was refused; `detail` says why) or `failed`.
-    pub state: String,
+    pub state: AttachState,
     pub detail: Option<String>,
+}
+
+/// Whether a program (or one attach point of it) is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachState {
+    Attached,
+    /// A better attach mode was refused; `detail` says why.
+    Fallback,
+    Failed,
 }
 
 /// Which kind of library call a uprobe counts (the BPF side's `enum call_kind`).
@@ -453,7 +461,7 @@ impl SchedProbe {
             programs.push(ProgramStatus {
                 name: point.into(),
                 attach: mode.as_str().into(),
-                state: if refused.is_empty() { "attached" } else { "fallback" }.into(),
+                state: if refused.is_empty() { AttachState::Attached } else { AttachState::Fallback },
                 detail: (!better.is_empty()).then(|| better.join("; ")),
             });
         }
@@ -466,26 +474,23 @@ impl SchedProbe {
                 let (state, detail) = match attached {
                     Ok(link) => {
                         links.push(link);
-                        ("attached", None)
+                        (AttachState::Attached, None)
                     }
-                    Err(why) => ("failed", Some(why)),
+                    Err(why) => (AttachState::Failed, Some(why)),
                 };
-                programs.push(ProgramStatus {
-                    name: point.into(),
-                    attach: "tracepoint".into(),
-                    state: state.into(),
-                    detail,
-                });
+                programs.push(ProgramStatus { name: point.into(), attach: "tracepoint".into(), state, detail });
             }
         } else {
             let (state, detail) = match mode {
-                AttachMode::TpBtf => ("attached", None),
-                _ => ("failed", Some(format!("needs tp_btf (task registers); attached as {}", mode.as_str()))),
+                AttachMode::TpBtf => (AttachState::Attached, None),
+                _ => {
+                    (AttachState::Failed, Some(format!("needs tp_btf (task registers); attached as {}", mode.as_str())))
+                }
             };
             programs.push(ProgramStatus {
                 name: "syscall waits (futex, read, NVIDIA ioctl)".into(),
                 attach: "sched_switch".into(),
-                state: state.into(),
+                state,
                 detail,
             });
         }
@@ -526,7 +531,7 @@ impl SchedProbe {
             all.push(ProgramStatus {
                 name: "on_call".into(),
                 attach: "uprobe".into(),
-                state: "attached".into(),
+                state: AttachState::Attached,
                 detail: Some(format!(
                     "{probes} probes on {libraries} CUDA/NCCL libraries in {} processes",
                     self.uprobes.len()

@@ -5,7 +5,7 @@ use std::os::fd::AsRawFd;
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use ringside_bpf::{AttachMode, EventKind, MlThreadStats, SchedProbe};
+use ringside_bpf::{AttachMode, AttachState, EventKind, MlThreadStats, SchedProbe};
 
 mod common;
 use common::*;
@@ -18,7 +18,7 @@ fn every_attach_mode_counts_on_cpu_time_like_the_kernel() {
         let steal_before = steal_ns();
         assert_eq!(probe.mode(), mode);
         let switch = probe.programs().into_iter().find(|p| p.name == "sched_switch").expect("sched_switch listed");
-        assert_eq!((switch.attach.as_str(), switch.state.as_str()), (mode.as_str(), "attached"));
+        assert_eq!((switch.attach.as_str(), switch.state), (mode.as_str(), AttachState::Attached));
         let (tx, rx) = mpsc::channel();
         let (done_tx, done_rx) = mpsc::channel::<()>();
         let worker = std::thread::spawn(move || {
@@ -87,7 +87,7 @@ fn waits_of_tracked_threads_are_classified_at_the_context_switch() {
     let _one = exclusive();
     let mut probe = load_with(&AttachMode::ALL);
     let status = probe.programs().into_iter().find(|p| p.attach == "sched_switch").expect("listed");
-    assert_eq!(status.state, "attached", "{status:?}");
+    assert_eq!(status.state, AttachState::Attached, "{status:?}");
     probe.track(std::process::id(), std::process::id()).unwrap();
     let (read, wait) = block_in_read_and_futex(&probe);
     assert!(read.read_ns >= 120_000_000, "blocked ~150 ms in read, counted {} ns", read.read_ns);
@@ -103,7 +103,7 @@ fn waits_of_tracked_threads_are_classified_at_the_context_switch() {
 fn syscall_tracepoints_count_every_call_bytes_and_nvidia_ioctls() {
     let _one = exclusive();
     let mut probe = SchedProbe::load_with_options(&AttachMode::ALL, true).expect("root");
-    let failed: Vec<_> = probe.programs().into_iter().filter(|p| p.state == "failed").collect();
+    let failed: Vec<_> = probe.programs().into_iter().filter(|p| p.state == AttachState::Failed).collect();
     assert!(failed.is_empty(), "syscall tracepoints attach: {failed:?}");
     probe.track(std::process::id(), std::process::id()).unwrap();
     let (read, wait) = block_in_read_and_futex(&probe);

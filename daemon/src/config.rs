@@ -50,8 +50,8 @@ pub struct Cli {
     pub token_file: Option<PathBuf>,
     /// What carries out the scheduler's decisions: auto (sched_ext where the kernel has it,
     /// else setattr), scx, setattr or observe [default: observe; `[scheduler] backend`].
-    #[arg(long, env = "RINGSIDE_SCHED_BACKEND")]
-    pub sched_backend: Option<String>,
+    #[arg(long, env = "RINGSIDE_SCHED_BACKEND", value_enum)]
+    pub sched_backend: Option<crate::sched::source::BackendChoice>,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -181,8 +181,8 @@ impl Config {
             why,
         })?;
         let mut scheduler = file.scheduler;
-        if let Some(backend) = &cli.sched_backend {
-            scheduler.backend = Some(backend.clone());
+        if let Some(backend) = cli.sched_backend {
+            scheduler.backend = Some(backend);
         }
         scheduler.check().map_err(|why| ConfigError::Invalid { key: "scheduler", value: "[scheduler]".into(), why })?;
         // A stats kernel fed run-queue samples needs the scheduler that takes them.
@@ -540,17 +540,23 @@ wall:bbbbbbbbbbbbbbbb2:viewer
         let config = Config::load(&cli(&["--config", file.0.to_str().unwrap()]), None).unwrap();
         assert_eq!((config.scheduler.mode.as_str(), config.scheduler.window_ms), ("enforce", 50));
         assert_eq!(config.scheduler.policy.optimizer_step.nice, -10);
-        assert_eq!(config.scheduler.policy.optimizer_step.cpus, "gpu_node", "unset keys keep their defaults");
+        assert_eq!(
+            config.scheduler.policy.optimizer_step.cpus,
+            crate::sched::policy::CpuChoice::GpuNode,
+            "unset keys keep their defaults"
+        );
         assert_eq!(config.scheduler.policy.data_loading.nice, -5, "unset phases keep theirs");
-        assert_eq!(config.scheduler.backend(), "auto", "enforce without a backend: the best one there is");
+        use crate::sched::source::BackendChoice;
+        assert_eq!(config.scheduler.backend(), BackendChoice::Auto, "enforce without a backend: the best one there is");
         let flagged = Config::load(&cli(&["--config", file.0.to_str().unwrap(), "--sched-backend", "setattr"]), None);
-        assert_eq!(flagged.unwrap().scheduler.backend(), "setattr", "the flag overrides the file");
-        let wrong = Config::load(&cli(&["--sched-backend", "cfs"]), None).unwrap_err().to_string();
-        assert!(wrong.contains("\"cfs\" must be one of auto, scx, setattr, observe"), "{wrong}");
+        assert_eq!(flagged.unwrap().scheduler.backend(), BackendChoice::Setattr, "the flag overrides the file");
+        let wrong = Cli::try_parse_from(["ringsided", "--sched-backend", "cfs"]).unwrap_err().to_string();
+        assert!(wrong.contains("'cfs'") && wrong.contains("auto, scx, setattr, observe"), "{wrong}");
         for (text, expected) in [
-            ("[scheduler]\nmode = \"enforced\"\n", "\"observe\" or \"enforce\""),
+            ("[scheduler]\nmode = \"enforced\"\n", "unknown variant `enforced`, expected `observe` or `enforce`"),
             ("[scheduler]\nwindow_ms = 5\n", "window_ms = 5"),
-            ("[scheduler]\nbackend = \"bpf\"\n", "auto, scx, setattr, observe"),
+            ("[scheduler]\nbackend = \"bpf\"\n", "expected one of `auto`, `scx`, `setattr`, `observe`"),
+            ("[scheduler.policy.gpu_compute]\nnice = 0\nsched_policy = \"fifo\"\n", "sched_policy = \"fifo\""),
             ("[scheduler.policy.gpu_compute]\nnice = 40\n", "[scheduler.policy.gpu_compute] nice = 40"),
             ("[scheduler]\nwindows_ms = 100\n", "windows_ms"),
             (

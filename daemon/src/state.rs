@@ -257,9 +257,9 @@ impl NodeState {
 
     /// The scheduler's backend and its sched_ext scheduler, as of the latest tick (for
     /// `/healthz`: the backend, sched_ext's state, the ops name and the counters).
-    pub fn scheduler_backend(&self) -> Option<(String, Option<ringside_shared::ScxStatus>)> {
+    pub fn scheduler_backend(&self) -> Option<(ringside_shared::SchedulerBackend, Option<ringside_shared::ScxStatus>)> {
         let latest = self.latest.read().unwrap_or_else(|e| e.into_inner());
-        latest.scheduler.as_ref().map(|s| (s.backend.clone(), s.scx.clone()))
+        latest.scheduler.as_ref().map(|s| (s.backend, s.scx.clone()))
     }
 
     pub fn is_healthy(components: &[ComponentHealth]) -> bool {

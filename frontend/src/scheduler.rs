@@ -3,7 +3,9 @@
 //! BPF programs attached. Without the probe it says why, from the component's health.
 
 use leptos::prelude::*;
-use ringside_shared::{ComponentStatus, MlProcessInfo, Phase, PhaseValues, SchedulerTelemetry};
+use ringside_shared::{
+    ComponentStatus, LibraryState, MlProcessInfo, Phase, PhaseValues, ProgramState, SchedulerTelemetry,
+};
 
 use crate::format::{age, micros};
 use crate::store::Store;
@@ -77,14 +79,14 @@ fn process_row(p: MlProcessInfo, now_ms: u64) -> impl IntoView {
     let refused = p
         .libraries
         .iter()
-        .filter(|l| l.state == "refused")
+        .filter(|l| l.state == LibraryState::Refused)
         .map(|l| view! { <div class="library-refused small">{format!("not probed: {} — {}", l.path, l.detail)}</div> })
         .collect_view();
     view! {
         <div class="ml-process" data-pid=p.pid.to_string()>
             <div class="ml-process-head">
                 <b>{format!("{} ", p.comm)}</b>
-                <span class="muted">{format!("pid {} · {} of job {} · {} threads · {}", p.pid, p.role, p.job, p.threads, p.reason)}</span>
+                <span class="muted">{format!("pid {} · {} of job {} · {} threads · {}", p.pid, p.role.as_str(), p.job, p.threads, p.reason)}</span>
                 <span class=phase_class(p.phase)>{p.phase.as_str()}</span>
                 <span class="muted">{format!(" for {}", age(now_ms.saturating_sub(p.phase_since_ms)))}</span>
             </div>
@@ -137,8 +139,8 @@ fn summary(s: &SchedulerTelemetry) -> impl IntoView {
         .collect_view();
     view! {
         <div class="sched-summary">
-            <div><span class="stat-label">"Mode"</span><b id="sched-mode">{s.mode.clone()}</b></div>
-            <div><span class="stat-label">"Backend"</span><b id="sched-backend">{if s.backend.is_empty() { "–".to_string() } else { s.backend.clone() }}</b></div>
+            <div><span class="stat-label">"Mode"</span><b id="sched-mode">{s.mode.as_str()}</b></div>
+            <div><span class="stat-label">"Backend"</span><b id="sched-backend">{s.backend.as_str()}</b></div>
             <div><span class="stat-label">"Probe"</span><b>{s.attach_mode.clone().unwrap_or_else(|| "–".into())}</b></div>
             <div><span class="stat-label">"Window"</span><b>{format!("{} ms", s.window_ms)}</b></div>
             <div><span class="stat-label">"ML threads · all"</span><b>{format!("{} · {}", s.ml_tasks, s.total_tracked_tasks)}</b></div>
@@ -237,14 +239,14 @@ fn scx_panel(s: &SchedulerTelemetry) -> impl IntoView {
 }
 
 fn programs_table(s: &SchedulerTelemetry) -> impl IntoView {
-    let failed = s.programs.iter().filter(|p| p.state != "attached").count();
+    let failed = s.programs.iter().filter(|p| p.state != ProgramState::Attached).count();
     let rows = s
         .programs
         .iter()
         .map(|p| {
             view! {
-                <tr class=format!("prog-{}", p.state)>
-                    <td>{p.name.clone()}</td><td>{p.attach.clone()}</td><td>{p.state.clone()}</td>
+                <tr class=format!("prog-{}", p.state.as_str())>
+                    <td>{p.name.clone()}</td><td>{p.attach.clone()}</td><td>{p.state.as_str()}</td>
                     <td class="muted">{p.detail.clone().unwrap_or_default()}</td>
                 </tr>
             }

@@ -188,6 +188,86 @@ pub struct KernelPoint {
     pub throughput_per_s: f64,
 }
 
+/// Defines a wire enum written in snake_case, with `as_str` giving that same name.
+macro_rules! wire_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name {
+            $($(#[$vmeta])* $variant),+
+        }
+
+        impl $name {
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+        }
+    };
+}
+
+wire_enum! {
+    /// Whether the scheduler only records its decisions or also carries them out.
+    #[derive(Default)]
+    SchedulerMode {
+        /// Decide and record.
+        #[default]
+        Observe => "observe",
+        /// Decide and apply (to admitted processes).
+        Enforce => "enforce",
+    }
+}
+
+wire_enum! {
+    /// What carries out the scheduler's decisions.
+    #[derive(Default)]
+    SchedulerBackend {
+        /// Nothing: decisions are recorded only.
+        #[default]
+        Observe => "observe",
+        /// Nice value, scheduling policy and CPU affinity of each thread.
+        Setattr => "setattr",
+        /// Ringside's sched_ext scheduler.
+        Scx => "scx",
+    }
+}
+
+wire_enum! {
+    /// An ML process's part in its job.
+    ProcessRole {
+        /// Uses the GPU itself (its own job's main process).
+        Main => "main",
+        /// A descendant that does not, e.g. a DataLoader worker.
+        Worker => "worker",
+    }
+}
+
+wire_enum! {
+    /// How far a CUDA/NCCL library a process maps has been looked at.
+    LibraryState {
+        /// Waiting for the inspector.
+        Pending => "pending",
+        /// Its entry points are probed.
+        Probed => "probed",
+        /// Not probed; `detail` says why.
+        Refused => "refused",
+    }
+}
+
+wire_enum! {
+    /// A BPF program's attach point.
+    #[derive(Default)]
+    ProgramState {
+        #[default]
+        Attached => "attached",
+        /// A better attach mode was refused; `detail` says why.
+        Fallback => "fallback",
+        Failed => "failed",
+    }
+}
+
 /// A phase of ML work a thread can be in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -261,9 +341,8 @@ pub struct SchedulerTelemetry {
     pub phase_time_pct: PhaseValues<f64>,
     pub numa_nodes: u32,
     pub total_cpus: u32,
-    /// `observe` (decide and record), `enforce` (decide and apply).
     #[serde(default)]
-    pub mode: String,
+    pub mode: SchedulerMode,
     /// Length of the phase detector's window.
     #[serde(default)]
     pub window_ms: u64,
@@ -300,10 +379,8 @@ pub struct SchedulerTelemetry {
     /// What the probe could not record (cumulative).
     #[serde(default)]
     pub lost: ProbeLosses,
-    /// What carries out decisions: `observe` (nothing, decisions are recorded), `setattr` (nice
-    /// value, policy and CPU affinity of each thread) or `scx` (the sched_ext scheduler).
     #[serde(default)]
-    pub backend: String,
+    pub backend: SchedulerBackend,
     /// The sched_ext scheduler, where the `scx` backend was asked for (also after it stopped).
     #[serde(default)]
     pub scx: Option<ScxStatus>,
@@ -404,8 +481,7 @@ pub struct ProbeProgram {
     pub name: String,
     /// `tp_btf`, `raw_tp`, `tracepoint` or `uprobe`.
     pub attach: String,
-    /// `attached`, `fallback` (a better attach mode was refused, `detail` says why) or `failed`.
-    pub state: String,
+    pub state: ProgramState,
     pub detail: Option<String>,
 }
 
@@ -437,9 +513,7 @@ pub struct MlProcessInfo {
     /// The job's main process (its own pid for a main process).
     pub job: u32,
     pub comm: String,
-    /// `main` (uses the GPU itself) or `worker` (a descendant that does not, e.g. a DataLoader
-    /// worker).
-    pub role: String,
+    pub role: ProcessRole,
     /// Why it counts as ML: `maps libcuda.so.1`, `opens /dev/nvidia0`, `command line matches
     /// "train"`, `child of 1234`.
     pub reason: String,
@@ -476,8 +550,7 @@ pub struct MlProcessInfo {
 pub struct LibraryStatus {
     /// As the process's `maps` names it.
     pub path: String,
-    /// `pending`, `probed` or `refused`.
-    pub state: String,
+    pub state: LibraryState,
     /// Entry points probed, or why it was refused.
     pub detail: String,
 }

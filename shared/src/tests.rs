@@ -175,20 +175,20 @@ pub(crate) fn snapshot() -> Snapshot {
             },
             numa_nodes: 1,
             total_cpus: 2,
-            mode: "enforce".into(),
+            mode: SchedulerMode::Enforce,
             window_ms: 100,
             attach_mode: Some("tp_btf".into()),
             programs: vec![ProbeProgram {
                 name: "sched_switch".into(),
                 attach: "tp_btf".into(),
-                state: "attached".into(),
+                state: ProgramState::Attached,
                 detail: None,
             }],
             processes: vec![MlProcessInfo {
                 pid: 4242,
                 job: 4242,
                 comm: "python3".into(),
-                role: "main".into(),
+                role: ProcessRole::Main,
                 reason: "maps libcuda.so.1".into(),
                 phase: Phase::GpuCompute,
                 phase_since_ms: 1_700_000_000_000,
@@ -198,7 +198,7 @@ pub(crate) fn snapshot() -> Snapshot {
                 probed_libraries: vec!["libcuda.so.1".into(), "libnccl.so.2".into()],
                 libraries: vec![LibraryStatus {
                     path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
-                    state: "probed".into(),
+                    state: LibraryState::Probed,
                     detail: "5 entry points probed".into(),
                 }],
                 uid: Some(1000),
@@ -248,7 +248,7 @@ pub(crate) fn snapshot() -> Snapshot {
                 cpus: String::new(),
             }],
             lost: ProbeLosses::default(),
-            backend: "scx".into(),
+            backend: SchedulerBackend::Scx,
             scx: Some(ScxStatus {
                 state: "enabled".into(),
                 ops: Some("ringside".into()),
@@ -437,7 +437,7 @@ fn worst_case_scheduler_telemetry_fits_the_frame_budget() {
         gpus: (0..8).collect(),
         probed_libraries: (0..SchedulerTelemetry::MAX_LIBRARIES).map(|_| long('p')).collect(),
         libraries: (0..SchedulerTelemetry::MAX_LIBRARIES)
-            .map(|_| LibraryStatus { path: long('l'), state: "refused".into(), detail: long('d') })
+            .map(|_| LibraryStatus { path: long('l'), state: LibraryState::Refused, detail: long('d') })
             .collect(),
         uid: Some(u32::MAX),
         admission: long('a'),
@@ -482,4 +482,26 @@ fn worst_case_scheduler_telemetry_fits_the_frame_budget() {
     let bytes = serde_json::to_string(&worst).unwrap().len();
     println!("worst-case scheduler telemetry: {bytes} bytes");
     assert!(bytes <= SchedulerTelemetry::FRAME_BUDGET, "{bytes} bytes");
+}
+
+/// Every wire enum's JSON name is its `as_str`, and parses back: the console and the daemon's
+/// texts say the same names the wire carries.
+#[test]
+fn scheduler_wire_enums_say_their_names() {
+    fn check<T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug + Copy>(
+        values: &[T],
+        name: impl Fn(T) -> &'static str,
+    ) {
+        for v in values {
+            let json = serde_json::to_value(v).unwrap();
+            assert_eq!(json, name(*v), "{v:?}");
+            assert_eq!(serde_json::from_value::<T>(json).unwrap(), *v);
+        }
+    }
+    check(&[SchedulerMode::Observe, SchedulerMode::Enforce], SchedulerMode::as_str);
+    check(&[SchedulerBackend::Observe, SchedulerBackend::Setattr, SchedulerBackend::Scx], SchedulerBackend::as_str);
+    check(&[ProcessRole::Main, ProcessRole::Worker], ProcessRole::as_str);
+    check(&[LibraryState::Pending, LibraryState::Probed, LibraryState::Refused], LibraryState::as_str);
+    check(&[ProgramState::Attached, ProgramState::Fallback, ProgramState::Failed], ProgramState::as_str);
+    assert!(serde_json::from_str::<SchedulerBackend>("\"cfs\"").is_err());
 }

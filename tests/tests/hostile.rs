@@ -322,6 +322,10 @@ async fn five_thousand_processes_holding_a_gpu_device_stay_within_the_bounds() -
     assert!(largest <= 512 * 1024, "a frame of {largest} bytes is over the 512 KiB budget");
     assert!(pids.len() <= 32, "{} pids in /metrics", pids.len());
     ringside_tests::promtool_check(&metrics)?;
+    // Still observing after all that: the observer neither stalled nor died.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let health = component(&daemon.get_json("/healthz").await?, "scheduler");
+    assert_eq!(health["status"], "degraded", "the observer is alive and says why it is degraded: {health}");
     drop(holder);
     Ok(())
 }

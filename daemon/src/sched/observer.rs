@@ -10,17 +10,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ringside_bpf::scx::{self, ScxClass, ScxDecision, ScxScheduler};
-use ringside_bpf::{calls_of_library, EventKind, SchedProbe};
+use ringside_bpf::{calls_of_library, AttachState, EventKind, SchedProbe};
 use ringside_shared::{
-    clip, Decision, LibraryStatus, MlProcessInfo, MlTaskInfo, Phase, PhaseSpan, PhaseValues, ProbeLosses, ProbeProgram,
-    RefusedEvidence, SchedulerTelemetry, ScxCounters, ScxExitInfo, ScxStatus,
+    clip, Decision, LibraryState, LibraryStatus, MlProcessInfo, MlTaskInfo, Phase, PhaseSpan, PhaseValues, ProbeLosses,
+    ProbeProgram, ProcessRole, ProgramState, RefusedEvidence, SchedulerBackend, SchedulerMode, SchedulerTelemetry,
+    ScxCounters, ScxExitInfo, ScxStatus,
 };
 
 use super::journal::thread_start_time;
 use super::library::{self, LibraryInspector, Limits, Request};
 use super::ml::{parse_stat, MlDetector, MlReason, DEFAULT_LIBRARIES};
-use super::phase::{Counters, Evidence, Hysteresis, Role};
-use super::policy::{self, Enforcer, PolicyTable, ThreadId};
+use super::phase::{Counters, Evidence, Hysteresis};
+use super::policy::{self, CpuChoice, Enforcer, PolicyTable, SchedPolicy, ThreadId};
 use super::trust::{Admission, Credentials};
 
 /// Run-queue samples kept per thread for its percentiles.
@@ -39,30 +40,9 @@ const MAX_THREADS_OBSERVED: usize = 8192;
 /// A tracked process's `maps` is read for new libraries every this many scans.
 const MAPS_EVERY: u32 = 5;
 
-/// What carries out the decisions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    /// Nothing: decisions are recorded only.
-    Observe,
-    /// Nice value, scheduling policy and CPU affinity of each thread.
-    Setattr,
-    /// The sched_ext scheduler's decision map.
-    Scx,
-}
-
-impl Backend {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::Observe => "observe",
-            Backend::Setattr => "setattr",
-            Backend::Scx => "scx",
-        }
-    }
-}
-
 #[derive(Debug, Clone)]
 pub struct ObserverConfig {
-    pub backend: Backend,
+    pub backend: SchedulerBackend,
     pub window: Duration,
     pub scan_interval: Duration,
     pub policy: PolicyTable,
@@ -99,10 +79,11 @@ pub const RUNQ_PENDING: usize = 16_384;
 /// A CUDA/NCCL library a process maps, as far as it has been looked at.
 struct Library {
     path: PathBuf,
-    state: LibraryState,
+    state: Inspection,
 }
 
-enum LibraryState {
+/// How far a library has been looked at (the wire's `LibraryState`, with what it found).
+enum Inspection {
     Pending,
     Probed(usize),
     Refused(String),
@@ -114,7 +95,7 @@ struct Process {
     job: u32,
     comm: String,
     reason: String,
-    role: Role,
+    role: ProcessRole,
     uid: Option<u32>,
     /// Why enforcement may (`Ok`) or may not (`Err`) change it.
     admission: Result<String, String>,
@@ -154,7 +135,7 @@ pub struct Observer {
     processes: HashMap<u32, Process>,
     tasks: HashMap<u32, Task>,
     enforcer: Enforcer,
-    backend: Backend,
+    backend: SchedulerBackend,
     /// The sched_ext scheduler while it runs.
     scx: Option<ScxScheduler>,
     /// What the console and `/healthz` show of it (kept after it stopped).
@@ -227,12 +208,12 @@ impl Observer {
             }
             Some(Err(why)) => {
                 // Asked for sched_ext and did not get it: carry decisions out the other way.
-                backend = Backend::Setattr;
+                backend = SchedulerBackend::Setattr;
                 (None, Some(ScxStatus { error: Some(why), ..ScxStatus::default() }))
             }
         };
-        if config.backend == Backend::Scx && scx.is_none() {
-            backend = Backend::Setattr;
+        if config.backend == SchedulerBackend::Scx && scx.is_none() {
+            backend = SchedulerBackend::Setattr;
         }
         Observer {
             probe,
@@ -357,7 +338,7 @@ impl Observer {
                             job,
                             event.comm.clone(),
                             format!("child of {parent_tgid}"),
-                            Role::Worker,
+                            ProcessRole::Worker,
                         );
                     }
                 }
@@ -387,7 +368,7 @@ impl Observer {
         parse_stat(&stat).map(|(_, start, _)| start)
     }
 
-    fn add_process(&mut self, pid: u32, start_time: u64, job: u32, comm: String, reason: String, role: Role) {
+    fn add_process(&mut self, pid: u32, start_time: u64, job: u32, comm: String, reason: String, role: ProcessRole) {
         if self.processes.contains_key(&pid) {
             return;
         }
@@ -428,7 +409,7 @@ impl Observer {
 
     /// Whether enforcement may change `pid`, and the lowest nice value it may give it.
     fn admission_of(&self, pid: u32, creds: Option<&Credentials>) -> (Result<String, String>, i32) {
-        if self.backend == Backend::Observe {
+        if self.backend == SchedulerBackend::Observe {
             return (Err("observe mode: nothing is changed".into()), 0);
         }
         let Some(creds) = creds else { return (Err("not admitted: its credentials are unreadable".into()), 0) };
@@ -476,7 +457,9 @@ impl Observer {
         }
         // New ones, main processes first, then the busiest, while there is room.
         let mut new: Vec<_> = found.iter().filter(|ml| !self.processes.contains_key(&ml.pid)).collect();
-        new.sort_by_key(|ml| {
+        // Keys read once each: the probe's counters move while the sort runs, and a key that
+        // changes between comparisons breaks the sort's total order (and panics).
+        new.sort_by_cached_key(|ml| {
             let worker = matches!(ml.reason, MlReason::Parent(_));
             (worker, std::cmp::Reverse(self.probe.thread(ml.pid).map(|t| t.on_cpu_ns).unwrap_or(0)), ml.pid)
         });
@@ -485,16 +468,16 @@ impl Observer {
         let admitted: HashSet<u32> = new.iter().take(room).map(|ml| ml.pid).collect();
         for ml in &found {
             let (job, role, reason) = match &ml.reason {
-                MlReason::Parent(ancestor) => (*ancestor, Role::Worker, format!("child of {ancestor}")),
-                MlReason::Library(lib) => (ml.pid, Role::Main, format!("maps {lib}")),
-                MlReason::Device(dev) => (ml.pid, Role::Main, format!("opens {dev}")),
-                MlReason::Cmdline(p) => (ml.pid, Role::Main, format!("command line matches {p:?}")),
+                MlReason::Parent(ancestor) => (*ancestor, ProcessRole::Worker, format!("child of {ancestor}")),
+                MlReason::Library(lib) => (ml.pid, ProcessRole::Main, format!("maps {lib}")),
+                MlReason::Device(dev) => (ml.pid, ProcessRole::Main, format!("opens {dev}")),
+                MlReason::Cmdline(p) => (ml.pid, ProcessRole::Main, format!("command line matches {p:?}")),
             };
             match self.processes.get_mut(&ml.pid) {
                 Some(p) => {
                     // A worker that starts using the GPU itself becomes a main process.
-                    if role == Role::Main && p.role == Role::Worker {
-                        p.role = Role::Main;
+                    if role == ProcessRole::Main && p.role == ProcessRole::Worker {
+                        p.role = ProcessRole::Main;
                         p.reason = reason;
                     }
                 }
@@ -565,7 +548,7 @@ impl Observer {
     /// waiting to be) for the inspector.
     fn request_libraries(&mut self, pid: u32) {
         let Some(process) = self.processes.get_mut(&pid) else { return };
-        if process.libraries.iter().filter(|l| !matches!(l.state, LibraryState::Pending)).count() >= MAX_LIBRARIES {
+        if process.libraries.iter().filter(|l| !matches!(l.state, Inspection::Pending)).count() >= MAX_LIBRARIES {
             return;
         }
         // `maps` of a large process is megabytes: read when new, every MAPS_EVERY scans after
@@ -573,7 +556,7 @@ impl Observer {
         let lost = process
             .libraries
             .iter()
-            .any(|l| matches!(l.state, LibraryState::Pending) && !self.libraries.is_queued(pid, &l.path));
+            .any(|l| matches!(l.state, Inspection::Pending) && !self.libraries.is_queued(pid, &l.path));
         let due = process.scans_since_maps == 0 || process.scans_since_maps >= MAPS_EVERY || lost;
         process.scans_since_maps = if due { 1 } else { process.scans_since_maps + 1 };
         if !due {
@@ -587,8 +570,8 @@ impl Observer {
             let known = process.libraries.iter().position(|l| l.path == mapping.path);
             if let Some(i) = known {
                 match process.libraries[i].state {
-                    LibraryState::Pending if self.libraries.is_queued(pid, &mapping.path) => continue,
-                    LibraryState::Pending => {}
+                    Inspection::Pending if self.libraries.is_queued(pid, &mapping.path) => continue,
+                    Inspection::Pending => {}
                     _ => continue,
                 }
             } else if process.libraries.len() >= MAX_LIBRARIES {
@@ -599,7 +582,7 @@ impl Observer {
                 break;
             }
             if known.is_none() {
-                process.libraries.push(Library { path, state: LibraryState::Pending });
+                process.libraries.push(Library { path, state: Inspection::Pending });
             }
         }
     }
@@ -613,16 +596,16 @@ impl Observer {
                 Ok((file, entries)) => match self.probe.attach_library(done.pid, &done.path, &file, &entries) {
                     Ok(found) => {
                         tracing::info!(pid = done.pid, library = %done.path.display(), found, "probing CUDA/NCCL calls");
-                        LibraryState::Probed(found)
+                        Inspection::Probed(found)
                     }
                     Err(e) => {
                         tracing::warn!(pid = done.pid, "cannot probe {}: {e}", done.path.display());
-                        LibraryState::Refused(e)
+                        Inspection::Refused(e)
                     }
                 },
                 Err(why) => {
                     tracing::warn!(pid = done.pid, "not probing {}: {why}", done.path.display());
-                    LibraryState::Refused(why)
+                    Inspection::Refused(why)
                 }
             };
         }
@@ -759,21 +742,23 @@ impl Observer {
         };
         match self.config.policy.for_phase(phase) {
             Some(p) => {
-                let cpus: Vec<usize> = if p.cpus == "gpu_node" { process.node_cpus.clone() } else { Vec::new() };
+                let cpus: Vec<usize> =
+                    if p.cpus == CpuChoice::GpuNode { process.node_cpus.clone() } else { Vec::new() };
                 decision.nice = p.nice;
                 decision.weight = policy::weight_of_nice(p.nice);
                 decision.slice_us = p.slice_us;
                 decision.cpus = policy::format_cpu_list(&cpus);
-                decision.action = format!("nice {}, {}", p.nice, p.sched_policy);
+                decision.action = format!("nice {}, {}", p.nice, p.sched_policy.as_str());
                 match (&decision.cpus, process.numa_node) {
                     (c, Some(node)) if !c.is_empty() => decision.action += &format!(", cpus {c} (node {node})"),
                     _ => decision.action += ", any cpu",
                 }
-                let not_admitted = process.admission.as_ref().err().filter(|_| self.backend != Backend::Observe);
+                let not_admitted =
+                    process.admission.as_ref().err().filter(|_| self.backend != SchedulerBackend::Observe);
                 match (self.backend, &self.scx, not_admitted) {
-                    (Backend::Observe, ..) => {}
+                    (SchedulerBackend::Observe, ..) => {}
                     (_, _, Some(why)) => decision.error = Some(why.clone()),
-                    (Backend::Scx, Some(scheduler), None) => {
+                    (SchedulerBackend::Scx, Some(scheduler), None) => {
                         let class = match phase {
                             Phase::DataLoading | Phase::OptimizerStep => ScxClass::Latency,
                             Phase::GpuCompute => ScxClass::Feeder,
@@ -803,10 +788,15 @@ impl Observer {
                             Err(e) => decision.error = Some(e.to_string()),
                         }
                     }
-                    (Backend::Setattr, _, None) => {
+                    (SchedulerBackend::Setattr, _, None) => {
                         let thread = ThreadId { pid: task.pid, tid, start_time: task.start_time };
-                        match self.enforcer.apply(thread, p.nice, process.nice_floor, p.sched_policy == "batch", &cpus)
-                        {
+                        match self.enforcer.apply(
+                            thread,
+                            p.nice,
+                            process.nice_floor,
+                            p.sched_policy == SchedPolicy::Batch,
+                            &cpus,
+                        ) {
                             Ok(nice) => {
                                 decision.applied = true;
                                 if nice != p.nice {
@@ -829,8 +819,8 @@ impl Observer {
                 }
                 decision.action = "restore own settings".into();
                 match (self.backend, &self.scx) {
-                    (Backend::Scx, Some(scheduler)) => decision.applied = scheduler.clear(tid),
-                    (Backend::Setattr, _) => match self.enforcer.restore(tid) {
+                    (SchedulerBackend::Scx, Some(scheduler)) => decision.applied = scheduler.clear(tid),
+                    (SchedulerBackend::Setattr, _) => match self.enforcer.restore(tid) {
                         Ok(restored) => decision.applied = restored,
                         Err(e) => decision.error = Some(e),
                     },
@@ -880,7 +870,7 @@ impl Observer {
         status.counters = counters;
         status.error = Some(format!("stopped by the kernel ({}): {}", info.kind, info.reason));
         status.exit = Some(info);
-        self.backend = Backend::Setattr;
+        self.backend = SchedulerBackend::Setattr;
         let in_force: Vec<(u32, Phase)> = self
             .tasks
             .iter()
@@ -993,7 +983,7 @@ impl Observer {
                 pid: *pid,
                 job: p.job,
                 comm: p.comm.clone(),
-                role: p.role.as_str().into(),
+                role: p.role,
                 reason: clip(&p.reason, TEXT),
                 phase: p.phase.phase,
                 phase_since_ms: p.phase_since_ms,
@@ -1011,13 +1001,13 @@ impl Observer {
                     .iter()
                     .map(|l| {
                         let (state, detail) = match &l.state {
-                            LibraryState::Pending => ("pending", String::new()),
-                            LibraryState::Probed(n) => ("probed", format!("{n} entry points probed")),
-                            LibraryState::Refused(why) => ("refused", why.clone()),
+                            Inspection::Pending => (LibraryState::Pending, String::new()),
+                            Inspection::Probed(n) => (LibraryState::Probed, format!("{n} entry points probed")),
+                            Inspection::Refused(why) => (LibraryState::Refused, why.clone()),
                         };
                         LibraryStatus {
                             path: clip(&l.path.to_string_lossy(), TEXT),
-                            state: state.into(),
+                            state,
                             detail: clip(&detail, TEXT),
                         }
                     })
@@ -1037,9 +1027,19 @@ impl Observer {
             .probe
             .programs()
             .into_iter()
-            .map(|p| ProbeProgram { name: p.name, attach: p.attach, state: p.state, detail: p.detail })
+            .map(|p| ProbeProgram {
+                name: p.name,
+                attach: p.attach,
+                state: match p.state {
+                    AttachState::Attached => ProgramState::Attached,
+                    AttachState::Fallback => ProgramState::Fallback,
+                    AttachState::Failed => ProgramState::Failed,
+                },
+                detail: p.detail,
+            })
             .collect();
-        let failed: Vec<String> = programs.iter().filter(|p| p.state == "failed").map(|p| p.name.clone()).collect();
+        let failed: Vec<String> =
+            programs.iter().filter(|p| p.state == ProgramState::Failed).map(|p| p.name.clone()).collect();
         let lost = self.probe.lost();
         let telemetry = SchedulerTelemetry {
             total_tracked_tasks: self.thread_count as u64,
@@ -1050,7 +1050,11 @@ impl Observer {
             phase_time_pct,
             numa_nodes: 0,
             total_cpus: 0,
-            mode: if self.backend == Backend::Observe { "observe" } else { "enforce" }.into(),
+            mode: if self.backend == SchedulerBackend::Observe {
+                SchedulerMode::Observe
+            } else {
+                SchedulerMode::Enforce
+            },
             window_ms: self.config.window.as_millis() as u64,
             attach_mode: Some(self.probe.mode().as_str().into()),
             programs,
@@ -1067,9 +1071,12 @@ impl Observer {
                     why: clip(&r.why, TEXT),
                 })
                 .collect(),
-            enforcement_inactive: (self.backend != Backend::Observe && self.config.admission.is_empty()).then(|| {
-                "enforce mode admits no process: list users, groups or cgroups under [scheduler.enforce]".to_string()
-            }),
+            enforcement_inactive: (self.backend != SchedulerBackend::Observe && self.config.admission.is_empty()).then(
+                || {
+                    "enforce mode admits no process: list users, groups or cgroups under [scheduler.enforce]"
+                        .to_string()
+                },
+            ),
             tasks,
             decisions: self.decisions.iter().cloned().collect(),
             lost: ProbeLosses {
@@ -1079,7 +1086,7 @@ impl Observer {
                 ml_threads: lost.ml_threads,
                 skipped_runs: self.skipped_runs,
             },
-            backend: self.backend.as_str().into(),
+            backend: self.backend,
             scx: self.scx_status(),
         };
         let mut problems: Vec<String> = Vec::new();

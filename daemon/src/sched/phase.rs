@@ -21,7 +21,7 @@
 //! sum of its threads'.
 
 use ringside_bpf::{MlThreadStats, ThreadStats};
-use ringside_shared::Phase;
+use ringside_shared::{Phase, ProcessRole};
 
 /// Launch rate above which a thread's CPU time is spent feeding the GPU.
 pub const FEEDING_LAUNCHES_PER_S: f64 = 2000.0;
@@ -89,24 +89,6 @@ impl Counters {
     }
 }
 
-/// What a process does for its job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// It uses the GPU itself (or is the job's main process).
-    Main,
-    /// A descendant that does not use the GPU: its work is preparing data.
-    Worker,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Main => "main",
-            Role::Worker => "worker",
-        }
-    }
-}
-
 /// The evidence of one window, in ns, for the four detectable phases.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Evidence {
@@ -118,7 +100,7 @@ pub struct Evidence {
 
 impl Evidence {
     /// One thread's window (`delta` over `window_ns`).
-    pub fn of(delta: &Counters, window_ns: u64, role: Role) -> Evidence {
+    pub fn of(delta: &Counters, window_ns: u64, role: ProcessRole) -> Evidence {
         let window = window_ns.max(1) as f64;
         let nccl = delta.nccl_ns as f64;
         let gpu_wait = (delta.sync_ns + delta.nv_ioctl_ns) as f64;
@@ -130,9 +112,9 @@ impl Evidence {
         let mut e =
             Evidence { data_loading: loading, gpu_compute: gpu_wait, nccl_collective: nccl, optimizer_step: 0.0 };
         match role {
-            Role::Worker => e.data_loading += free_cpu,
-            Role::Main if launches_per_s >= FEEDING_LAUNCHES_PER_S => e.gpu_compute += free_cpu,
-            Role::Main => e.optimizer_step = free_cpu,
+            ProcessRole::Worker => e.data_loading += free_cpu,
+            ProcessRole::Main if launches_per_s >= FEEDING_LAUNCHES_PER_S => e.gpu_compute += free_cpu,
+            ProcessRole::Main => e.optimizer_step = free_cpu,
         }
         e
     }
@@ -241,38 +223,42 @@ mod tests {
             c.read_ns = 80_000_000;
             c.on_cpu_ns = 5_000_000;
         });
-        assert_eq!(Evidence::of(&reading, W, Role::Main).best(W).0, Phase::DataLoading);
+        assert_eq!(Evidence::of(&reading, W, ProcessRole::Main).best(W).0, Phase::DataLoading);
         let syncing = window(|c| {
             c.sync_ns = 85_000_000;
             c.launches = 400;
             c.on_cpu_ns = 8_000_000;
         });
-        assert_eq!(Evidence::of(&syncing, W, Role::Main).best(W).0, Phase::GpuCompute);
+        assert_eq!(Evidence::of(&syncing, W, ProcessRole::Main).best(W).0, Phase::GpuCompute);
         let feeding = window(|c| {
             c.launches = 300;
             c.on_cpu_ns = 90_000_000;
         });
-        assert_eq!(Evidence::of(&feeding, W, Role::Main).best(W).0, Phase::GpuCompute, "3000 launches/s");
+        assert_eq!(Evidence::of(&feeding, W, ProcessRole::Main).best(W).0, Phase::GpuCompute, "3000 launches/s");
         let collective = window(|c| {
             c.nccl_ns = 70_000_000;
             c.futex_ns = 60_000_000;
             c.on_cpu_ns = 10_000_000;
         });
-        assert_eq!(Evidence::of(&collective, W, Role::Main).best(W).0, Phase::NcclCollective);
+        assert_eq!(Evidence::of(&collective, W, ProcessRole::Main).best(W).0, Phase::NcclCollective);
         let stepping = window(|c| {
             c.on_cpu_ns = 70_000_000;
             c.runq_ns = 20_000_000;
             c.launches = 40;
         });
-        let (phase, share) = Evidence::of(&stepping, W, Role::Main).best(W);
+        let (phase, share) = Evidence::of(&stepping, W, ProcessRole::Main).best(W);
         assert_eq!((phase, share), (Phase::OptimizerStep, 0.9));
         assert_eq!(
-            Evidence::of(&stepping, W, Role::Worker).best(W).0,
+            Evidence::of(&stepping, W, ProcessRole::Worker).best(W).0,
             Phase::DataLoading,
             "a worker's CPU is data work"
         );
         let idle = window(|c| c.futex_ns = W);
-        assert_eq!(Evidence::of(&idle, W, Role::Main).best(W), (Phase::Unknown, 0.0), "futex waits are not evidence");
+        assert_eq!(
+            Evidence::of(&idle, W, ProcessRole::Main).best(W),
+            (Phase::Unknown, 0.0),
+            "futex waits are not evidence"
+        );
     }
 
     #[test]

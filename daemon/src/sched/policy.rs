@@ -35,22 +35,44 @@ pub fn weight_of_nice(nice: i32) -> u32 {
 pub struct PhasePolicy {
     /// -20 (most favoured) to 19.
     pub nice: i32,
-    /// `normal` (SCHED_OTHER) or `batch` (SCHED_BATCH: no wake-up preemption).
-    #[serde(default = "default_sched_policy")]
-    pub sched_policy: String,
-    /// `any`, or `gpu_node`: the CPUs of the NUMA node of the process's GPU.
-    #[serde(default = "default_cpus")]
-    pub cpus: String,
+    #[serde(default)]
+    pub sched_policy: SchedPolicy,
+    #[serde(default)]
+    pub cpus: CpuChoice,
     /// Slice for a sched_ext backend (µs).
     #[serde(default = "default_slice")]
     pub slice_us: u32,
 }
 
-fn default_sched_policy() -> String {
-    "normal".into()
+/// The scheduling policy a phase gets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SchedPolicy {
+    /// SCHED_OTHER.
+    #[default]
+    Normal,
+    /// SCHED_BATCH: no wake-up preemption.
+    Batch,
 }
-fn default_cpus() -> String {
-    "gpu_node".into()
+
+impl SchedPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SchedPolicy::Normal => "normal",
+            SchedPolicy::Batch => "batch",
+        }
+    }
+}
+
+/// The CPUs a phase runs on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuChoice {
+    /// Wherever the kernel puts it.
+    Any,
+    /// The CPUs of the NUMA node of the GPU the process holds open.
+    #[default]
+    GpuNode,
 }
 fn default_slice() -> u32 {
     3000
@@ -58,19 +80,13 @@ fn default_slice() -> u32 {
 
 impl PhasePolicy {
     fn new(nice: i32, slice_us: u32) -> PhasePolicy {
-        PhasePolicy { nice, sched_policy: default_sched_policy(), cpus: default_cpus(), slice_us }
+        PhasePolicy { nice, sched_policy: SchedPolicy::default(), cpus: CpuChoice::default(), slice_us }
     }
 
     pub fn check(&self, phase: &str) -> Result<(), String> {
         let at = format!("[scheduler.policy.{phase}]");
         if !(-20..=19).contains(&self.nice) {
             return Err(format!("{at} nice = {} must be from -20 to 19", self.nice));
-        }
-        if !["normal", "batch"].contains(&self.sched_policy.as_str()) {
-            return Err(format!("{at} sched_policy = {:?} must be \"normal\" or \"batch\"", self.sched_policy));
-        }
-        if !["any", "gpu_node"].contains(&self.cpus.as_str()) {
-            return Err(format!("{at} cpus = {:?} must be \"any\" or \"gpu_node\"", self.cpus));
         }
         if !(100..=1_000_000).contains(&self.slice_us) {
             return Err(format!("{at} slice_us = {} must be from 100 to 1000000", self.slice_us));
@@ -432,9 +448,15 @@ mod tests {
         assert!(table.check().is_ok());
         table.optimizer_step.nice = -30;
         assert!(table.check().unwrap_err().contains("[scheduler.policy.optimizer_step] nice"));
-        table = PolicyTable::default();
-        table.gpu_compute.cpus = "node7".into();
-        assert!(table.check().unwrap_err().contains("cpus"));
+        // Values outside the vocabulary are refused when the table is read, naming the key.
+        let wrong = toml::from_str::<PolicyTable>("[gpu_compute]\nnice = -5\ncpus = \"node7\"\n").unwrap_err();
+        let wrong = wrong.to_string();
+        assert!(wrong.contains("cpus") && wrong.contains("node7") && wrong.contains("gpu_node"), "{wrong}");
+        let batch = toml::from_str::<PolicyTable>("[data_loading]\nnice = 0\nsched_policy = \"batch\"\n").unwrap();
+        assert_eq!(
+            (batch.data_loading.sched_policy, batch.data_loading.cpus),
+            (SchedPolicy::Batch, CpuChoice::GpuNode)
+        );
     }
 
     /// A GPU's NUMA node from a sysfs/procfs tree laid out as the NVIDIA driver and the PCI

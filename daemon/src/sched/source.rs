@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ringside_bpf::{AttachMode, SchedProbe};
-use ringside_shared::SchedulerTelemetry;
+use ringside_shared::{SchedulerBackend, SchedulerMode, SchedulerTelemetry};
 
 use super::journal::Journal;
 use super::library::Limits;
-use super::observer::{Backend, Observer, ObserverConfig, Published};
+use super::observer::{Observer, ObserverConfig, Published};
 use super::policy::{restore_leftovers, Enforcer, PolicyTable};
 use super::trust::{Admission, AdmissionConfig};
 use crate::pipeline::{MetricsSource, Sample, SourceError, SourceStatus};
@@ -30,12 +30,10 @@ pub struct SchedulerConfig {
     pub ml_patterns: Vec<String>,
     /// `observe` (decide and record) or `enforce` (also apply, with the `auto` backend). Kept
     /// for older configs: `backend` says more.
-    pub mode: String,
-    /// What carries out decisions: `observe` (nothing), `setattr` (nice, policy and affinity of
-    /// each thread), `scx` (Ringside's sched_ext scheduler) or `auto` (scx where the kernel has
-    /// sched_ext, else setattr). Unset: `observe`, or `auto` with `mode = "enforce"`.
+    pub mode: SchedulerMode,
+    /// What carries out decisions. Unset: `observe`, or `auto` with `mode = "enforce"`.
     /// `--sched-backend` overrides it.
-    pub backend: Option<String>,
+    pub backend: Option<BackendChoice>,
     /// The phase detector's window.
     pub window_ms: u64,
     /// How often to look for new ML processes and libraries.
@@ -65,7 +63,7 @@ impl Default for SchedulerConfig {
         SchedulerConfig {
             enabled: true,
             ml_patterns: Vec::new(),
-            mode: "observe".into(),
+            mode: SchedulerMode::Observe,
             backend: None,
             window_ms: 100,
             scan_interval_ms: 1000,
@@ -78,38 +76,42 @@ impl Default for SchedulerConfig {
     }
 }
 
-pub const BACKENDS: [&str; 4] = ["auto", "scx", "setattr", "observe"];
+/// `[scheduler] backend` and `--sched-backend`: what is asked to carry out decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendChoice {
+    /// scx where the kernel has sched_ext, else setattr.
+    Auto,
+    /// Ringside's sched_ext scheduler.
+    Scx,
+    /// Nice value, policy and affinity of each thread.
+    Setattr,
+    /// Nothing: decisions are recorded only.
+    Observe,
+}
 
 impl SchedulerConfig {
     /// The backend asked for: `backend`, else what `mode` implies.
-    pub fn backend(&self) -> &str {
-        match &self.backend {
-            Some(b) => b,
-            None if self.mode == "enforce" => "auto",
-            None => "observe",
+    pub fn backend(&self) -> BackendChoice {
+        match (self.backend, self.mode) {
+            (Some(b), _) => b,
+            (None, SchedulerMode::Enforce) => BackendChoice::Auto,
+            (None, SchedulerMode::Observe) => BackendChoice::Observe,
         }
     }
 
     /// The backend to use on this kernel, and whether the sched_ext scheduler is to be loaded.
-    fn resolve(&self) -> (Backend, bool) {
+    fn resolve(&self) -> (SchedulerBackend, bool) {
         match self.backend() {
-            "scx" => (Backend::Scx, true),
-            "setattr" => (Backend::Setattr, false),
-            "auto" if scx::available().is_ok() => (Backend::Scx, true),
-            "auto" => (Backend::Setattr, false),
-            _ => (Backend::Observe, false),
+            BackendChoice::Scx => (SchedulerBackend::Scx, true),
+            BackendChoice::Setattr => (SchedulerBackend::Setattr, false),
+            BackendChoice::Auto if scx::available().is_ok() => (SchedulerBackend::Scx, true),
+            BackendChoice::Auto => (SchedulerBackend::Setattr, false),
+            BackendChoice::Observe => (SchedulerBackend::Observe, false),
         }
     }
 
     pub fn check(&self) -> Result<(), String> {
-        if !["observe", "enforce"].contains(&self.mode.as_str()) {
-            return Err(format!("[scheduler] mode = {:?} must be \"observe\" or \"enforce\"", self.mode));
-        }
-        if let Some(backend) = &self.backend {
-            if !BACKENDS.contains(&backend.as_str()) {
-                return Err(format!("[scheduler] backend = {backend:?} must be one of auto, scx, setattr, observe"));
-            }
-        }
         if !(20..=10_000).contains(&self.window_ms) {
             return Err(format!("[scheduler] window_ms = {} must be from 20 to 10000", self.window_ms));
         }
@@ -178,10 +180,10 @@ impl SchedulerSource {
         let mut enforcement_off = None;
         let journal = match journal {
             Ok(journal) => Some(journal),
-            Err(why) if backend != Backend::Observe => {
+            Err(why) if backend != SchedulerBackend::Observe => {
                 tracing::error!("{why}: enforcement is off");
                 enforcement_off = Some(format!("{why}: enforcement is off"));
-                (backend, load_scx) = (Backend::Observe, false);
+                (backend, load_scx) = (SchedulerBackend::Observe, false);
                 None
             }
             Err(why) => {
