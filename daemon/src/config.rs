@@ -186,8 +186,11 @@ impl Config {
         }
         scheduler.check().map_err(|why| ConfigError::Invalid { key: "scheduler", value: "[scheduler]".into(), why })?;
         // A stats kernel fed run-queue samples needs the scheduler that takes them.
-        if let Some(k) = kernels.iter().find(|k| k.kernel == "stats" && k.input == "runq_latency" && !scheduler.enabled)
-        {
+        if let Some(k) = kernels.iter().find(|k| {
+            k.kernel == crate::kernels::KernelKind::Stats
+                && k.input == ringside_shared::StatsInput::RunqLatency
+                && !scheduler.enabled
+        }) {
             return Err(ConfigError::Invalid {
                 key: "kernels",
                 value: format!("{:?} (input = \"runq_latency\")", k.id),

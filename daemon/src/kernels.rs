@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use ringside_kernels::builtin;
 use ringside_kernels::{Backend, Backpressure, Kernel, KernelError, LaunchOptions};
-use ringside_shared::{KernelState, KernelStateChange, KernelStatsOutput};
+use ringside_shared::{KernelBackend, KernelState, KernelStateChange, KernelStatsOutput, StatsInput};
 use serde::Deserialize;
 
 use crate::pipeline::{MetricsSource, Sample, SourceError, SourceStatus};
@@ -23,18 +23,15 @@ use crate::pipeline::{MetricsSource, Sample, SourceError, SourceStatus};
 #[serde(deny_unknown_fields)]
 pub struct KernelConfig {
     pub id: String,
-    /// `echo`, `stats` or `saxpy`.
-    pub kernel: String,
-    /// `cpu` or `cuda`.
-    #[serde(default = "default_backend")]
-    pub backend: String,
+    pub kernel: KernelKind,
+    #[serde(default)]
+    pub backend: KernelBackend,
     #[serde(default = "default_capacity")]
     pub queue_capacity: usize,
     #[serde(default = "default_message_size")]
     pub message_size: usize,
-    /// `drop` (drop and count) or `wait` (wait up to `wait_timeout_ms`, then drop and count).
-    #[serde(default = "default_backpressure")]
-    pub backpressure: String,
+    #[serde(default)]
+    pub backpressure: BackpressureChoice,
     #[serde(default = "default_wait_ms")]
     pub wait_timeout_ms: u64,
     /// Canary: how long a probe may go unanswered.
@@ -43,25 +40,49 @@ pub struct KernelConfig {
     /// `saxpy`: vectors sent per tick.
     #[serde(default = "default_batches")]
     pub batches: u32,
-    /// `stats`: what it is fed, `runq_latency` or `cpu_utilization`.
+    /// `stats`: what it is fed.
     #[serde(default = "default_input")]
-    pub input: String,
+    pub input: StatsInput,
 }
 
-/// What a `stats` kernel can be fed: (config value, unit of its summary).
-pub const STATS_INPUTS: [(&str, &str); 2] = [("runq_latency", "us"), ("cpu_utilization", "pct")];
+/// The built-in kernels a `[[kernels]]` entry can run (`ringside_kernels::builtin::KERNELS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelKind {
+    /// The canary: answers each probe.
+    Echo,
+    /// Summarises what it is fed.
+    Stats,
+    /// A steady throughput load.
+    Saxpy,
+}
 
-fn default_backend() -> String {
-    "cpu".into()
+impl KernelKind {
+    /// The built-in kernel's name in `ringside_kernels`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KernelKind::Echo => "echo",
+            KernelKind::Stats => "stats",
+            KernelKind::Saxpy => "saxpy",
+        }
+    }
+}
+
+/// What a kernel's input ring does when it is full.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackpressureChoice {
+    /// Drop the message and count it.
+    #[default]
+    Drop,
+    /// Wait up to `wait_timeout_ms`, then drop and count.
+    Wait,
 }
 fn default_capacity() -> usize {
     1024
 }
 fn default_message_size() -> usize {
     256
-}
-fn default_backpressure() -> String {
-    "drop".into()
 }
 fn default_wait_ms() -> u64 {
     10
@@ -72,8 +93,8 @@ fn default_answer_ms() -> u64 {
 fn default_batches() -> u32 {
     100
 }
-fn default_input() -> String {
-    STATS_INPUTS[0].0.into()
+fn default_input() -> StatsInput {
+    StatsInput::RunqLatency
 }
 
 impl KernelConfig {
@@ -81,11 +102,11 @@ impl KernelConfig {
     pub fn canary() -> KernelConfig {
         KernelConfig {
             id: "canary".into(),
-            kernel: "echo".into(),
-            backend: default_backend(),
+            kernel: KernelKind::Echo,
+            backend: KernelBackend::Cpu,
             queue_capacity: 64,
             message_size: 64,
-            backpressure: default_backpressure(),
+            backpressure: BackpressureChoice::Drop,
             wait_timeout_ms: default_wait_ms(),
             answer_timeout_ms: default_answer_ms(),
             batches: default_batches(),
@@ -101,24 +122,14 @@ impl KernelConfig {
         if !id_ok {
             return Err(format!("kernel id {:?} must be 1-64 letters, digits, '-' or '_'", self.id));
         }
-        if !builtin::KERNELS.contains(&self.kernel.as_str()) {
-            return Err(format!(
-                "kernel {}: unknown kernel {:?}; built-in kernels: {}",
-                self.id,
-                self.kernel,
-                builtin::KERNELS.join(", ")
-            ));
-        }
-        if !["cpu", "cuda"].contains(&self.backend.as_str()) {
-            return Err(format!("kernel {}: backend {:?} must be cpu or cuda", self.id, self.backend));
-        }
         if !self.queue_capacity.is_power_of_two() || !(2..=1 << 20).contains(&self.queue_capacity) {
             return Err(format!(
                 "kernel {}: queue_capacity {} must be a power of two from 2 to 1048576",
                 self.id, self.queue_capacity
             ));
         }
-        let min_size = if self.kernel == "stats" { ringside_kernels::builtin::StatsSummary::BYTES } else { 16 };
+        let min_size =
+            if self.kernel == KernelKind::Stats { ringside_kernels::builtin::StatsSummary::BYTES } else { 16 };
         let max_size = ringside_kernels::ring::MAX_MESSAGE;
         if !(min_size..=max_size).contains(&self.message_size) {
             return Err(format!(
@@ -126,22 +137,20 @@ impl KernelConfig {
                 self.id, self.message_size
             ));
         }
-        let backpressure = match self.backpressure.as_str() {
-            "drop" => Backpressure::DropAndCount,
-            "wait" if (1..=10_000).contains(&self.wait_timeout_ms) => {
+        let backpressure = match self.backpressure {
+            BackpressureChoice::Drop => Backpressure::DropAndCount,
+            BackpressureChoice::Wait if (1..=10_000).contains(&self.wait_timeout_ms) => {
                 Backpressure::WaitWithTimeout(Duration::from_millis(self.wait_timeout_ms))
             }
-            "wait" => return Err(format!("kernel {}: wait_timeout_ms must be from 1 to 10000", self.id)),
-            other => return Err(format!("kernel {}: backpressure {other:?} must be drop or wait", self.id)),
+            BackpressureChoice::Wait => {
+                return Err(format!("kernel {}: wait_timeout_ms must be from 1 to 10000", self.id))
+            }
         };
         if !(100..=600_000).contains(&self.answer_timeout_ms) {
             return Err(format!("kernel {}: answer_timeout_ms must be from 100 to 600000", self.id));
         }
         if self.batches > 100_000 {
             return Err(format!("kernel {}: batches must be at most 100000", self.id));
-        }
-        if !STATS_INPUTS.iter().any(|(name, _)| *name == self.input) {
-            return Err(format!("kernel {}: input {:?} must be runq_latency or cpu_utilization", self.id, self.input));
         }
         Ok(LaunchOptions { queue_capacity: self.queue_capacity, message_size: self.message_size, backpressure })
     }
@@ -177,12 +186,15 @@ pub struct KernelSource {
 impl KernelSource {
     pub fn launch(config: KernelConfig) -> Result<KernelSource, String> {
         let options = config.check()?;
-        let backend = if config.backend == "cuda" { Backend::Cuda } else { Backend::Cpu };
+        let backend = match config.backend {
+            KernelBackend::Cuda => Backend::Cuda,
+            KernelBackend::Cpu => Backend::Cpu,
+        };
         // A kernel asked for on CUDA that cannot run there still runs, on the CPU, and says why.
-        let (kernel, note) = match Kernel::launch(config.id.clone(), &config.kernel, backend, options) {
+        let (kernel, note) = match Kernel::launch(config.id.clone(), config.kernel.as_str(), backend, options) {
             Ok(kernel) => (kernel, None),
             Err(e @ (KernelError::CudaUnavailable(_) | KernelError::Cuda(_))) => {
-                let kernel = Kernel::launch(config.id.clone(), &config.kernel, Backend::Cpu, options)
+                let kernel = Kernel::launch(config.id.clone(), config.kernel.as_str(), Backend::Cpu, options)
                     .map_err(|e| e.to_string())?;
                 (kernel, Some(format!("{e}; running on the CPU backend")))
             }
@@ -240,13 +252,13 @@ impl KernelSource {
                 self.stats = Some(summary);
             }
         }
-        let (values, missing): (Vec<f32>, Option<&str>) = match self.config.input.as_str() {
-            "cpu_utilization" => match &sample.host {
+        let (values, missing): (Vec<f32>, Option<&str>) = match self.config.input {
+            StatsInput::CpuUtilization => match &sample.host {
                 Some(host) => (host.per_cpu_utilization_pct.iter().map(|v| *v as f32).collect(), None),
                 None => (Vec::new(), Some("no host metrics this tick")),
             },
             // Microseconds: f32 keeps them exact to well below a microsecond up to seconds.
-            _ => match &sample.scheduler {
+            StatsInput::RunqLatency => match &sample.scheduler {
                 Some(_) => (sample.runq_latency_ns.iter().map(|ns| *ns as f32 / 1000.0).collect(), None),
                 None => (Vec::new(), Some("no run-queue samples: the scheduler is not running (or still starting)")),
             },
@@ -263,10 +275,9 @@ impl KernelSource {
     /// The summary in the snapshot's vocabulary.
     fn output_stats(&self) -> Option<KernelStatsOutput> {
         let summary = self.stats?;
-        let unit = STATS_INPUTS.iter().find(|(name, _)| *name == self.config.input).map_or("", |(_, unit)| unit);
         Some(KernelStatsOutput {
-            input: self.config.input.clone(),
-            unit: unit.into(),
+            input: self.config.input,
+            unit: self.config.input.unit(),
             count: summary.count,
             mean: summary.mean.into(),
             p50: summary.p50.into(),
@@ -299,10 +310,10 @@ impl MetricsSource for KernelSource {
     }
 
     fn collect(&mut self, sample: &mut Sample) -> Result<SourceStatus, SourceError> {
-        let (silent, missing_input) = match self.config.kernel.as_str() {
-            "echo" => (self.probe(), None),
-            "stats" => (None, self.feed_stats(sample)),
-            _ => {
+        let (silent, missing_input) = match self.config.kernel {
+            KernelKind::Echo => (self.probe(), None),
+            KernelKind::Stats => (None, self.feed_stats(sample)),
+            KernelKind::Saxpy => {
                 self.feed_saxpy(sample.taken_at_ms / 1000);
                 (None, None)
             }
@@ -342,14 +353,25 @@ mod tests {
             f(&mut c);
             c.check().unwrap_err()
         };
-        assert!(bad(|c| c.kernel = "fft".into()).contains("echo, stats, saxpy"));
-        assert!(bad(|c| c.backend = "tpu".into()).contains("cpu or cuda"));
         assert!(bad(|c| c.queue_capacity = 1000).contains("power of two"));
         assert!(bad(|c| c.message_size = 65_536).contains("from 16 to 65535"));
         let mut largest = KernelConfig::canary();
         largest.message_size = 65_535;
         assert!(KernelSource::launch(largest).is_ok(), "the largest size the check lets through launches");
-        assert!(bad(|c| c.backpressure = "block".into()).contains("drop or wait"));
+        assert!(bad(|c| {
+            c.backpressure = BackpressureChoice::Wait;
+            c.wait_timeout_ms = 0
+        })
+        .contains("wait_timeout_ms"));
+        // Values outside the vocabulary are refused when the table is read, naming the choices.
+        let parse = |text: &str| toml::from_str::<KernelConfig>(text).unwrap_err().to_string();
+        assert!(parse("id = \"k\"\nkernel = \"fft\"\n").contains("expected one of `echo`, `stats`, `saxpy`"));
+        assert!(parse("id = \"k\"\nkernel = \"echo\"\nbackend = \"tpu\"\n").contains("expected `cpu` or `cuda`"));
+        let block = parse("id = \"k\"\nkernel = \"echo\"\nbackpressure = \"block\"\n");
+        assert!(block.contains("expected `drop` or `wait`"), "{block}");
+        // The config's kinds are the built-in kernels, all of them.
+        let kinds = [KernelKind::Echo, KernelKind::Stats, KernelKind::Saxpy].map(KernelKind::as_str);
+        assert_eq!(kinds, builtin::KERNELS);
         assert!(bad(|c| c.id = "a b".into()).contains("letters"));
         let twice = vec![KernelConfig::canary(), KernelConfig::canary()];
         assert!(check_all(&twice).unwrap_err().contains("twice"));
@@ -400,7 +422,7 @@ mod tests {
 
     fn stats_kernel() -> KernelSource {
         let config =
-            KernelConfig { id: "runq".into(), kernel: "stats".into(), message_size: 64, ..KernelConfig::canary() };
+            KernelConfig { id: "runq".into(), kernel: KernelKind::Stats, message_size: 64, ..KernelConfig::canary() };
         KernelSource::launch(config).unwrap()
     }
 
@@ -452,14 +474,17 @@ mod tests {
 
     #[test]
     fn stats_inputs_are_checked() {
-        let config = KernelConfig { kernel: "stats".into(), input: "gpu_temperature".into(), ..KernelConfig::canary() };
-        assert!(config.check().unwrap_err().contains("runq_latency or cpu_utilization"));
+        let text = "id = \"s\"\nkernel = \"stats\"\ninput = \"gpu_temperature\"\n";
+        let wrong = toml::from_str::<KernelConfig>(text).unwrap_err().to_string();
+        assert!(wrong.contains("expected `runq_latency` or `cpu_utilization`"), "{wrong}");
+        let cpu = toml::from_str::<KernelConfig>("id = \"s\"\nkernel = \"stats\"\ninput = \"cpu_utilization\"\n");
+        assert_eq!(cpu.unwrap().input, StatsInput::CpuUtilization);
     }
 
     #[test]
     fn cuda_asked_for_runs_there_or_says_why_it_runs_on_the_cpu() {
         let mut config = KernelConfig::canary();
-        config.backend = "cuda".into();
+        config.backend = KernelBackend::Cuda;
         let mut source = KernelSource::launch(config).unwrap();
         let mut sample = Sample::new(1);
         let status = source.collect(&mut sample).unwrap();

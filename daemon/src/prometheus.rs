@@ -6,7 +6,7 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-use ringside_shared::{ComponentStatus, Phase, Severity};
+use ringside_shared::{ComponentStatus, Phase, Severity, StatsInput};
 
 use crate::state::NodeState;
 
@@ -347,17 +347,17 @@ fn kernel_stats(e: &mut Exposition, kernels: &[ringside_shared::RingKernelMetric
     }
     e.family("ringside_kernel_stats_samples_total", "counter", "Samples a stats ring kernel has summarised.");
     for (id, s) in &with_stats {
-        e.sample("ringside_kernel_stats_samples_total", &[("kernel", id), ("input", &s.input)], s.count as f64);
+        e.sample("ringside_kernel_stats_samples_total", &[("kernel", id), ("input", s.input.as_str())], s.count as f64);
     }
     let inputs = [
         (
-            "runq_latency",
+            StatsInput::RunqLatency,
             "ringside_kernel_stats_runq_latency_seconds",
             "Run-queue latency of tracked ML threads, as a stats ring kernel summarises it.",
             1e6,
         ),
         (
-            "cpu_utilization",
+            StatsInput::CpuUtilization,
             "ringside_kernel_stats_cpu_utilization_ratio",
             "Per-CPU utilisation, as a stats ring kernel summarises it.",
             100.0,
@@ -383,12 +383,12 @@ mod tests {
 
     #[test]
     fn stats_kernels_are_exported_in_base_units() {
-        let kernel = |id: &str, input: &str, p99: f64| ringside_shared::RingKernelMetrics {
+        let kernel = |id: &str, input: StatsInput, p99: f64| ringside_shared::RingKernelMetrics {
             id: id.into(),
             kernel: "stats".into(),
             output_stats: Some(ringside_shared::KernelStatsOutput {
-                input: input.into(),
-                unit: "us".into(),
+                input,
+                unit: input.unit(),
                 count: 7,
                 mean: 1.0,
                 p50: 1.0,
@@ -399,7 +399,10 @@ mod tests {
             ..Default::default()
         };
         let mut e = Exposition::default();
-        kernel_stats(&mut e, &[kernel("runq", "runq_latency", 250.0), kernel("cpu", "cpu_utilization", 50.0)]);
+        kernel_stats(
+            &mut e,
+            &[kernel("runq", StatsInput::RunqLatency, 250.0), kernel("cpu", StatsInput::CpuUtilization, 50.0)],
+        );
         assert!(e.out.contains("ringside_kernel_stats_samples_total{kernel=\"runq\",input=\"runq_latency\"} 7\n"));
         assert!(e.out.contains("ringside_kernel_stats_runq_latency_seconds{kernel=\"runq\",stat=\"p99\"} 0.00025\n"));
         assert!(e.out.contains("ringside_kernel_stats_cpu_utilization_ratio{kernel=\"cpu\",stat=\"p99\"} 0.5\n"));

@@ -2,7 +2,7 @@
 //! queue depths, a `stats` kernel's result, last error, and its latency percentiles over time.
 
 use leptos::prelude::*;
-use ringside_shared::{KernelBackend, KernelState, KernelStatsOutput, RingKernelMetrics};
+use ringside_shared::{KernelBackend, KernelState, KernelStatsOutput, RingKernelMetrics, StatsInput, StatsUnit};
 
 use crate::chart::{Series, TimeSeriesChart};
 use crate::format::{age, micros};
@@ -19,15 +19,13 @@ fn state_class(state: KernelState) -> &'static str {
 
 /// A `stats` kernel's result: what it summarises and the summary.
 fn output_stats(stats: KernelStatsOutput) -> impl IntoView {
-    let what = match stats.input.as_str() {
-        "runq_latency" => "Run-queue latency of ML threads",
-        "cpu_utilization" => "Per-CPU utilisation",
-        other => other,
+    let what = match stats.input {
+        StatsInput::RunqLatency => "Run-queue latency of ML threads",
+        StatsInput::CpuUtilization => "Per-CPU utilisation",
     };
-    let unit = match stats.unit.as_str() {
-        "us" => " µs",
-        "pct" => " %",
-        other => other,
+    let unit = match stats.unit {
+        StatsUnit::Us => " µs",
+        StatsUnit::Pct => " %",
     };
     let value = |v: f64| format!("{v:.1}{unit}");
     view! {

@@ -257,6 +257,33 @@ wire_enum! {
 }
 
 wire_enum! {
+    /// What a `stats` ring kernel is fed.
+    StatsInput {
+        /// Run-queue latencies of the ML threads the scheduler's probe tracks, in µs.
+        RunqLatency => "runq_latency",
+        /// Per-CPU utilisation each tick, in percent.
+        CpuUtilization => "cpu_utilization",
+    }
+}
+
+wire_enum! {
+    /// The unit of a `stats` kernel's figures.
+    StatsUnit {
+        Us => "us",
+        Pct => "pct",
+    }
+}
+
+impl StatsInput {
+    pub fn unit(self) -> StatsUnit {
+        match self {
+            StatsInput::RunqLatency => StatsUnit::Us,
+            StatsInput::CpuUtilization => StatsUnit::Pct,
+        }
+    }
+}
+
+wire_enum! {
     /// A BPF program's attach point.
     #[derive(Default)]
     ProgramState {
@@ -674,11 +701,9 @@ pub struct RingKernelMetrics {
 /// A `stats` kernel's streaming summary of the samples it was fed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct KernelStatsOutput {
-    /// What it is fed: `runq_latency` (run-queue latencies of tracked ML threads, from the
-    /// scheduler's probe) or `cpu_utilization` (per-CPU utilisation each tick).
-    pub input: String,
-    /// Unit of the figures below: `us` or `pct`.
-    pub unit: String,
+    pub input: StatsInput,
+    /// Unit of the figures below.
+    pub unit: StatsUnit,
     /// Samples summarised since the kernel started.
     pub count: u64,
     pub mean: f64,
