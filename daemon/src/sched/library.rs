@@ -343,7 +343,7 @@ fn inspect(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -361,14 +361,20 @@ mod tests {
         assert_eq!(parse_maps_line("garbage"), None);
     }
 
-    #[test]
-    fn a_mapped_library_is_opened_through_its_mapping_even_once_replaced() {
-        // This test process's own C library mapping: its map_files entry opens the very file.
-        let me = std::process::id();
-        let libc = mappings(Path::new("/proc"), me)
+    /// This test process's own mapping of the C library: a real library mapped by a real
+    /// process, owned by root in root's directories.
+    pub(crate) fn own_libc() -> Mapping {
+        mappings(Path::new("/proc"), std::process::id())
             .into_iter()
             .find(|m| m.file_name().starts_with("libc.so"))
-            .expect("libc is mapped");
+            .expect("libc is mapped")
+    }
+
+    #[test]
+    fn a_mapped_library_is_opened_through_its_mapping_even_once_replaced() {
+        // Its map_files entry opens the very file.
+        let me = std::process::id();
+        let libc = own_libc();
         let (file, meta) = open_mapped(Path::new("/proc"), me, &libc).expect("root may open map_files");
         assert!(meta.len() > 0);
         // A sound ELF file that defines none of the CUDA entry points.
@@ -396,7 +402,7 @@ mod tests {
     #[test]
     fn the_worker_refuses_files_over_the_bound_and_reads_the_rest() {
         let me = std::process::id();
-        let libc = mappings(Path::new("/proc"), me).into_iter().find(|m| m.file_name().starts_with("libc.so")).unwrap();
+        let libc = own_libc();
         let limits = Limits { max_bytes: 4096, timeout: Duration::from_secs(5) };
         let mut small = LibraryInspector::new("/proc".into(), limits);
         assert!(small.request(Request { pid: me, mapping: libc.clone() }));
@@ -428,7 +434,7 @@ mod tests {
     #[test]
     fn a_stuck_read_is_refused_at_the_time_limit_and_inspection_stops_after_four() {
         let me = std::process::id();
-        let libc = mappings(Path::new("/proc"), me).into_iter().find(|m| m.file_name().starts_with("libc.so")).unwrap();
+        let libc = own_libc();
         let limits = Limits { max_bytes: 1 << 31, timeout: Duration::from_millis(100) };
         let mut inspector = LibraryInspector::with("/proc".into(), limits, stuck);
         for round in 1..=MAX_ABANDONED {

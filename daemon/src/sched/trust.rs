@@ -285,10 +285,7 @@ mod tests {
     fn library_evidence_needs_a_path_nobody_else_could_have_written() {
         let dir = crate::test_support::ScratchDir::new("trust");
         let me = std::process::id();
-        let libc = super::super::library::mappings(Path::new("/proc"), me)
-            .into_iter()
-            .find(|m| m.file_name().starts_with("libc.so"))
-            .unwrap();
+        let libc = super::super::library::tests::own_libc();
         // The system's C library, owned by root in root's directories: trusted for anyone.
         assert_eq!(library_trust(Path::new("/proc"), me, 4321, &libc), Ok(()));
         // The same mapping named as if it lay in a world-writable directory.
