@@ -16,7 +16,7 @@ use ringside_kernels::{Backend, Backpressure, Kernel, KernelError, LaunchOptions
 use ringside_shared::{KernelBackend, KernelState, KernelStateChange, KernelStatsOutput, StatsInput};
 use serde::Deserialize;
 
-use crate::pipeline::{MetricsSource, Sample, SourceError, SourceStatus};
+use crate::pipeline::{Feed, MetricsSource, Sample, SourceError, SourceStatus};
 
 /// A `[[kernels]]` table.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -180,11 +180,14 @@ pub struct KernelSource {
     outstanding: Option<(u64, Instant)>,
     /// A `stats` kernel's latest result.
     stats: Option<builtin::StatsSummary>,
+    /// Where a `runq_latency` stats kernel's input comes from: the scheduler, if it runs.
+    runq: Option<Feed<u64>>,
     scratch: Vec<u8>,
 }
 
 impl KernelSource {
-    pub fn launch(config: KernelConfig) -> Result<KernelSource, String> {
+    /// `runq` is the scheduler's feed of run-queue latencies, for a `stats` kernel fed them.
+    pub fn launch(config: KernelConfig, runq: Option<Feed<u64>>) -> Result<KernelSource, String> {
         let options = config.check()?;
         let backend = match config.backend {
             KernelBackend::Cuda => Backend::Cuda,
@@ -214,6 +217,7 @@ impl KernelSource {
             probe_seq: 0,
             outstanding: None,
             stats: None,
+            runq,
         })
     }
 
@@ -258,9 +262,10 @@ impl KernelSource {
                 None => (Vec::new(), Some("no host metrics this tick")),
             },
             // Microseconds: f32 keeps them exact to well below a microsecond up to seconds.
-            StatsInput::RunqLatency => match &sample.scheduler {
-                Some(_) => (sample.runq_latency_ns.iter().map(|ns| *ns as f32 / 1000.0).collect(), None),
-                None => (Vec::new(), Some("no run-queue samples: the scheduler is not running (or still starting)")),
+            StatsInput::RunqLatency => match self.runq.as_ref().map(Feed::take) {
+                Some(Some(ns)) => (ns.iter().map(|ns| *ns as f32 / 1000.0).collect(), None),
+                Some(None) => (Vec::new(), Some("no run-queue samples yet: the scheduler is starting")),
+                None => (Vec::new(), Some("no run-queue samples: the scheduler is not running")),
             },
         };
         for chunk in values.chunks((self.config.message_size / 4).max(1)) {
@@ -357,7 +362,7 @@ mod tests {
         assert!(bad(|c| c.message_size = 65_536).contains("from 16 to 65535"));
         let mut largest = KernelConfig::canary();
         largest.message_size = 65_535;
-        assert!(KernelSource::launch(largest).is_ok(), "the largest size the check lets through launches");
+        assert!(KernelSource::launch(largest, None).is_ok(), "the largest size the check lets through launches");
         assert!(bad(|c| {
             c.backpressure = BackpressureChoice::Wait;
             c.wait_timeout_ms = 0
@@ -379,7 +384,7 @@ mod tests {
 
     #[test]
     fn the_canary_answers_and_reports_latency() {
-        let mut source = KernelSource::launch(KernelConfig::canary()).unwrap();
+        let mut source = KernelSource::launch(KernelConfig::canary(), None).unwrap();
         let mut first = Sample::new(1);
         source.collect(&mut first).unwrap();
         assert_eq!(first.kernel_events.len(), 1, "Created -> Active is announced");
@@ -397,7 +402,7 @@ mod tests {
     fn a_canary_that_stops_answering_is_an_error_until_it_answers_again() {
         let mut config = KernelConfig::canary();
         config.answer_timeout_ms = 100;
-        let mut source = KernelSource::launch(config).unwrap();
+        let mut source = KernelSource::launch(config, None).unwrap();
         source.collect(&mut Sample::new(1)).unwrap();
         // The device stops: nothing is processed while the kernel is deactivated.
         std::thread::sleep(Duration::from_millis(20));
@@ -420,17 +425,17 @@ mod tests {
         assert_eq!(recovered.kernels[0].last_error, None);
     }
 
-    fn stats_kernel() -> KernelSource {
+    /// A stats kernel fed run-queue samples by `feed` (the scheduler's, in the daemon).
+    fn stats_kernel(feed: Option<Feed<u64>>) -> KernelSource {
         let config =
             KernelConfig { id: "runq".into(), kernel: KernelKind::Stats, message_size: 64, ..KernelConfig::canary() };
-        KernelSource::launch(config).unwrap()
+        KernelSource::launch(config, feed).unwrap()
     }
 
     /// Collects until the kernel's summary has counted `count` samples.
     fn summary_of(source: &mut KernelSource, count: u64) -> KernelStatsOutput {
         for tick in 0..100 {
             let mut sample = Sample::new(100 + tick);
-            sample.scheduler = Some(Default::default());
             source.collect(&mut sample).unwrap();
             if let Some(stats) = sample.kernels[0].output_stats.clone().filter(|s| s.count == count) {
                 return stats;
@@ -442,11 +447,14 @@ mod tests {
 
     #[test]
     fn stats_summarises_the_run_queue_latencies_it_is_fed() {
-        let mut source = stats_kernel();
+        let feed = Feed::new(1024);
+        let mut source = stats_kernel(Some(feed.clone()));
+        let mut sample = Sample::new(0);
+        let starting = source.collect(&mut sample).unwrap();
+        assert_eq!(starting, SourceStatus::Degraded("no run-queue samples yet: the scheduler is starting".into()));
         // 1..=100 µs, in ns, more than one message's worth (16 values a message).
+        feed.publish(&mut (1..=100).map(|us| us * 1000).collect());
         let mut sample = Sample::new(1);
-        sample.scheduler = Some(Default::default());
-        sample.runq_latency_ns = (1..=100).map(|us| us * 1000).collect();
         assert_eq!(source.collect(&mut sample).unwrap(), SourceStatus::Up);
         let stats = summary_of(&mut source, 100);
         assert_eq!((stats.input.as_str(), stats.unit.as_str()), ("runq_latency", "us"));
@@ -460,14 +468,10 @@ mod tests {
 
     #[test]
     fn stats_without_the_scheduler_says_its_input_is_missing() {
-        let mut source = stats_kernel();
+        let mut source = stats_kernel(None);
         let mut sample = Sample::new(1);
-        sample.runq_latency_ns = vec![5000];
         let status = source.collect(&mut sample).unwrap();
-        assert_eq!(
-            status,
-            SourceStatus::Degraded("no run-queue samples: the scheduler is not running (or still starting)".into())
-        );
+        assert_eq!(status, SourceStatus::Degraded("no run-queue samples: the scheduler is not running".into()));
         assert_eq!(sample.kernels[0].output_stats, None);
         assert_eq!(source.kernel.metrics().messages_processed, 0, "nothing fed");
     }
@@ -485,7 +489,7 @@ mod tests {
     fn cuda_asked_for_runs_there_or_says_why_it_runs_on_the_cpu() {
         let mut config = KernelConfig::canary();
         config.backend = KernelBackend::Cuda;
-        let mut source = KernelSource::launch(config).unwrap();
+        let mut source = KernelSource::launch(config, None).unwrap();
         let mut sample = Sample::new(1);
         let status = source.collect(&mut sample).unwrap();
         match ringside_kernels::cuda::probe() {

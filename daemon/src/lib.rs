@@ -87,11 +87,16 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         let why = "this binary was built without the console: run `cargo xtask run`";
         state.set_health("console", ComponentStatus::Degraded, Some(why.into()));
     }
-    // The host source runs first: later sources (the stats kernel) read its figures.
+    // The host source comes first in each tick's sample: a `cpu_utilization` stats kernel reads
+    // its figures there. Run-queue samples go from the scheduler to a stats kernel by their
+    // own feed, whatever the order.
     let mut sources: Vec<Box<dyn pipeline::MetricsSource>> = vec![Box::new(host::HostSource::new(paths))];
+    let mut runq = None;
     if config.scheduler.enabled {
         let (numa, cpus) = (state.node().numa_nodes, state.node().cpus);
-        sources.push(Box::new(sched::source::SchedulerSource::start(&config.scheduler, numa, cpus, &config.data_dir)));
+        let scheduler = sched::source::SchedulerSource::start(&config.scheduler, numa, cpus, &config.data_dir);
+        runq = scheduler.runq_feed();
+        sources.push(Box::new(scheduler));
     } else {
         // An earlier run with the scheduler on may have been killed with threads changed.
         if let Err(why) = sched::source::recover(&config.data_dir.join(sched::source::JOURNAL_FILE)) {
@@ -99,7 +104,7 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         }
     }
     for kernel in &config.kernels {
-        let source = kernels::KernelSource::launch(kernel.clone())
+        let source = kernels::KernelSource::launch(kernel.clone(), runq.clone())
             .map_err(|e| anyhow::anyhow!("cannot launch ring kernel {}: {e}", kernel.id))?;
         sources.push(Box::new(source));
     }

@@ -7,6 +7,7 @@
 //! a down component and an alert, and the others carry on.
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
 use ringside_shared::{
     ComponentHealth, ComponentStatus, HistoryPoint, HostMetrics, KernelPoint, KernelStateChange, KernelWindow,
@@ -21,9 +22,51 @@ pub struct Sample {
     pub scheduler: Option<SchedulerTelemetry>,
     pub kernels: Vec<RingKernelMetrics>,
     pub kernel_events: Vec<KernelStateChange>,
-    /// Run-queue latencies (ns) of tracked threads since the last tick, from the scheduler
-    /// source (which runs before the kernels): what a `stats` kernel is fed.
-    pub runq_latency_ns: Vec<u64>,
+}
+
+/// Values one part of the daemon produces for another, handed over explicitly rather than
+/// through a [`Sample`] in source order: e.g. the scheduler's run-queue latencies, which a
+/// `stats` ring kernel is fed. The newest `capacity` values are kept until taken.
+pub struct Feed<T> {
+    inner: Arc<Mutex<FeedState<T>>>,
+}
+
+struct FeedState<T> {
+    values: Vec<T>,
+    capacity: usize,
+    /// The producer has published at least once.
+    live: bool,
+}
+
+impl<T> Clone for Feed<T> {
+    fn clone(&self) -> Self {
+        Feed { inner: self.inner.clone() }
+    }
+}
+
+impl<T> Feed<T> {
+    pub fn new(capacity: usize) -> Feed<T> {
+        Feed { inner: Arc::new(Mutex::new(FeedState { values: Vec::new(), capacity, live: false })) }
+    }
+
+    /// Appends `values` (emptying it), keeping the newest `capacity`.
+    pub fn publish(&self, values: &mut Vec<T>) {
+        let Ok(mut state) = self.inner.lock() else {
+            // Nobody can take them: do not keep them.
+            values.clear();
+            return;
+        };
+        state.live = true;
+        state.values.append(values);
+        let excess = state.values.len().saturating_sub(state.capacity);
+        state.values.drain(..excess);
+    }
+
+    /// Everything published since the last take; `None` until the producer first published.
+    pub fn take(&self) -> Option<Vec<T>> {
+        let mut state = self.inner.lock().ok()?;
+        state.live.then(|| std::mem::take(&mut state.values))
+    }
 }
 
 impl Sample {
@@ -256,6 +299,17 @@ pub fn window_aggregates(records: &HistoryRing<CounterRecord>, window_ms: u64) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_feed_hands_over_the_newest_values_once() {
+        let feed = Feed::new(3);
+        let reader = feed.clone();
+        assert_eq!(reader.take(), None, "nothing published yet: the producer is starting");
+        feed.publish(&mut vec![1, 2]);
+        feed.publish(&mut vec![3, 4, 5]);
+        assert_eq!(reader.take(), Some(vec![3, 4, 5]), "the newest 3");
+        assert_eq!(reader.take(), Some(vec![]), "taken once");
+    }
 
     #[test]
     fn ring_keeps_the_newest() {

@@ -17,6 +17,8 @@ use ringside_shared::{
     ScxCounters, ScxExitInfo, ScxStatus,
 };
 
+use crate::pipeline::Feed;
+
 use super::journal::thread_start_time;
 use super::library::{self, LibraryInspector, Limits, Request};
 use super::ml::{parse_stat, MlDetector, MlReason, DEFAULT_LIBRARIES};
@@ -64,16 +66,13 @@ pub struct Published {
     pub telemetry: Option<SchedulerTelemetry>,
     /// Why some part does not work (e.g. syscall tracepoints failed to attach).
     pub degraded: Option<String>,
-    /// Run-queue latencies (ns) of tracked threads since the metrics source last took them
-    /// (the newest [`RUNQ_PENDING`] at most): the `stats` ring kernel's input.
-    pub runq_latency_ns: Vec<u64>,
     /// When the latest window was published.
     pub published_at: Option<Instant>,
     /// What the observer is doing now, for a report when it stops publishing.
     pub stage: &'static str,
 }
 
-/// Run-queue samples kept for the metrics source between two ticks.
+/// Run-queue samples kept in the feed until a `stats` kernel takes them.
 pub const RUNQ_PENDING: usize = 16_384;
 
 /// A CUDA/NCCL library a process maps, as far as it has been looked at.
@@ -148,8 +147,9 @@ pub struct Observer {
     last_scan: Option<Instant>,
     thread_count: usize,
     skipped_runs: u64,
-    /// Run-queue samples of this window, published with it.
+    /// Run-queue samples of this window, published with it into `runq`.
     window_runq: Vec<u64>,
+    runq: Feed<u64>,
     published: Arc<Mutex<Published>>,
     libraries: LibraryInspector,
     /// ML processes found at the latest scan beyond `max_processes`.
@@ -197,6 +197,7 @@ impl Observer {
         scx: Option<Result<ScxScheduler, String>>,
         enforcer: Enforcer,
         published: Arc<Mutex<Published>>,
+        runq: Feed<u64>,
     ) -> Observer {
         let libraries = DEFAULT_LIBRARIES.iter().map(|s| s.to_string()).collect();
         let mut backend = config.backend;
@@ -236,6 +237,7 @@ impl Observer {
             thread_count: 0,
             skipped_runs: 0,
             window_runq: Vec::new(),
+            runq,
             published,
         }
     }
@@ -1105,19 +1107,11 @@ impl Observer {
             ));
         }
         let degraded = (!problems.is_empty()).then(|| problems.join("; "));
-        match self.published.lock() {
-            Ok(mut published) => {
-                published.telemetry = Some(telemetry);
-                published.degraded = degraded;
-                published.published_at = Some(Instant::now());
-                let pending = &mut published.runq_latency_ns;
-                pending.append(&mut self.window_runq);
-                if pending.len() > RUNQ_PENDING {
-                    pending.drain(..pending.len() - RUNQ_PENDING);
-                }
-            }
-            // Nobody can take them: do not keep them.
-            Err(_) => self.window_runq.clear(),
+        if let Ok(mut published) = self.published.lock() {
+            published.telemetry = Some(telemetry);
+            published.degraded = degraded;
+            published.published_at = Some(Instant::now());
         }
+        self.runq.publish(&mut self.window_runq);
     }
 }

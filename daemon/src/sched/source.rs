@@ -14,10 +14,10 @@ use ringside_shared::{SchedulerBackend, SchedulerMode, SchedulerTelemetry};
 
 use super::journal::Journal;
 use super::library::Limits;
-use super::observer::{Observer, ObserverConfig, Published};
+use super::observer::{Observer, ObserverConfig, Published, RUNQ_PENDING};
 use super::policy::{restore_leftovers, Enforcer, PolicyTable};
 use super::trust::{Admission, AdmissionConfig};
-use crate::pipeline::{MetricsSource, Sample, SourceError, SourceStatus};
+use crate::pipeline::{Feed, MetricsSource, Sample, SourceError, SourceStatus};
 use ringside_bpf::scx::{self, ScxScheduler};
 
 /// `[scheduler]` in the config.
@@ -148,6 +148,8 @@ struct Running {
     /// No window published for this long: the observer is stuck.
     stall_after: Duration,
     journal: PathBuf,
+    /// The run-queue latencies the observer samples, for a `stats` kernel.
+    runq: Feed<u64>,
 }
 
 /// Puts back what an earlier run left changed (it was killed before it could) and empties the
@@ -216,7 +218,8 @@ impl SchedulerSource {
             let published = Arc::new(Mutex::new(Published::default()));
             let stop = Arc::new(AtomicBool::new(false));
             let enforcer = Enforcer::new(PathBuf::from("/proc"), journal);
-            let observer = Observer::new(probe, observer_config, scx, enforcer, published.clone());
+            let runq = Feed::new(RUNQ_PENDING);
+            let observer = Observer::new(probe, observer_config, scx, enforcer, published.clone(), runq.clone());
             let thread_stop = stop.clone();
             let thread = std::thread::Builder::new()
                 .name("sched-observer".into())
@@ -232,12 +235,21 @@ impl SchedulerSource {
                 started: Instant::now(),
                 stall_after,
                 journal: journal_path,
+                runq,
             })
         });
         if let Err(why) = &running {
             tracing::warn!("scheduler unavailable: {why}");
         }
         SchedulerSource { running, numa_nodes, total_cpus, enforcement_off }
+    }
+}
+
+impl SchedulerSource {
+    /// The run-queue latencies (ns) of tracked threads, as the observer samples them; `None`
+    /// when the scheduler does not run.
+    pub fn runq_feed(&self) -> Option<Feed<u64>> {
+        self.running.as_ref().ok().map(|r| r.runq.clone())
     }
 }
 
@@ -280,7 +292,7 @@ impl MetricsSource for SchedulerSource {
         if running.thread.as_ref().is_some_and(|t| t.is_finished()) {
             return Err(SourceError("the scheduler's observer thread stopped".into()));
         }
-        let mut published = running.published.lock().map_err(|_| SourceError("observer state poisoned".into()))?;
+        let published = running.published.lock().map_err(|_| SourceError("observer state poisoned".into()))?;
         let quiet = published.published_at.unwrap_or(running.started).elapsed();
         if quiet > running.stall_after {
             return Err(SourceError(format!(
@@ -288,10 +300,6 @@ impl MetricsSource for SchedulerSource {
                 quiet.as_millis(),
                 published.stage
             )));
-        }
-        // Samples stay with the observer until its first window is published with them.
-        if published.telemetry.is_some() {
-            sample.runq_latency_ns = std::mem::take(&mut published.runq_latency_ns);
         }
         let Some(telemetry) = &published.telemetry else {
             return Ok(SourceStatus::Degraded("starting: no window observed yet".into()));
@@ -333,6 +341,7 @@ mod tests {
                 started: Instant::now(),
                 stall_after: Duration::from_secs(1),
                 journal,
+                runq: Feed::new(16),
             }),
             numa_nodes: 1,
             total_cpus: 2,
