@@ -8,7 +8,7 @@
 //! reads (`ringside_bpf::library_entry_points`). All of that runs on one worker thread, fed
 //! through a bounded queue, so the observer's window loop never waits on a file; a worker that
 //! takes longer than the time limit on one file is abandoned (the file refused) and a fresh one
-//! started, at most [`MAX_ABANDONED`] times. Verdicts, refusals included, are cached by
+//! started, at most `offthread::MAX_ABANDONED` times. Verdicts, refusals included, are cached by
 //! (device, inode, size, mtime): a file is read once, not at every scan.
 
 use std::collections::{HashMap, HashSet};
@@ -16,11 +16,12 @@ use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ringside_bpf::EntryPoint;
+
+use super::offthread::{OffThread, Outcome};
 
 /// `/proc/<pid>/maps` is read up to this many bytes (65530 mappings of ~100 bytes, the kernel's
 /// default `vm.max_map_count`, fit).
@@ -29,9 +30,6 @@ pub const MAX_MAPS_BYTES: u64 = 8 * 1024 * 1024;
 const QUEUE: usize = 64;
 /// Verdicts kept; past that the cache starts afresh.
 const CACHE: usize = 4096;
-/// Workers abandoned (each stuck in a read the kernel does not let go of) before inspection
-/// stops altogether.
-pub const MAX_ABANDONED: u32 = 4;
 
 /// One file-backed line of `/proc/<pid>/maps`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,27 +160,18 @@ pub struct Limits {
     pub timeout: Duration,
 }
 
-struct Worker {
-    requests: SyncSender<Request>,
-    results: Receiver<Inspected>,
-    /// The request in hand and since when.
-    busy: Arc<Mutex<Option<(Request, Instant)>>>,
-}
-
 /// What the worker does with one request (the real [`inspect`], or a test's stand-in).
 type InspectFn =
     fn(&Path, &Request, Limits, &Mutex<HashMap<FileKey, Verdict>>) -> Result<(File, Vec<EntryPoint>), String>;
 
+/// The libraries' reader, off the observer's thread.
 pub struct LibraryInspector {
-    proc_root: PathBuf,
-    limits: Limits,
-    inspect: InspectFn,
+    work: OffThread<Request, Result<(File, Vec<EntryPoint>), String>>,
+    /// The worker's verdicts, for the tests to look at.
+    #[cfg(test)]
     cache: Arc<Mutex<HashMap<FileKey, Verdict>>>,
-    worker: Option<Worker>,
     /// Requests sent and not answered yet.
     queued: HashSet<(u32, PathBuf)>,
-    abandoned: u32,
-    stopped: Option<String>,
 }
 
 impl LibraryInspector {
@@ -191,63 +180,30 @@ impl LibraryInspector {
     }
 
     fn with(proc_root: PathBuf, limits: Limits, inspect: InspectFn) -> LibraryInspector {
-        let mut inspector = LibraryInspector {
-            proc_root,
-            limits,
-            inspect,
-            cache: Arc::default(),
-            worker: None,
-            queued: HashSet::new(),
-            abandoned: 0,
-            stopped: None,
-        };
-        inspector.start_worker();
-        inspector
-    }
-
-    fn start_worker(&mut self) {
-        let (requests, inbox) = std::sync::mpsc::sync_channel::<Request>(QUEUE);
-        let (outbox, results) = std::sync::mpsc::channel();
-        let busy: Arc<Mutex<Option<(Request, Instant)>>> = Arc::default();
-        let (proc_root, limits, cache, worker_busy, inspect) =
-            (self.proc_root.clone(), self.limits, self.cache.clone(), busy.clone(), self.inspect);
-        let spawned = std::thread::Builder::new().name("sched-libraries".into()).spawn(move || {
-            for request in inbox {
-                if let Ok(mut slot) = worker_busy.lock() {
-                    *slot = Some((request.clone(), Instant::now()));
-                }
-                let result = inspect(&proc_root, &request, limits, &cache);
-                if let Ok(mut slot) = worker_busy.lock() {
-                    *slot = None;
-                }
-                if outbox.send(Inspected { pid: request.pid, path: request.mapping.path, result }).is_err() {
-                    break;
-                }
-            }
+        let cache: Arc<Mutex<HashMap<FileKey, Verdict>>> = Arc::default();
+        let worker_cache = cache.clone();
+        let work = OffThread::new("sched-libraries", "library inspection", QUEUE, limits.timeout, move |request| {
+            inspect(&proc_root, request, limits, &worker_cache)
         });
-        match spawned {
-            Ok(_) => self.worker = Some(Worker { requests, results, busy }),
-            Err(e) => self.stopped = Some(format!("cannot start the library worker: {e}")),
+        #[cfg(not(test))]
+        drop(cache);
+        LibraryInspector {
+            work,
+            #[cfg(test)]
+            cache,
+            queued: HashSet::new(),
         }
     }
 
     /// Queues a library; false when the queue is full (ask again at the next scan) or
     /// inspection has stopped.
     pub fn request(&mut self, request: Request) -> bool {
-        let Some(worker) = &self.worker else { return false };
         let key = (request.pid, request.mapping.path.clone());
-        match worker.requests.try_send(request) {
-            Ok(()) => {
-                self.queued.insert(key);
-                true
-            }
-            Err(TrySendError::Full(_)) => false,
-            Err(TrySendError::Disconnected(_)) => {
-                self.stopped.get_or_insert_with(|| "the library worker stopped".into());
-                self.worker = None;
-                false
-            }
+        let sent = self.work.send(request);
+        if sent {
+            self.queued.insert(key);
         }
+        sent
     }
 
     /// Whether a request for this library of `pid` waits for an answer (false once a worker
@@ -259,51 +215,30 @@ impl LibraryInspector {
     /// What the worker has finished, and a refusal for a file it has been stuck on past the
     /// time limit (that worker is abandoned and a fresh one started).
     pub fn poll(&mut self) -> Vec<Inspected> {
-        let mut done = Vec::new();
-        let Some(worker) = &self.worker else { return done };
-        loop {
-            match worker.results.try_recv() {
-                Ok(inspected) => done.push(inspected),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => {
-                    self.stopped.get_or_insert_with(|| "the library worker stopped".into());
-                    self.worker = None;
-                    return done;
-                }
-            }
-        }
-        let stuck = worker
-            .busy
-            .lock()
-            .ok()
-            .and_then(|busy| busy.as_ref().filter(|(_, since)| since.elapsed() > self.limits.timeout).cloned());
-        for done in &done {
-            self.queued.remove(&(done.pid, done.path.clone()));
-        }
-        if let Some((request, since)) = stuck {
+        let (outcomes, abandoned) = self.work.poll();
+        if abandoned {
             // What the abandoned worker had queued is lost with it: asked again at the next scan.
             self.queued.clear();
-            let why = format!("reading it took over {:?}: abandoned", self.limits.timeout);
-            tracing::warn!(pid = request.pid, library = %request.mapping.path.display(), waited = ?since.elapsed(), "{why}");
-            done.push(Inspected { pid: request.pid, path: request.mapping.path, result: Err(why) });
-            // Dropping the worker's queue ends it once (if ever) its read returns.
-            self.worker = None;
-            self.abandoned += 1;
-            if self.abandoned >= MAX_ABANDONED {
-                self.stopped = Some(format!(
-                    "library inspection stopped: {} files could not be read within {:?}",
-                    self.abandoned, self.limits.timeout
-                ));
-            } else {
-                self.start_worker();
-            }
         }
-        done
+        outcomes
+            .into_iter()
+            .map(|outcome| match outcome {
+                Outcome::Done(request, result) => {
+                    self.queued.remove(&(request.pid, request.mapping.path.clone()));
+                    Inspected { pid: request.pid, path: request.mapping.path, result }
+                }
+                Outcome::TimedOut(request) => {
+                    let why = format!("reading it took over {:?}: abandoned", self.work.timeout());
+                    tracing::warn!(pid = request.pid, library = %request.mapping.path.display(), "{why}");
+                    Inspected { pid: request.pid, path: request.mapping.path, result: Err(why) }
+                }
+            })
+            .collect()
     }
 
     /// Why libraries are no longer inspected, if they are not.
     pub fn stopped(&self) -> Option<&str> {
-        self.stopped.as_deref()
+        self.work.stopped()
     }
 }
 
@@ -345,6 +280,8 @@ fn inspect(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::sched::offthread::MAX_ABANDONED;
+    use std::time::Instant;
 
     #[test]
     fn maps_lines() {

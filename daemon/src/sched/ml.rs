@@ -7,14 +7,17 @@
 //! CUDA lazily (on first use, long after start).
 //!
 //! A library is evidence only where [`library_trust`] finds that nobody else could have put it
-//! there; a library refused as evidence is reported (the newest [`MAX_REFUSED`]) so that an
+//! there (checked on a worker thread with a time limit: the directories above a library are
+//! paths a user controls, possibly on a hung mount); a library refused as evidence is reported (the newest [`MAX_REFUSED`]) so that an
 //! operator can see why a process is not taken for ML work.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use super::library;
+use super::library::{self, Mapping};
+use super::offthread::{OffThread, Outcome};
 use super::trust::{library_trust, Credentials};
 
 /// Open files looked at per process: device files are opened early, and a process holding a
@@ -83,6 +86,10 @@ pub struct MlDetector {
     recheck_every: u32,
     seen: HashMap<u32, Seen>,
     refused: VecDeque<RefusedEvidence>,
+    /// Library evidence checks, off the observer's thread.
+    trust: OffThread<TrustCheck, Result<(), String>>,
+    /// (pid, library) checks sent and not answered yet.
+    checking: HashSet<(u32, PathBuf)>,
 }
 
 /// (ppid, start time, comm) from `/proc/<pid>/stat`; the comm may hold spaces and parentheses.
@@ -95,6 +102,20 @@ pub fn parse_stat(text: &str) -> Option<(u32, u64, String)> {
     Some((fields.get(1)?.parse().ok()?, fields.get(19)?.parse().ok()?, comm))
 }
 
+/// A library whose place is to be checked ([`library_trust`]) off the observer's thread.
+#[derive(Debug, Clone)]
+struct TrustCheck {
+    proc_root: PathBuf,
+    pid: u32,
+    start_time: u64,
+    uid: u32,
+    comm: String,
+    mapping: Mapping,
+}
+
+/// One library's place may take this long to check (a hung network or FUSE mount).
+const TRUST_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl MlDetector {
     pub fn new(libraries: Vec<String>, cmdline_patterns: Vec<String>) -> MlDetector {
         MlDetector {
@@ -104,6 +125,55 @@ impl MlDetector {
             recheck_every: 10,
             seen: HashMap::new(),
             refused: VecDeque::new(),
+            trust: OffThread::new("sched-trust", "library evidence checks", 64, TRUST_TIMEOUT, |c: &TrustCheck| {
+                library_trust(&c.proc_root, c.pid, c.uid, &c.mapping)
+            }),
+            checking: HashSet::new(),
+        }
+    }
+
+    /// Why library evidence is no longer checked, if it is not.
+    pub fn stopped(&self) -> Option<&str> {
+        self.trust.stopped()
+    }
+
+    fn refuse(&mut self, pid: u32, comm: &str, path: &Path, why: String) {
+        let path = path.to_string_lossy().into_owned();
+        if self.refused.iter().any(|r| r.pid == pid && r.path == path) {
+            return;
+        }
+        tracing::debug!(pid, library = %path, "not ML evidence: {why}");
+        if self.refused.len() == MAX_REFUSED {
+            self.refused.pop_back();
+        }
+        self.refused.push_front(RefusedEvidence { pid, comm: comm.to_string(), path, why });
+    }
+
+    /// Takes the answers of the evidence checks: a library found where nobody else could have
+    /// put it makes its process ML (if it is still the same process).
+    fn take_trust_answers(&mut self) {
+        let (outcomes, abandoned) = self.trust.poll();
+        if abandoned {
+            // Lost with the abandoned worker: asked again at a later look.
+            self.checking.clear();
+        }
+        for outcome in outcomes {
+            let (check, answer) = match outcome {
+                Outcome::Done(check, answer) => (check, answer),
+                Outcome::TimedOut(check) => {
+                    let why = format!("checking its place took over {TRUST_TIMEOUT:?}: abandoned");
+                    (check, Err(why))
+                }
+            };
+            self.checking.remove(&(check.pid, check.mapping.path.clone()));
+            match answer {
+                Ok(()) => {
+                    if let Some(seen) = self.seen.get_mut(&check.pid).filter(|s| s.start_time == check.start_time) {
+                        seen.verdict.get_or_insert_with(|| MlReason::Library(check.mapping.file_name().to_string()));
+                    }
+                }
+                Err(why) => self.refuse(check.pid, &check.comm, &check.mapping.path, why),
+            }
         }
     }
 
@@ -118,40 +188,20 @@ impl MlDetector {
         self.refused.iter()
     }
 
-    fn own_verdict(&mut self, pid: u32, comm: &str) -> Option<MlReason> {
+    /// A process's own evidence: an open NVIDIA device file or a configured command line now;
+    /// a library it maps is sent to be checked off-thread (its place is a path a user
+    /// controls) and counts when the answer comes ([`MlDetector::take_trust_answers`]).
+    fn own_verdict(&mut self, pid: u32, start_time: u64, comm: &str) -> Option<MlReason> {
         let dir = self.proc_root.join(pid.to_string());
-        let mut uid = None;
-        let mut refused_here = 0;
+        let mut candidates: Vec<Mapping> = Vec::new();
         for mapping in library::mappings(&self.proc_root, pid) {
             let file = mapping.file_name();
-            if !self.libraries.iter().any(|l| file.starts_with(l.as_str())) {
-                continue;
-            }
-            let uid = *uid.get_or_insert_with(|| Credentials::of(&self.proc_root, pid).map(|c| c.uid));
-            let trusted = match uid {
-                Some(uid) => library_trust(&self.proc_root, pid, uid, &mapping),
-                None => Err("its credentials are unreadable".into()),
-            };
-            match trusted {
-                Ok(()) => return Some(MlReason::Library(file.to_string())),
-                // One report per library file a process maps (a library maps as several ranges).
-                Err(why)
-                    if refused_here < 4
-                        && !self.refused.iter().any(|r| r.pid == pid && r.path == mapping.path.to_string_lossy()) =>
-                {
-                    refused_here += 1;
-                    tracing::debug!(pid, library = %mapping.path.display(), "not ML evidence: {why}");
-                    if self.refused.len() == MAX_REFUSED {
-                        self.refused.pop_back();
-                    }
-                    self.refused.push_front(RefusedEvidence {
-                        pid,
-                        comm: comm.to_string(),
-                        path: mapping.path.to_string_lossy().into_owned(),
-                        why,
-                    });
-                }
-                Err(_) => {}
+            // A library maps as several ranges: one check per file, a few files per process.
+            if self.libraries.iter().any(|l| file.starts_with(l.as_str()))
+                && candidates.len() < 4
+                && !candidates.iter().any(|c| c.path == mapping.path)
+            {
+                candidates.push(mapping);
             }
         }
         if let Ok(fds) = std::fs::read_dir(dir.join("fd")) {
@@ -175,6 +225,34 @@ impl MlDetector {
                 }
             }
         }
+        if !candidates.is_empty() {
+            match Credentials::of(&self.proc_root, pid) {
+                Some(creds) => {
+                    for mapping in candidates {
+                        let key = (pid, mapping.path.clone());
+                        if self.checking.contains(&key) {
+                            continue;
+                        }
+                        let check = TrustCheck {
+                            proc_root: self.proc_root.clone(),
+                            pid,
+                            start_time,
+                            uid: creds.uid,
+                            comm: comm.to_string(),
+                            mapping,
+                        };
+                        if self.trust.send(check) {
+                            self.checking.insert(key);
+                        }
+                    }
+                }
+                None => {
+                    for mapping in candidates {
+                        self.refuse(pid, comm, &mapping.path, "its credentials are unreadable".into());
+                    }
+                }
+            }
+        }
         None
     }
 
@@ -186,6 +264,7 @@ impl MlDetector {
 
     /// Looks at every process and returns the ML ones (with their descendants).
     pub fn scan(&mut self) -> Vec<MlProcess> {
+        self.take_trust_answers();
         let mut alive = HashMap::new();
         let mut budget = VERDICTS_PER_SCAN;
         let Ok(entries) = std::fs::read_dir(&self.proc_root) else { return Vec::new() };
@@ -208,7 +287,7 @@ impl MlDetector {
                     // processes must not stall the observer's windows.
                     if budget > 0 {
                         budget -= 1;
-                        seen.verdict = self.own_verdict(pid, &seen.comm);
+                        seen.verdict = self.own_verdict(pid, start_time, &seen.comm);
                         seen.scans_since_check = 0;
                     }
                 } else {

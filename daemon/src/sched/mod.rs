@@ -7,6 +7,7 @@ pub mod journal;
 pub mod library;
 pub mod ml;
 pub mod observer;
+pub mod offthread;
 pub mod phase;
 pub mod policy;
 pub mod source;

@@ -1100,6 +1100,9 @@ impl Observer {
         }
         problems.extend(telemetry.enforcement_inactive.clone());
         problems.extend(self.libraries.stopped().map(|why| format!("{why}: CUDA/NCCL calls are no longer probed")));
+        problems.extend(
+            self.detector.stopped().map(|why| format!("{why}: mapped libraries no longer count as ML evidence")),
+        );
         if self.not_tracked > 0 {
             problems.push(format!(
                 "{} ML processes beyond [scheduler] max_processes = {} are not tracked",
