@@ -42,7 +42,10 @@ mod skel {
 
 /// Per-thread counters, as the BPF side keeps them (`struct thread_stats` in `intf.h`).
 pub use skel::types::thread_stats as RawThreadStats;
-use skel::types::{event as RawEvent, ml_thread_stats as RawMlThreadStats};
+use skel::types::{
+    call_kind as RawCallKind, event as RawEvent, event_kind as RawEventKind, ml_thread_stats as RawMlThreadStats,
+    sys_kind as RawSysKind,
+};
 
 /// Scheduling counters of one thread (cumulative since the probe first saw it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -127,10 +130,10 @@ impl MlThreadStats {
         let mut s = *self;
         for (kind, since) in [self.sys_in_progress, blocked] {
             let spent = in_progress(since, now_ns);
-            match kind {
-                1 => s.futex_wait_ns += spent,
-                2 => s.read_ns += spent,
-                3 => s.nv_ioctl_ns += spent,
+            match RawSysKind(kind) {
+                RawSysKind::SYS_KIND_FUTEX => s.futex_wait_ns += spent,
+                RawSysKind::SYS_KIND_READ => s.read_ns += spent,
+                RawSysKind::SYS_KIND_NV_IOCTL => s.nv_ioctl_ns += spent,
                 _ => {}
             }
         }
@@ -221,12 +224,14 @@ pub enum AttachState {
     Failed,
 }
 
-/// Which kind of library call a uprobe counts (the BPF side's `enum call_kind`).
+/// Which kind of library call a uprobe counts: the BPF side's `enum call_kind` (intf.h), its
+/// values taken from the skeleton the build generates from BTF.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
 pub enum CallKind {
-    Launch = 1,
-    Sync = 2,
-    Nccl = 3,
+    Launch = RawCallKind::CALL_LAUNCH.0,
+    Sync = RawCallKind::CALL_SYNC.0,
+    Nccl = RawCallKind::CALL_NCCL.0,
 }
 
 /// The library entry points probed, by the library file they live in.
@@ -370,11 +375,12 @@ fn decode_event(bytes: &[u8]) -> Option<Event> {
     // SAFETY: records on both ring buffers are `struct event`, whose Rust twin the skeleton
     // generated from the same BTF; the length was checked and the read is unaligned-safe.
     let raw: RawEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    // The kinds are `enum event_kind` of intf.h, as the skeleton generated them from BTF.
     let kind = match raw.kind {
-        1 => EventKind::Fork { parent_tgid: raw.parent_tgid, inherited: raw.value != 0 },
-        2 => EventKind::Exec,
-        3 => EventKind::Exit,
-        4 => EventKind::RunqWait { ns: raw.value },
+        RawEventKind::EVENT_FORK => EventKind::Fork { parent_tgid: raw.parent_tgid, inherited: raw.value != 0 },
+        RawEventKind::EVENT_EXEC => EventKind::Exec,
+        RawEventKind::EVENT_EXIT => EventKind::Exit,
+        RawEventKind::EVENT_RUNQ => EventKind::RunqWait { ns: raw.value },
         _ => return None,
     };
     let comm: Vec<u8> = raw.comm.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
@@ -564,7 +570,7 @@ impl SchedProbe {
             on_cpu_since_ns: raw.last_in_ns,
             runnable_since_ns: raw.runnable_since_ns,
             io_since_ns: raw.io_since_ns,
-            blocked: (raw.blocked_kind, raw.blocked_since_ns),
+            blocked: (raw.blocked_kind.0, raw.blocked_since_ns),
         })
     }
 
@@ -614,9 +620,9 @@ impl SchedProbe {
             syncs: raw.syncs,
             nccl_ns: raw.nccl_ns,
             nccl_calls: raw.nccl_calls,
-            sys_in_progress: (raw.sys_kind, raw.sys_since_ns),
-            call_in_progress: if raw.call_depth > 0 { (raw.call_kind, raw.call_since_ns) } else { (0, 0) },
-            last_enqueue: raw.last_enqueue,
+            sys_in_progress: (raw.sys_kind.0, raw.sys_since_ns),
+            call_in_progress: if raw.call_depth > 0 { (raw.call_kind.0, raw.call_since_ns) } else { (0, 0) },
+            last_enqueue: raw.last_enqueue.0,
         })
     }
 

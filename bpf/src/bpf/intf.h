@@ -2,6 +2,28 @@
 #ifndef RINGSIDE_INTF_H
 #define RINGSIDE_INTF_H
 
+enum sys_kind {
+	SYS_KIND_NONE = 0,
+	SYS_KIND_FUTEX = 1,
+	SYS_KIND_READ = 2,      /* the read family, and poll/select/epoll waits (waiting for input) */
+	SYS_KIND_NV_IOCTL = 3,
+};
+
+/* The attach cookie of each uprobe says which kind of call it is. */
+enum call_kind {
+	CALL_NONE = 0,
+	CALL_LAUNCH = 1,
+	CALL_SYNC = 2,
+	CALL_NCCL = 3,
+};
+
+enum event_kind {
+	EVENT_FORK = 1,  /* a new process (not a thread); `value` = 1 if tracked from birth */
+	EVENT_EXEC = 2,
+	EVENT_EXIT = 3,  /* a process's last thread (its leader) exited */
+	EVENT_RUNQ = 4,  /* a tracked thread went on a CPU after `value` ns in the run queue */
+};
+
 /* Per-thread scheduling counters, keyed by thread id in the `threads` map (every thread). */
 struct thread_stats {
 	__u64 on_cpu_ns;        /* time on a CPU */
@@ -13,7 +35,7 @@ struct thread_stats {
 	__u64 io_since_ns;      /* when it blocked in I/O wait (in_iowait); 0 otherwise */
 	__u64 iowait_ns;        /* time blocked in I/O wait (block I/O) */
 	__u64 blocked_since_ns; /* tracked threads: when it blocked in a classified syscall */
-	__u32 blocked_kind;     /* SYS_KIND_* of that syscall; 0 if none */
+	enum sys_kind blocked_kind; /* of that syscall; SYS_KIND_NONE if none */
 	__u32 tgid;
 	__u32 tracked;          /* its process is tracked, as of `tracked_gen` */
 	__u32 tracked_gen;      /* the `tracked_generation` that flag was read at */
@@ -49,39 +71,17 @@ struct ml_thread_stats {
 	__u64 call_since_ns;    /* entry time of the outermost probed library call */
 	__u64 call_sp;          /* the stack pointer at that entry: a later entry at or above it
 				 * means its return was missed (a skipped uretprobe run) */
-	__u32 sys_kind;         /* SYS_KIND_* of the syscall in flight */
-	__u32 call_kind;        /* CALL_* of the outermost library call in flight */
+	enum sys_kind sys_kind;   /* of the syscall in flight */
+	enum call_kind call_kind; /* of the outermost library call in flight */
 	__u32 call_depth;       /* nesting (cudaDeviceSynchronize calls cuCtxSynchronize) */
-	__u32 last_enqueue;     /* CALL_LAUNCH or CALL_NCCL: what the GPU queue got last */
+	enum call_kind last_enqueue; /* CALL_LAUNCH or CALL_NCCL: what the GPU queue got last */
 	__u32 tgid;
 	__u32 pad;
 };
 
-enum sys_kind {
-	SYS_KIND_NONE = 0,
-	SYS_KIND_FUTEX = 1,
-	SYS_KIND_READ = 2,      /* the read family, and poll/select/epoll waits (waiting for input) */
-	SYS_KIND_NV_IOCTL = 3,
-};
-
-/* The attach cookie of each uprobe says which kind of call it is. */
-enum call_kind {
-	CALL_NONE = 0,
-	CALL_LAUNCH = 1,
-	CALL_SYNC = 2,
-	CALL_NCCL = 3,
-};
-
-enum event_kind {
-	EVENT_FORK = 1,  /* a new process (not a thread); `value` = 1 if tracked from birth */
-	EVENT_EXEC = 2,
-	EVENT_EXIT = 3,  /* a process's last thread (its leader) exited */
-	EVENT_RUNQ = 4,  /* a tracked thread went on a CPU after `value` ns in the run queue */
-};
-
 /* One record on the `events` (lifecycle) or `runq_events` ring buffer. */
 struct event {
-	__u32 kind;
+	enum event_kind kind;   /* an enum (4 bytes) so that BTF, and the Rust skeleton, carry it */
 	__u32 tid;
 	__u32 tgid;
 	__u32 parent_tgid;      /* EVENT_FORK: the parent process */

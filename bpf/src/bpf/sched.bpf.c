@@ -317,7 +317,7 @@ static __always_inline void on_switch(__u32 prev_tid, __u32 prev_tgid, long prev
 	}
 }
 
-static __always_inline void emit(__u32 kind, __u32 tid, __u32 tgid, __u32 parent_tgid, __u64 value, const char *comm)
+static __always_inline void emit(enum event_kind kind, __u32 tid, __u32 tgid, __u32 parent_tgid, __u64 value, const char *comm)
 {
 	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
