@@ -39,9 +39,9 @@ pub struct Mapping {
     /// `(major, minor)` of the file's device.
     pub dev: (u32, u32),
     pub inode: u64,
-    /// As the kernel printed it when read, without a trailing ` (deleted)`.
+    /// As the kernel printed it when read, without a trailing ` (deleted)` (the file behind
+    /// the mapping is opened through `map_files`, deleted or not).
     pub path: PathBuf,
-    pub deleted: bool,
 }
 
 impl Mapping {
@@ -71,17 +71,13 @@ pub fn parse_maps_line(line: &str) -> Option<Mapping> {
     if inode == 0 {
         return None;
     }
-    let (path, deleted) = match path.strip_suffix(" (deleted)") {
-        Some(p) => (p, true),
-        None => (path, false),
-    };
+    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
     Some(Mapping {
         start: u64::from_str_radix(start, 16).ok()?,
         end: u64::from_str_radix(end, 16).ok()?,
         dev: (u32::from_str_radix(major, 16).ok()?, u32::from_str_radix(minor, 16).ok()?),
         inode,
         path: PathBuf::from(path),
-        deleted,
     })
 }
 
@@ -288,12 +284,12 @@ pub(crate) mod tests {
         let line = "7f3a2c000000-7f3a2c021000 r-xp 00000000 fd:01 1234567                    /usr/lib/x86_64-linux-gnu/libcuda.so.1";
         let m = parse_maps_line(line).unwrap();
         assert_eq!((m.start, m.end, m.dev, m.inode), (0x7f3a2c000000, 0x7f3a2c021000, (0xfd, 1), 1234567));
-        assert_eq!((m.file_name(), m.deleted), ("libcuda.so.1", false));
+        assert_eq!(m.file_name(), "libcuda.so.1");
         assert_eq!(m.map_file(Path::new("/proc"), 7), PathBuf::from("/proc/7/map_files/7f3a2c000000-7f3a2c021000"));
         let padded =
             parse_maps_line("00400000-00452000 r-xp 00000000 08:02 173521 /tmp/a dir/libnccl.so.2 (deleted)").unwrap();
         assert_eq!(padded.map_file(Path::new("/proc"), 1), PathBuf::from("/proc/1/map_files/400000-452000"));
-        assert_eq!((padded.path.to_str(), padded.deleted), (Some("/tmp/a dir/libnccl.so.2"), true));
+        assert_eq!(padded.path.to_str(), Some("/tmp/a dir/libnccl.so.2"));
         assert_eq!(parse_maps_line("7ffd1000-7ffd2000 rw-p 00000000 00:00 0                          [stack]"), None);
         assert_eq!(parse_maps_line("garbage"), None);
     }

@@ -16,6 +16,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use ringside_shared::RefusedEvidence;
+
 use super::library::{self, Mapping};
 use super::offthread::{OffThread, Outcome};
 use super::trust::{library_trust, Credentials};
@@ -62,15 +64,6 @@ pub struct MlProcess {
     pub reason: MlReason,
 }
 
-/// A library that was not taken as evidence, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RefusedEvidence {
-    pub pid: u32,
-    pub comm: String,
-    pub path: String,
-    pub why: String,
-}
-
 struct Seen {
     start_time: u64,
     ppid: u32,
@@ -114,7 +107,7 @@ struct TrustCheck {
 }
 
 /// One library's place may take this long to check (a hung network or FUSE mount).
-const TRUST_TIMEOUT: Duration = Duration::from_secs(5);
+const TRUST_TIMEOUT: Duration = super::offthread::FILE_TIMEOUT;
 
 impl MlDetector {
     pub fn new(libraries: Vec<String>, cmdline_patterns: Vec<String>) -> MlDetector {

@@ -21,7 +21,7 @@ use crate::pipeline::Feed;
 
 use super::journal::thread_start_time;
 use super::library::{self, LibraryInspector, Limits, Request};
-use super::ml::{parse_stat, MlDetector, MlReason, DEFAULT_LIBRARIES};
+use super::ml::{MlDetector, MlReason, DEFAULT_LIBRARIES};
 use super::phase::{Counters, Evidence, Hysteresis};
 use super::policy::{self, CpuChoice, Enforcer, PolicyTable, SchedPolicy, ThreadId};
 use super::trust::{Admission, Credentials};
@@ -329,7 +329,7 @@ impl Observer {
                     let parent_job = self.processes.get(&parent_tgid).map(|p| p.job);
                     // A fork bomb under an ML job is tracked up to the cap; the next scan counts the rest.
                     let full = self.processes.len() >= self.config.max_processes;
-                    let start_time = self.start_time_of(tgid);
+                    let start_time = thread_start_time(&self.config.proc_root, tgid, tgid);
                     if let (Some(job), false, Some(start_time)) = (parent_job, full, start_time) {
                         if !inherited {
                             let _ = self.probe.track(tgid, job);
@@ -342,6 +342,7 @@ impl Observer {
                             format!("child of {parent_tgid}"),
                             ProcessRole::Worker,
                         );
+                        self.refresh_admission(tgid);
                     }
                 }
                 EventKind::Exec => {
@@ -365,25 +366,12 @@ impl Observer {
             .unwrap_or(0)
     }
 
-    fn start_time_of(&self, pid: u32) -> Option<u64> {
-        let stat = std::fs::read_to_string(self.config.proc_root.join(pid.to_string()).join("stat")).ok()?;
-        parse_stat(&stat).map(|(_, start, _)| start)
-    }
-
     fn add_process(&mut self, pid: u32, start_time: u64, job: u32, comm: String, reason: String, role: ProcessRole) {
         if self.processes.contains_key(&pid) {
             return;
         }
         tracing::info!(pid, job, comm, reason, "tracking ML process");
-        let creds = Credentials::of(&self.config.proc_root, pid);
-        let (admission, nice_floor) = self.admission_of(pid, creds.as_ref());
-        if admission.is_ok() {
-            if let Some(scheduler) = &self.scx {
-                if let Err(e) = scheduler.add_job(pid) {
-                    tracing::warn!(pid, "sched_ext: {e}");
-                }
-            }
-        }
+        // Admission is read by `refresh_admission`, which the caller runs next.
         self.processes.insert(
             pid,
             Process {
@@ -392,9 +380,9 @@ impl Observer {
                 comm,
                 reason,
                 role,
-                uid: creds.map(|c| c.uid),
-                admission,
-                nice_floor,
+                uid: None,
+                admission: Err("not admitted: not looked at yet".into()),
+                nice_floor: 0,
                 libraries: Vec::new(),
                 scans_since_maps: 0,
                 phase: Hysteresis::default(),
@@ -530,7 +518,9 @@ impl Observer {
         }
         if let Some(scheduler) = &self.scx {
             if now {
-                let _ = scheduler.add_job(pid);
+                if let Err(e) = scheduler.add_job(pid) {
+                    tracing::warn!(pid, "sched_ext: {e}");
+                }
             } else {
                 scheduler.remove_job(pid);
             }
@@ -755,9 +745,8 @@ impl Observer {
                     (c, Some(node)) if !c.is_empty() => decision.action += &format!(", cpus {c} (node {node})"),
                     _ => decision.action += ", any cpu",
                 }
-                let not_admitted =
-                    process.admission.as_ref().err().filter(|_| self.backend != SchedulerBackend::Observe);
-                match (self.backend, &self.scx, not_admitted) {
+                // Observe mode is matched first: its processes are never admitted.
+                match (self.backend, &self.scx, process.admission.as_ref().err()) {
                     (SchedulerBackend::Observe, ..) => {}
                     (_, _, Some(why)) => decision.error = Some(why.clone()),
                     (SchedulerBackend::Scx, Some(scheduler), None) => {
@@ -1066,12 +1055,7 @@ impl Observer {
             refused_evidence: self
                 .detector
                 .refused()
-                .map(|r| RefusedEvidence {
-                    pid: r.pid,
-                    comm: r.comm.clone(),
-                    path: clip(&r.path, TEXT),
-                    why: clip(&r.why, TEXT),
-                })
+                .map(|r| RefusedEvidence { path: clip(&r.path, TEXT), why: clip(&r.why, TEXT), ..r.clone() })
                 .collect(),
             enforcement_inactive: (self.backend != SchedulerBackend::Observe && self.config.admission.is_empty()).then(
                 || {

@@ -9,6 +9,9 @@ use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// How long one job on a file a user controls (reading a library, checking the directories
+/// above it) may take before its worker is abandoned: local files take milliseconds.
+pub const FILE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Workers abandoned before the work stops altogether.
 pub const MAX_ABANDONED: u32 = 4;
 

@@ -52,7 +52,7 @@ pub struct SchedulerConfig {
 }
 
 /// One library file's inspection may take this long before it is abandoned.
-const LIBRARY_TIMEOUT: Duration = Duration::from_secs(5);
+const LIBRARY_TIMEOUT: Duration = super::offthread::FILE_TIMEOUT;
 /// How long a stopping daemon waits for the observer before restoring from the journal itself.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
 /// The journal of enforced threads' own settings, in the data dir.
