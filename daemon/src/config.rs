@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 pub use crate::alerts::config::{AlertmanagerConfig, AlertsConfig, Thresholds};
 use crate::alerts::rules::{self, Rule, RuleConfig};
+use crate::gpu::GpuConfig;
 pub use crate::identity::Credential;
 use crate::kernels::KernelConfig;
 use crate::sched::source::SchedulerConfig;
@@ -87,6 +88,7 @@ struct FileConfig {
     alertmanager: Option<AlertmanagerConfig>,
     kernels: Option<Vec<KernelConfig>>,
     scheduler: SchedulerConfig,
+    gpu: GpuConfig,
 }
 
 /// Where the access token came from; the URL with the token is printed only when generated.
@@ -113,6 +115,8 @@ pub struct Config {
     /// Ring kernels to run: the config's `[[kernels]]`, else one `echo` canary.
     pub kernels: Vec<KernelConfig>,
     pub scheduler: SchedulerConfig,
+    /// `[gpu]`: the NVML source.
+    pub gpu: GpuConfig,
     pub tokens: Vec<Credential>,
     pub token_origin: TokenOrigin,
 }
@@ -236,6 +240,7 @@ impl Config {
             alertmanager: file.alertmanager,
             kernels,
             scheduler,
+            gpu: file.gpu,
             tokens,
             token_origin,
         })

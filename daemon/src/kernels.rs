@@ -498,6 +498,11 @@ mod tests {
                 assert_eq!(sample.kernels[0].backend, ringside_shared::KernelBackend::Cuda);
                 assert_eq!(status, SourceStatus::Up);
             }
+            // On a node meant to have a usable GPU (scripts/gpu-check.sh sets this), the
+            // fallback is the failure.
+            Err(why) if std::env::var_os("RINGSIDE_REQUIRE_CUDA").is_some() => {
+                panic!("RINGSIDE_REQUIRE_CUDA is set and the canary runs on the CPU: {why}")
+            }
             Err(why) => {
                 assert_eq!(sample.kernels[0].backend, ringside_shared::KernelBackend::Cpu);
                 let expected = format!("{why}; running on the CPU backend");

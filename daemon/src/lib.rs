@@ -17,6 +17,7 @@ pub mod alerts;
 pub mod clock;
 pub mod collector;
 pub mod config;
+pub mod gpu;
 pub mod host;
 pub mod http_client;
 pub mod identity;
@@ -109,6 +110,10 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         if let Err(why) = sched::source::recover(&config.data_dir.join(sched::source::JOURNAL_FILE)) {
             tracing::warn!("{why}");
         }
+    }
+    if config.gpu.mode != gpu::GpuMode::Off {
+        let interval = std::time::Duration::from_millis(config.interval_ms);
+        sources.push(Box::new(gpu::GpuSource::start(&config.gpu, interval)));
     }
     for kernel in &config.kernels {
         let source = kernels::KernelSource::launch(kernel.clone(), runq.clone())

@@ -10,8 +10,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use ringside_shared::{
-    ComponentHealth, ComponentStatus, HistoryPoint, HostMetrics, KernelPoint, KernelStateChange, KernelWindow,
-    RingKernelMetrics, SchedulerTelemetry, SchedulerWindow, WindowAggregates,
+    ComponentHealth, ComponentStatus, GpuTelemetry, HistoryPoint, HostMetrics, KernelPoint, KernelStateChange,
+    KernelWindow, RingKernelMetrics, SchedulerTelemetry, SchedulerWindow, WindowAggregates,
 };
 
 /// What one collection tick gathered.
@@ -22,6 +22,7 @@ pub struct Sample {
     pub scheduler: Option<SchedulerTelemetry>,
     pub kernels: Vec<RingKernelMetrics>,
     pub kernel_events: Vec<KernelStateChange>,
+    pub gpus: Option<GpuTelemetry>,
 }
 
 /// Values one part of the daemon produces for another, handed over explicitly rather than
@@ -80,6 +81,9 @@ pub enum SourceStatus {
     Up,
     /// Collected, but with a part missing; the text says which and what it costs.
     Degraded(String),
+    /// What it watches is not on this node (no NVIDIA driver for the GPU source); the text
+    /// says what is missing. Not a fault.
+    Absent(String),
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -107,6 +111,7 @@ pub fn collect_all(
         let (status, detail) = match source.collect(&mut sample) {
             Ok(SourceStatus::Up) => (ComponentStatus::Up, None),
             Ok(SourceStatus::Degraded(why)) => (ComponentStatus::Degraded, Some(why)),
+            Ok(SourceStatus::Absent(why)) => (ComponentStatus::Absent, Some(why)),
             Err(SourceError(why)) => {
                 failures.push((name.clone(), why.clone()));
                 (ComponentStatus::Down, Some(why))

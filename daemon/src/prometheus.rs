@@ -69,6 +69,8 @@ pub fn render(state: &NodeState) -> String {
             ComponentStatus::Up => 1.0,
             ComponentStatus::Degraded => 0.5,
             ComponentStatus::Down => 0.0,
+            // Not on this node (a GPU source without a driver): no series.
+            ComponentStatus::Absent => continue,
         };
         e.sample("ringside_component_up", &[("component", &c.name)], value);
     }
@@ -334,7 +336,105 @@ pub fn render(state: &NodeState) -> String {
         }
         kernel_stats(&mut e, &snapshot.kernels);
     }
+    if let Some(gpus) = &snapshot.gpus {
+        gpu_families(&mut e, &gpus.devices);
+    }
     e.out
+}
+
+/// The GPUs' figures in base units, labelled by NVML index and UUID (as dcgm-exporter does,
+/// so dashboards can join on either). A field a GPU does not report has no sample, not a 0.
+fn gpu_families(e: &mut Exposition, gpus: &[ringside_shared::GpuDevice]) {
+    use ringside_shared::GpuDevice;
+    if gpus.is_empty() {
+        return;
+    }
+    let index: Vec<String> = gpus.iter().map(|g| g.index.to_string()).collect();
+    e.family("ringside_gpu_info", "gauge", "One series per GPU with its name and PCI bus id; always 1.");
+    for (g, i) in gpus.iter().zip(&index) {
+        let labels = [("gpu", i.as_str()), ("uuid", &g.uuid), ("name", &g.name), ("pci_bus_id", &g.pci_bus_id)];
+        e.sample("ringside_gpu_info", &labels, 1.0);
+    }
+    type Field = fn(&GpuDevice) -> Option<f64>;
+    let families: [(&str, &str, &str, Field); 20] = [
+        ("ringside_gpu_utilization_ratio", "gauge", "Share of the last sample period the GPU was busy.", |g| {
+            g.utilization_gpu_pct.map(|p| p / 100.0)
+        }),
+        (
+            "ringside_gpu_memory_utilization_ratio",
+            "gauge",
+            "Share of the last sample period memory was read or written.",
+            |g| g.utilization_memory_pct.map(|p| p / 100.0),
+        ),
+        ("ringside_gpu_sm_clock_hertz", "gauge", "SM clock.", |g| g.sm_clock_mhz.map(|v| f64::from(v) * 1e6)),
+        ("ringside_gpu_sm_clock_max_hertz", "gauge", "Highest SM clock.", |g| {
+            g.sm_clock_max_mhz.map(|v| f64::from(v) * 1e6)
+        }),
+        ("ringside_gpu_memory_clock_hertz", "gauge", "Memory clock.", |g| {
+            g.memory_clock_mhz.map(|v| f64::from(v) * 1e6)
+        }),
+        ("ringside_gpu_memory_used_bytes", "gauge", "Framebuffer memory allocated.", |g| {
+            g.memory_used_bytes.map(|v| v as f64)
+        }),
+        ("ringside_gpu_memory_total_bytes", "gauge", "Framebuffer memory installed.", |g| {
+            g.memory_total_bytes.map(|v| v as f64)
+        }),
+        ("ringside_gpu_temperature_celsius", "gauge", "GPU die temperature.", |g| g.temperature_gpu_c.map(f64::from)),
+        ("ringside_gpu_memory_temperature_celsius", "gauge", "HBM temperature.", |g| {
+            g.temperature_memory_c.map(f64::from)
+        }),
+        ("ringside_gpu_power_watts", "gauge", "Power draw.", |g| g.power_draw_w),
+        ("ringside_gpu_power_limit_watts", "gauge", "Power limit the driver enforces.", |g| g.power_limit_w),
+        ("ringside_gpu_energy_joules_total", "counter", "Energy used since the driver was loaded.", |g| g.energy_j),
+        ("ringside_gpu_pcie_tx_bytes_per_second", "gauge", "PCIe transmit throughput.", |g| {
+            g.pcie_tx_bytes_per_s.map(|v| v as f64)
+        }),
+        ("ringside_gpu_pcie_rx_bytes_per_second", "gauge", "PCIe receive throughput.", |g| {
+            g.pcie_rx_bytes_per_s.map(|v| v as f64)
+        }),
+        ("ringside_gpu_pcie_replays_total", "counter", "PCIe replays.", |g| g.pcie_replay_count.map(|v| v as f64)),
+        ("ringside_gpu_nvlink_tx_bytes_total", "counter", "Data sent over NVLink, all links.", |g| {
+            g.nvlink_tx_bytes.map(|v| v as f64)
+        }),
+        ("ringside_gpu_nvlink_rx_bytes_total", "counter", "Data received over NVLink, all links.", |g| {
+            g.nvlink_rx_bytes.map(|v| v as f64)
+        }),
+        (
+            "ringside_gpu_ecc_corrected_errors_total",
+            "counter",
+            "Corrected ECC errors since the driver was loaded.",
+            |g| g.ecc_corrected_volatile.map(|v| v as f64),
+        ),
+        (
+            "ringside_gpu_ecc_uncorrected_errors_total",
+            "counter",
+            "Uncorrected ECC errors since the driver was loaded.",
+            |g| g.ecc_uncorrected_volatile.map(|v| v as f64),
+        ),
+        ("ringside_gpu_remapped_rows", "gauge", "Memory rows remapped (correctable and uncorrectable).", |g| {
+            Some((g.remapped_rows_correctable? + g.remapped_rows_uncorrectable?) as f64)
+        }),
+    ];
+    for (name, kind, help, field) in families {
+        let values: Vec<(usize, f64)> = gpus.iter().enumerate().filter_map(|(n, g)| field(g).map(|v| (n, v))).collect();
+        if values.is_empty() {
+            continue;
+        }
+        e.family(name, kind, help);
+        for (n, value) in values {
+            e.sample(name, &[("gpu", &index[n]), ("uuid", &gpus[n].uuid)], value);
+        }
+    }
+    if gpus.iter().any(|g| g.throttle_reasons.is_some()) {
+        e.family("ringside_gpu_clocks_throttled", "gauge", "1 while the reason holds the GPU's clocks down.");
+        for (g, i) in gpus.iter().zip(&index) {
+            let Some(held) = &g.throttle_reasons else { continue };
+            for reason in crate::gpu::THROTTLE_REASONS.map(|(_, name)| name) {
+                let value = if held.iter().any(|r| r == reason) { 1.0 } else { 0.0 };
+                e.sample("ringside_gpu_clocks_throttled", &[("gpu", i), ("uuid", &g.uuid), ("reason", reason)], value);
+            }
+        }
+    }
 }
 
 /// What `stats` kernels computed, per input, in base units (their figures divided by
@@ -380,6 +480,37 @@ fn kernel_stats(e: &mut Exposition, kernels: &[ringside_shared::RingKernelMetric
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gpus_are_exported_in_base_units_and_unreported_fields_have_no_sample() {
+        let gpu = |index: u32, util: Option<f64>| ringside_shared::GpuDevice {
+            index,
+            name: "NVIDIA H200".into(),
+            uuid: format!("GPU-{index}"),
+            pci_bus_id: format!("00000000:{index:02x}:00.0"),
+            utilization_gpu_pct: util,
+            sm_clock_mhz: Some(1980),
+            power_draw_w: Some(412.5),
+            throttle_reasons: Some(vec!["sw_power_cap".into()]),
+            ..ringside_shared::GpuDevice::default()
+        };
+        let mut e = Exposition::default();
+        gpu_families(&mut e, &[gpu(0, Some(97.0)), gpu(1, None)]);
+        let text = e.out;
+        assert!(text.contains("ringside_gpu_utilization_ratio{gpu=\"0\",uuid=\"GPU-0\"} 0.97"), "{text}");
+        assert!(!text.contains("ringside_gpu_utilization_ratio{gpu=\"1\""), "no value, no sample:\n{text}");
+        assert!(text.contains("ringside_gpu_sm_clock_hertz{gpu=\"1\",uuid=\"GPU-1\"} 1980000000"), "{text}");
+        assert!(text.contains("ringside_gpu_power_watts{gpu=\"0\",uuid=\"GPU-0\"} 412.5"), "{text}");
+        assert!(
+            text.contains("ringside_gpu_clocks_throttled{gpu=\"0\",uuid=\"GPU-0\",reason=\"sw_power_cap\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("ringside_gpu_clocks_throttled{gpu=\"0\",uuid=\"GPU-0\",reason=\"hw_slowdown\"} 0"));
+        assert!(!text.contains("ringside_gpu_temperature_celsius"), "a family nobody reports is left out");
+        assert!(text.contains(
+            "ringside_gpu_info{gpu=\"1\",uuid=\"GPU-1\",name=\"NVIDIA H200\",pci_bus_id=\"00000000:01:00.0\"} 1"
+        ));
+    }
 
     #[test]
     fn stats_kernels_are_exported_in_base_units() {

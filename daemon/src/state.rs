@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use ringside_shared::{
-    Alert, ComponentHealth, ComponentStatus, ConfigSummary, HistoryPoint, HostMetrics, NodeIdentity, RingKernelMetrics,
-    Role, SchedulerTelemetry, ServerMessage, Snapshot, Update, WindowAggregates, PROTOCOL_VERSION,
+    Alert, ComponentHealth, ComponentStatus, ConfigSummary, GpuTelemetry, HistoryPoint, HostMetrics, NodeIdentity,
+    RingKernelMetrics, Role, SchedulerTelemetry, ServerMessage, Snapshot, Update, WindowAggregates, PROTOCOL_VERSION,
 };
 use tokio::sync::{broadcast, mpsc};
 
@@ -62,6 +62,7 @@ struct Latest {
     host: Option<HostMetrics>,
     scheduler: Option<SchedulerTelemetry>,
     kernels: Vec<RingKernelMetrics>,
+    gpus: Option<GpuTelemetry>,
     window: WindowAggregates,
     history: HistoryRing<HistoryPoint>,
     counters: HistoryRing<CounterRecord>,
@@ -116,6 +117,7 @@ impl NodeState {
                 host: None,
                 scheduler: None,
                 kernels: Vec::new(),
+                gpus: None,
                 window: WindowAggregates { window_ms, ..WindowAggregates::default() },
                 history: HistoryRing::new(history_len),
                 counters: HistoryRing::new(counters_len),
@@ -185,6 +187,7 @@ impl NodeState {
             latest.host = sample.host.clone();
             latest.scheduler = sample.scheduler.clone();
             latest.kernels = sample.kernels.clone();
+            latest.gpus = sample.gpus.clone();
             Update {
                 seq: latest.seq,
                 taken_at_ms: latest.taken_at_ms,
@@ -192,6 +195,7 @@ impl NodeState {
                 host: latest.host.clone(),
                 scheduler: latest.scheduler.clone(),
                 kernels: latest.kernels.clone(),
+                gpus: latest.gpus.clone(),
                 window: latest.window.clone(),
                 point,
             }
@@ -263,7 +267,7 @@ impl NodeState {
     }
 
     pub fn is_healthy(components: &[ComponentHealth]) -> bool {
-        components.iter().all(|c| c.status == ComponentStatus::Up)
+        components.iter().all(|c| matches!(c.status, ComponentStatus::Up | ComponentStatus::Absent))
     }
 
     pub fn snapshot(&self) -> Snapshot {
@@ -280,6 +284,7 @@ impl NodeState {
             host: latest.host.clone(),
             scheduler: latest.scheduler.clone(),
             kernels: latest.kernels.clone(),
+            gpus: latest.gpus.clone(),
             window: latest.window.clone(),
             alerts,
             history: latest.history.iter().cloned().collect(),

@@ -236,6 +236,7 @@ fn ComponentsPanel() -> impl IntoView {
                     ComponentStatus::Up => ("dot dot-up", "up"),
                     ComponentStatus::Degraded => ("dot dot-degraded", "degraded"),
                     ComponentStatus::Down => ("dot dot-down", "down"),
+                    ComponentStatus::Absent => ("dot dot-absent", "absent"),
                 };
                 view! {
                     <li>

@@ -92,6 +92,7 @@ impl Store {
                     host: snapshot.host,
                     scheduler: snapshot.scheduler,
                     kernels: snapshot.kernels,
+                    gpus: snapshot.gpus,
                     window: snapshot.window,
                     point: None,
                 });

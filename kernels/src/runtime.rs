@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use ringside_shared::{KernelBackend, KernelState, RingKernelMetrics};
 
 use crate::ring::{self, Consumer, Producer, RingError};
-use crate::telemetry::{latency_quantiles, KernelTelemetry};
+use crate::telemetry::{drop_rate, latency_quantiles, KernelTelemetry};
 
 /// Nanoseconds since the first call in this process: the clock both ends of a ring share.
 pub fn now_ns() -> u64 {
@@ -367,7 +367,13 @@ impl RingKernel {
     /// The kernel's telemetry in the daemon's vocabulary.
     pub fn metrics(&self) -> RingKernelMetrics {
         let t = &self.telemetry;
-        let (min, max) = (t.min_latency_ns(), t.max_latency_ns.load(Ordering::Relaxed));
+        // The worker keeps counting while these are read: each counter is read once, and all
+        // of them back to back before the histogram, so a message completing meanwhile rarely
+        // shows in some and not others (the percentiles are kept within min and max anyway).
+        let load = |v: &AtomicU64| v.load(Ordering::Relaxed);
+        let (processed, dropped, total) = (load(&t.processed), load(&t.dropped), load(&t.total_latency_ns));
+        let (min, max) = (t.min_latency_ns(), load(&t.max_latency_ns));
+        let (bytes_in, bytes_out) = (load(&t.bytes_in), load(&t.bytes_out));
         let q = latency_quantiles(&t.histogram.counts(), min, max);
         let slots = 2 * self.options.queue_capacity * (ring::SLOT_HEADER + self.options.message_size);
         RingKernelMetrics {
@@ -375,9 +381,9 @@ impl RingKernel {
             kernel: self.kernel.to_string(),
             backend: KernelBackend::Cpu,
             state: self.state(),
-            messages_processed: t.processed.load(Ordering::Relaxed),
-            messages_dropped: t.dropped.load(Ordering::Relaxed),
-            total_latency_ns: t.total_latency_ns.load(Ordering::Relaxed),
+            messages_processed: processed,
+            messages_dropped: dropped,
+            total_latency_ns: total,
             min_latency_ns: min,
             max_latency_ns: max,
             latency_p50_ns: q[0],
@@ -391,10 +397,10 @@ impl RingKernel {
             last_error: t.last_error(),
             gpu_memory_used: 0,
             host_memory_bytes: slots as u64,
-            bytes_in: t.bytes_in.load(Ordering::Relaxed),
-            bytes_out: t.bytes_out.load(Ordering::Relaxed),
+            bytes_in,
+            bytes_out,
             uptime_ms: self.started.elapsed().as_millis() as u64,
-            drop_rate: t.drop_rate(),
+            drop_rate: drop_rate(processed, dropped),
             output_stats: None,
         }
     }

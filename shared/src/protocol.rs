@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Alert, Role};
 use crate::snapshot::{
-    ComponentHealth, HistoryPoint, HostMetrics, KernelState, NodeIdentity, RingKernelMetrics, SchedulerTelemetry,
-    Snapshot, WindowAggregates,
+    ComponentHealth, GpuTelemetry, HistoryPoint, HostMetrics, KernelState, NodeIdentity, RingKernelMetrics,
+    SchedulerTelemetry, Snapshot, WindowAggregates,
 };
 use crate::UnixMillis;
 
@@ -59,6 +59,9 @@ pub struct Update {
     pub host: Option<HostMetrics>,
     pub scheduler: Option<SchedulerTelemetry>,
     pub kernels: Vec<RingKernelMetrics>,
+    /// The node's GPUs; absent where the GPU source is turned off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<GpuTelemetry>,
     pub window: WindowAggregates,
     /// The history point this tick appended, if the host was collected.
     pub point: Option<HistoryPoint>,

@@ -31,6 +31,9 @@ pub struct Snapshot {
     /// Scheduler telemetry; absent while no scheduler source runs.
     pub scheduler: Option<SchedulerTelemetry>,
     pub kernels: Vec<RingKernelMetrics>,
+    /// The node's GPUs; absent where the GPU source is turned off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<GpuTelemetry>,
     /// Aggregates over the recent window, computed from counter deltas.
     pub window: WindowAggregates,
     /// Active alerts first, then recently resolved ones, newest first within each group.
@@ -104,6 +107,9 @@ pub enum ComponentStatus {
     Up,
     Degraded,
     Down,
+    /// Not present on this node (the GPU source where there is no NVIDIA driver): nothing to
+    /// watch, so not a fault; `detail` says what is missing.
+    Absent,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -744,4 +750,106 @@ pub struct SchedulerWindow {
     pub decisions: u64,
     pub phase_transitions: u64,
     pub decisions_per_s: f64,
+}
+
+/// The node's NVIDIA GPUs as NVML reports them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GpuTelemetry {
+    /// NVML answered at the latest tick. `false` with `reason` on a node without the NVIDIA
+    /// driver (no `libnvidia-ml.so.1`), where NVML failed to start, or stopped answering.
+    pub available: bool,
+    pub reason: Option<String>,
+    /// The kernel driver's version, e.g. `580.159.04`.
+    pub driver_version: Option<String>,
+    /// The newest CUDA version the driver supports, e.g. `13.0`.
+    pub cuda_driver_version: Option<String>,
+    pub nvml_version: Option<String>,
+    /// When NVML was last read (it is sampled on its own thread, so a slow driver never holds
+    /// up a tick).
+    pub sampled_at_ms: Option<UnixMillis>,
+    pub devices: Vec<GpuDevice>,
+}
+
+/// One GPU at one instant. A field the GPU or driver does not report is `null`, and
+/// `unsupported` says why under the field's name (`"not supported by this GPU or driver"`,
+/// `"needs root"`, ...): absent, never 0.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GpuDevice {
+    /// NVML's index (the order `nvidia-smi` lists them in).
+    pub index: u32,
+    pub name: String,
+    /// `GPU-xxxxxxxx-...`, stable across reboots.
+    pub uuid: String,
+    /// PCI bus id, `00000000:18:00.0`.
+    pub pci_bus_id: String,
+    pub numa_node: Option<u32>,
+    /// `9.0` on Hopper.
+    pub compute_capability: Option<String>,
+    /// Busy share of the last sample period, 0-100.
+    pub utilization_gpu_pct: Option<f64>,
+    /// Share of the last sample period the memory was read or written, 0-100.
+    pub utilization_memory_pct: Option<f64>,
+    pub sm_clock_mhz: Option<u32>,
+    pub sm_clock_max_mhz: Option<u32>,
+    pub memory_clock_mhz: Option<u32>,
+    pub memory_clock_max_mhz: Option<u32>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_free_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub temperature_gpu_c: Option<u32>,
+    pub temperature_memory_c: Option<u32>,
+    pub power_draw_w: Option<f64>,
+    /// The limit the driver enforces now.
+    pub power_limit_w: Option<f64>,
+    /// Energy used since the driver was loaded, cumulative.
+    pub energy_j: Option<f64>,
+    /// PCIe throughput over NVML's last 20 ms sample.
+    pub pcie_tx_bytes_per_s: Option<u64>,
+    pub pcie_rx_bytes_per_s: Option<u64>,
+    /// PCIe replays, cumulative: a rising count means a bad link or riser.
+    pub pcie_replay_count: Option<u64>,
+    /// NVLink links reported, and the data they carried (all links), cumulative.
+    pub nvlink_links: Option<u32>,
+    pub nvlink_tx_bytes: Option<u64>,
+    pub nvlink_rx_bytes: Option<u64>,
+    /// Why the clocks are held down now, decoded: `sw_power_cap`, `hw_slowdown`,
+    /// `sw_thermal_slowdown`, `hw_thermal_slowdown`, `hw_power_brake`, `sync_boost`,
+    /// `applications_clocks`, `display_clocks`, `gpu_idle`. Empty: running free.
+    pub throttle_reasons: Option<Vec<String>>,
+    /// ECC errors since the driver was loaded.
+    pub ecc_corrected_volatile: Option<u64>,
+    pub ecc_uncorrected_volatile: Option<u64>,
+    /// Pages retired for single- and double-bit errors (older GPUs), and whether a retirement
+    /// waits for the next reboot.
+    pub retired_pages: Option<u64>,
+    pub retired_pages_pending: Option<bool>,
+    /// Rows remapped (Ampere and newer), and whether a remap waits for a GPU reset.
+    pub remapped_rows_correctable: Option<u64>,
+    pub remapped_rows_uncorrectable: Option<u64>,
+    pub remapped_rows_pending: Option<bool>,
+    pub remapped_rows_failed: Option<bool>,
+    pub persistence_mode: Option<bool>,
+    /// `default`, `exclusive_process`, `prohibited`.
+    pub compute_mode: Option<String>,
+    /// `P0` (fastest) to `P15`.
+    pub performance_state: Option<String>,
+    /// Compute processes on this GPU (the first 64 NVML lists), by host pid where known.
+    #[serde(default)]
+    pub processes: Vec<GpuProcess>,
+    /// Why each `null` field above is absent, by field name.
+    #[serde(default)]
+    pub unsupported: BTreeMap<String, String>,
+}
+
+/// A process using a GPU, as NVML sees it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GpuProcess {
+    /// The pid NVML gives (the host's, for processes in containers too).
+    pub pid: u32,
+    /// GPU memory the process holds; absent where the driver does not say (MIG, WDDM).
+    pub gpu_memory_bytes: Option<u64>,
+    /// Its share of the GPU's SMs and of memory bandwidth over the last seconds, 0-100;
+    /// absent without a recent sample.
+    pub sm_utilization_pct: Option<f64>,
+    pub memory_utilization_pct: Option<f64>,
 }

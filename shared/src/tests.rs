@@ -125,6 +125,32 @@ fn kernel() -> RingKernelMetrics {
     }
 }
 
+/// One GPU as NVML reports it, with fields it does not support left out and said why.
+fn gpus() -> GpuTelemetry {
+    GpuTelemetry {
+        available: true,
+        reason: None,
+        driver_version: Some("580.159.04".into()),
+        cuda_driver_version: Some("13.0".into()),
+        nvml_version: Some("13.580.159.04".into()),
+        sampled_at_ms: Some(1_700_000_002_900),
+        devices: vec![GpuDevice {
+            index: 0,
+            name: "NVIDIA H200".into(),
+            uuid: "GPU-00000000-1111-2222-3333-444444444444".into(),
+            pci_bus_id: "00000000:18:00.0".into(),
+            numa_node: Some(0),
+            compute_capability: Some("9.0".into()),
+            utilization_gpu_pct: Some(97.0),
+            memory_used_bytes: Some(80 << 30),
+            throttle_reasons: Some(vec!["sw_power_cap".into()]),
+            nvlink_links: None,
+            unsupported: [("nvlink_links".to_string(), "not supported by this GPU or driver".to_string())].into(),
+            ..GpuDevice::default()
+        }],
+    }
+}
+
 pub(crate) fn snapshot() -> Snapshot {
     Snapshot {
         schema_version: PROTOCOL_VERSION,
@@ -261,6 +287,7 @@ pub(crate) fn snapshot() -> Snapshot {
             }),
         }),
         kernels: vec![kernel()],
+        gpus: Some(gpus()),
         window: WindowAggregates {
             window_ms: 10_000,
             covered_ms: 3000,
@@ -315,6 +342,7 @@ fn every_server_message_round_trips() {
         host: Some(host()),
         scheduler: None,
         kernels: vec![kernel()],
+        gpus: Some(gpus()),
         window: WindowAggregates::default(),
         point: None,
     })));
@@ -504,4 +532,16 @@ fn scheduler_wire_enums_say_their_names() {
     check(&[LibraryState::Pending, LibraryState::Probed, LibraryState::Refused], LibraryState::as_str);
     check(&[ProgramState::Attached, ProgramState::Fallback, ProgramState::Failed], ProgramState::as_str);
     assert!(serde_json::from_str::<SchedulerBackend>("\"cfs\"").is_err());
+}
+
+#[test]
+fn a_snapshot_from_before_the_gpu_source_still_reads() {
+    let mut value = serde_json::to_value(snapshot()).unwrap();
+    value.as_object_mut().unwrap().remove("gpus");
+    let read: Snapshot = serde_json::from_value(value).unwrap();
+    assert_eq!(read.gpus, None);
+    // And an unsupported field is null on the wire, not 0.
+    let wire = serde_json::to_value(gpus()).unwrap();
+    assert!(wire["devices"][0]["nvlink_links"].is_null());
+    assert_eq!(wire["devices"][0]["unsupported"]["nvlink_links"], "not supported by this GPU or driver");
 }

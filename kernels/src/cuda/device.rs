@@ -285,6 +285,20 @@ mod tests {
         assert_eq!(choose_arch(90, &[]), 90, "the list unknown: the device's own");
     }
 
+    /// Nodes run CUDA 12 or 13 drivers and toolkits: the libraries are looked for under both
+    /// majors' names (cudarc's `cuda-13000` feature searches `.so.13`, then `.so.12` and older).
+    #[test]
+    fn cuda_12_and_13_library_names_are_both_searched() {
+        for (lib, names) in
+            [("nvrtc", ["libnvrtc.so.13", "libnvrtc.so.12"]), ("cuda", ["libcuda.so.13", "libcuda.so.1"])]
+        {
+            let candidates = cudarc::get_lib_name_candidates(lib);
+            for name in names {
+                assert!(candidates.iter().any(|c| c == name), "{name} not among {candidates:?}");
+            }
+        }
+    }
+
     #[test]
     fn the_program_has_every_entry_point() {
         let source = program_source();

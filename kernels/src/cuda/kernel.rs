@@ -548,10 +548,15 @@ impl CudaKernel {
         self.calibrate_if_due();
         let cb = self.cb();
         let load = |v: &AtomicU64| v.load(Ordering::Relaxed);
+        // The device keeps counting while these are read: each counter is read once, and all of
+        // them back to back before the histogram, so a message completing meanwhile rarely
+        // shows in some and not others (the percentiles are kept within min and max anyway).
         let processed = load(&cb.processed);
         let dropped = load(&cb.dropped) + self.host_dropped.load(Ordering::Relaxed);
+        let total = load(&cb.total_latency_ns);
         let min = Some(load(&cb.min_latency_ns)).filter(|v| *v != u64::MAX && processed > 0);
         let max = load(&cb.max_latency_ns);
+        let (bytes_in, bytes_out) = (load(&cb.bytes_in), load(&cb.bytes_out));
         let counts: Vec<u64> = cb.histogram.iter().map(load).collect();
         debug_assert_eq!(counts.len(), BUCKETS);
         let q = latency_quantiles(&counts, min, max);
@@ -568,7 +573,7 @@ impl CudaKernel {
             state: self.state(),
             messages_processed: processed,
             messages_dropped: dropped,
-            total_latency_ns: load(&cb.total_latency_ns),
+            total_latency_ns: total,
             min_latency_ns: min,
             max_latency_ns: max,
             latency_p50_ns: q[0],
@@ -582,8 +587,8 @@ impl CudaKernel {
             last_error,
             gpu_memory_used: self.memory.state.bytes() as u64,
             host_memory_bytes: self.memory.mapped.layout().total as u64,
-            bytes_in: load(&cb.bytes_in),
-            bytes_out: load(&cb.bytes_out),
+            bytes_in,
+            bytes_out,
             uptime_ms: self.started.elapsed().as_millis() as u64,
             drop_rate: drop_rate(processed, dropped),
             output_stats: None,

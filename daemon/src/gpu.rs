@@ -1,0 +1,624 @@
+//! The GPU source: the node's NVIDIA GPUs through NVML (`nvml-wrapper`, which loads
+//! `libnvidia-ml.so.1` at run time, so a build needs no driver).
+//!
+//! NVML is read on a thread of its own, once per collection interval; the source only takes
+//! the latest reading. A driver that hangs in a call (a GPU falling off the bus can hold NVML
+//! for seconds) therefore never holds up a tick: the reading goes stale, and the source says so.
+//!
+//! Every field is read on its own: what a GPU or driver does not report is `None` with the
+//! reason under the field's name, never 0. A node without the NVIDIA driver has nothing to
+//! watch: with `[gpu] mode = "auto"` (the default) the component is `absent`, not a fault.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nvml_wrapper::bitmasks::device::ThrottleReasons;
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, ComputeMode, EccCounter, MemoryError, PcieUtilCounter, PerformanceState, RetirementCause, TemperatureSensor,
+};
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper::sys_exports::field_id::{NVML_FI_DEV_MEMORY_TEMP, NVML_FI_DEV_NVLINK_LINK_COUNT};
+use nvml_wrapper::{Device, Nvml};
+use ringside_shared::{GpuDevice, GpuTelemetry};
+use serde::Deserialize;
+
+use crate::pipeline::{MetricsSource, Sample, SourceError, SourceStatus};
+
+/// `[gpu]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuConfig {
+    #[serde(default)]
+    pub mode: GpuMode,
+}
+
+/// Whether the GPU source runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuMode {
+    /// Runs; a node without the NVIDIA driver shows the component as absent.
+    #[default]
+    Auto,
+    /// Runs; a node without the driver is a degraded component (a GPU node that lost it).
+    On,
+    /// Not started.
+    Off,
+}
+
+/// At most this many GPUs are read (a node has 8 or 16; bounds one reading's work).
+pub const MAX_GPUS: u32 = 64;
+
+/// The component's name in `/healthz` and the console.
+pub const COMPONENT: &str = "gpu";
+
+/// What the sampler thread last published.
+struct Published {
+    telemetry: GpuTelemetry,
+    /// When it was published (for staleness).
+    at: Instant,
+    /// NVML cannot be loaded at all: there is no NVIDIA driver here.
+    no_driver: bool,
+}
+
+pub struct GpuSource {
+    mode: GpuMode,
+    interval: Duration,
+    published: Arc<Mutex<Option<Published>>>,
+    stop: Arc<AtomicBool>,
+    started: Instant,
+}
+
+impl GpuSource {
+    /// Starts the sampler thread, reading every `interval`.
+    pub fn start(config: &GpuConfig, interval: Duration) -> GpuSource {
+        let published = Arc::new(Mutex::new(None));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (out, quit) = (published.clone(), stop.clone());
+        let spawned =
+            std::thread::Builder::new().name("ringside-gpu".into()).spawn(move || sample(interval, out, quit));
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start the GPU sampler thread: {e}");
+        }
+        GpuSource { mode: config.mode, interval, published, stop, started: Instant::now() }
+    }
+}
+
+impl Drop for GpuSource {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl MetricsSource for GpuSource {
+    fn name(&self) -> &str {
+        COMPONENT
+    }
+
+    fn collect(&mut self, sample: &mut Sample) -> Result<SourceStatus, SourceError> {
+        let published = self.published.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(latest) = published.as_ref() else {
+            // NVML's first start can take seconds (no persistence daemon): not a fault yet.
+            return Ok(if self.started.elapsed() < STARTUP_GRACE {
+                SourceStatus::Degraded("starting: NVML has not answered yet".into())
+            } else {
+                SourceStatus::Degraded(format!("NVML has not answered for {} s", self.started.elapsed().as_secs()))
+            });
+        };
+        let mut telemetry = latest.telemetry.clone();
+        let stale = latest.at.elapsed();
+        let status = if latest.no_driver && self.mode == GpuMode::Auto {
+            SourceStatus::Absent(telemetry.reason.clone().unwrap_or_default())
+        } else if stale > self.interval * STALE_INTERVALS + STARTUP_GRACE {
+            let why = format!("NVML has not answered for {} s: the readings shown are old", stale.as_secs());
+            telemetry.available = false;
+            telemetry.reason = Some(why.clone());
+            SourceStatus::Degraded(why)
+        } else if let Some(why) = problems(&telemetry) {
+            SourceStatus::Degraded(why)
+        } else {
+            SourceStatus::Up
+        };
+        sample.gpus = Some(telemetry);
+        Ok(status)
+    }
+}
+
+/// How long NVML may take to start before the source says it is stuck.
+const STARTUP_GRACE: Duration = Duration::from_secs(10);
+/// Readings older than this many intervals (plus the grace) are stale.
+const STALE_INTERVALS: u32 = 5;
+
+/// What makes the GPU component degraded: NVML unavailable, or a GPU lost.
+fn problems(telemetry: &GpuTelemetry) -> Option<String> {
+    if !telemetry.available {
+        return Some(format!("gpu unavailable: {}", telemetry.reason.as_deref().unwrap_or("NVML did not answer")));
+    }
+    let lost: Vec<String> = telemetry
+        .devices
+        .iter()
+        .filter(|d| d.unsupported.contains_key("gpu"))
+        .map(|d| format!("GPU {} ({}): {}", d.index, d.uuid, d.unsupported["gpu"]))
+        .collect();
+    (!lost.is_empty()).then(|| lost.join("; "))
+}
+
+/// The sampler thread: NVML is started once (and again after a failure, at most every 30 s)
+/// and read every `interval` until `stop`.
+fn sample(interval: Duration, out: Arc<Mutex<Option<Published>>>, stop: Arc<AtomicBool>) {
+    let publish = |telemetry: GpuTelemetry, no_driver: bool| {
+        *out.lock().unwrap_or_else(|e| e.into_inner()) = Some(Published { telemetry, at: Instant::now(), no_driver });
+    };
+    let mut nvml: Option<Nvml> = None;
+    let mut next_init = Instant::now();
+    // Why NVML is not running, republished every interval until it runs (so the reading is
+    // current, not stale).
+    let mut failed: Option<(GpuTelemetry, bool)> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let tick = Instant::now();
+        if nvml.is_none() && tick >= next_init {
+            match Nvml::init() {
+                Ok(n) => {
+                    nvml = Some(n);
+                    failed = None;
+                }
+                Err(e) => {
+                    let no_driver = matches!(e, NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound);
+                    failed = Some((unavailable(&e), no_driver));
+                    // Without the library there is nothing to retry for until the driver is
+                    // installed; a failed start (driver not loaded yet) is retried.
+                    next_init = tick + if no_driver { Duration::from_secs(300) } else { Duration::from_secs(30) };
+                }
+            }
+        }
+        if let Some((telemetry, no_driver)) = &failed {
+            publish(telemetry.clone(), *no_driver);
+        }
+        if let Some(n) = &nvml {
+            let telemetry = read_all(n);
+            // A GPU that stopped answering may come back (reset): start NVML afresh then.
+            let lost = telemetry.devices.iter().any(|d| d.unsupported.contains_key("gpu"));
+            publish(telemetry.clone(), false);
+            if lost {
+                nvml = None;
+                next_init = tick + Duration::from_secs(30);
+                // The last reading stays on show, each lost GPU saying so.
+                let reason = Some("a GPU was lost: NVML is started again within 30 s".to_string());
+                failed = Some((GpuTelemetry { available: false, reason, ..telemetry }, false));
+            }
+        }
+        let spent = tick.elapsed();
+        // Sleep in short steps so a stop is seen quickly.
+        let mut left = interval.saturating_sub(spent).max(Duration::from_millis(10));
+        while left > Duration::ZERO && !stop.load(Ordering::Relaxed) {
+            let step = left.min(Duration::from_millis(100));
+            std::thread::sleep(step);
+            left -= step;
+        }
+    }
+}
+
+fn unavailable(error: &NvmlError) -> GpuTelemetry {
+    let reason = match error {
+        NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound => {
+            "no NVIDIA driver on this node (libnvidia-ml.so.1 could not be loaded)".to_string()
+        }
+        NvmlError::DriverNotLoaded => "the NVIDIA kernel driver is not loaded".to_string(),
+        NvmlError::NoPermission => "NVML refused to start: no permission to the NVIDIA devices".to_string(),
+        other => format!("NVML could not start: {other}"),
+    };
+    GpuTelemetry { available: false, reason: Some(reason), ..GpuTelemetry::default() }
+}
+
+/// Why a field is absent, in words an operator can act on.
+fn why(error: &NvmlError) -> String {
+    match error {
+        NvmlError::NotSupported => "not supported by this GPU or driver".into(),
+        NvmlError::NoPermission => "NVML refused: needs more privileges".into(),
+        NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound => "this driver's NVML lacks the call".into(),
+        NvmlError::GpuLost => "the GPU is lost (fell off the bus or stopped answering)".into(),
+        NvmlError::NoData => "no data yet".into(),
+        other => other.to_string(),
+    }
+}
+
+fn read_all(nvml: &Nvml) -> GpuTelemetry {
+    let mut telemetry = GpuTelemetry {
+        available: true,
+        driver_version: nvml.sys_driver_version().ok(),
+        cuda_driver_version: nvml.sys_cuda_driver_version().ok().map(|v| {
+            format!("{}.{}", nvml_wrapper::cuda_driver_version_major(v), nvml_wrapper::cuda_driver_version_minor(v))
+        }),
+        nvml_version: nvml.sys_nvml_version().ok(),
+        sampled_at_ms: Some(crate::clock::now_ms()),
+        ..GpuTelemetry::default()
+    };
+    let count = match nvml.device_count() {
+        Ok(count) => count,
+        Err(e) => {
+            telemetry.available = false;
+            telemetry.reason = Some(format!("NVML cannot count the GPUs: {}", why(&e)));
+            return telemetry;
+        }
+    };
+    if count > MAX_GPUS {
+        tracing::warn!("NVML lists {count} GPUs: reading the first {MAX_GPUS}");
+    }
+    for index in 0..count.min(MAX_GPUS) {
+        telemetry.devices.push(match nvml.device_by_index(index) {
+            Ok(device) => read_device(nvml, &device, index),
+            Err(e) => GpuDevice {
+                index,
+                unsupported: [("gpu".to_string(), format!("cannot open the GPU: {}", why(&e)))].into(),
+                ..GpuDevice::default()
+            },
+        });
+    }
+    telemetry
+}
+
+/// Collects each field's value, or why it has none.
+struct Fields {
+    unsupported: BTreeMap<String, String>,
+}
+
+impl Fields {
+    fn get<T>(&mut self, name: &str, result: Result<T, NvmlError>) -> Option<T> {
+        match result {
+            Ok(value) => Some(value),
+            Err(e) => {
+                if matches!(e, NvmlError::GpuLost) {
+                    self.unsupported.insert("gpu".into(), why(&e));
+                }
+                self.unsupported.insert(name.into(), why(&e));
+                None
+            }
+        }
+    }
+
+    /// One call answering several fields: each of them gets the reason.
+    fn get_many<T>(&mut self, names: &[&str], result: Result<T, NvmlError>) -> Option<T> {
+        let reason = result.as_ref().err().map(why);
+        let value = self.get(names[0], result);
+        if let Some(reason) = reason {
+            for name in &names[1..] {
+                self.unsupported.insert((*name).into(), reason.clone());
+            }
+        }
+        value
+    }
+}
+
+fn read_device(nvml: &Nvml, device: &Device, index: u32) -> GpuDevice {
+    let mut f = Fields { unsupported: BTreeMap::new() };
+    let pci = f.get("pci_bus_id", device.pci_info());
+    let utilization = f.get_many(&["utilization_gpu_pct", "utilization_memory_pct"], device.utilization_rates());
+    let memory = f.get_many(&["memory_used_bytes", "memory_free_bytes", "memory_total_bytes"], device.memory_info());
+    let ecc_enabled = device.is_ecc_enabled().map(|state| state.currently_enabled);
+    let ecc = |kind: MemoryError| match ecc_enabled {
+        Ok(true) => device.total_ecc_errors(kind, EccCounter::Volatile),
+        Ok(false) => Err(NvmlError::NotSupported),
+        Err(ref e) => Err(clone_error(e)),
+    };
+    let retired = device.retired_pages(RetirementCause::MultipleSingleBitEccErrors).and_then(|single| {
+        device.retired_pages(RetirementCause::DoubleBitEccError).map(|double| (single.len() + double.len()) as u64)
+    });
+    let remapped = remapped_rows(nvml, device);
+    let (nvlink_links, nvlink_traffic) = nvlink(device);
+    let mut gpu = GpuDevice {
+        index,
+        name: f.get("name", device.name()).unwrap_or_default(),
+        uuid: f.get("uuid", device.uuid()).unwrap_or_default(),
+        pci_bus_id: pci.map(|p| p.bus_id).unwrap_or_default(),
+        numa_node: f.get("numa_node", device.numa_node_id()),
+        compute_capability: f
+            .get("compute_capability", device.cuda_compute_capability())
+            .map(|c| format!("{}.{}", c.major, c.minor)),
+        utilization_gpu_pct: utilization.as_ref().map(|u| f64::from(u.gpu)),
+        utilization_memory_pct: utilization.as_ref().map(|u| f64::from(u.memory)),
+        sm_clock_mhz: f.get("sm_clock_mhz", device.clock_info(Clock::SM)),
+        sm_clock_max_mhz: f.get("sm_clock_max_mhz", device.max_clock_info(Clock::SM)),
+        memory_clock_mhz: f.get("memory_clock_mhz", device.clock_info(Clock::Memory)),
+        memory_clock_max_mhz: f.get("memory_clock_max_mhz", device.max_clock_info(Clock::Memory)),
+        memory_used_bytes: memory.as_ref().map(|m| m.used),
+        memory_free_bytes: memory.as_ref().map(|m| m.free),
+        memory_total_bytes: memory.as_ref().map(|m| m.total),
+        temperature_gpu_c: f.get("temperature_gpu_c", device.temperature(TemperatureSensor::Gpu)),
+        temperature_memory_c: f.get("temperature_memory_c", memory_temperature(device)),
+        power_draw_w: f.get("power_draw_w", device.power_usage()).map(|mw| f64::from(mw) / 1000.0),
+        power_limit_w: f.get("power_limit_w", device.enforced_power_limit()).map(|mw| f64::from(mw) / 1000.0),
+        energy_j: f.get("energy_j", device.total_energy_consumption()).map(|mj| mj as f64 / 1000.0),
+        // NVML answers in KB/s.
+        pcie_tx_bytes_per_s: f.get("pcie_tx_bytes_per_s", device.pcie_throughput(PcieUtilCounter::Send)).map(kb),
+        pcie_rx_bytes_per_s: f.get("pcie_rx_bytes_per_s", device.pcie_throughput(PcieUtilCounter::Receive)).map(kb),
+        pcie_replay_count: f.get("pcie_replay_count", device.pcie_replay_counter()).map(u64::from),
+        nvlink_links: f.get("nvlink_links", nvlink_links),
+        nvlink_tx_bytes: None,
+        nvlink_rx_bytes: None,
+        throttle_reasons: f.get("throttle_reasons", device.current_throttle_reasons()).map(throttle_names),
+        ecc_corrected_volatile: f.get("ecc_corrected_volatile", ecc(MemoryError::Corrected)),
+        ecc_uncorrected_volatile: f.get("ecc_uncorrected_volatile", ecc(MemoryError::Uncorrected)),
+        retired_pages: f.get("retired_pages", retired),
+        retired_pages_pending: f.get("retired_pages_pending", device.are_pages_pending_retired()),
+        remapped_rows_correctable: None,
+        remapped_rows_uncorrectable: None,
+        remapped_rows_pending: None,
+        remapped_rows_failed: None,
+        persistence_mode: f.get("persistence_mode", device.is_in_persistent_mode()),
+        compute_mode: f.get("compute_mode", device.compute_mode()).map(|m| compute_mode_name(m).to_string()),
+        performance_state: f.get("performance_state", device.performance_state()).map(performance_state_name),
+        processes: Vec::new(),
+        unsupported: BTreeMap::new(),
+    };
+    if let Some((tx, rx)) = f.get_many(&["nvlink_tx_bytes", "nvlink_rx_bytes"], nvlink_traffic) {
+        (gpu.nvlink_tx_bytes, gpu.nvlink_rx_bytes) = (Some(tx), Some(rx));
+    }
+    if let Some(rows) = f.get_many(
+        &["remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failed"],
+        remapped,
+    ) {
+        gpu.remapped_rows_correctable = Some(rows.correctable);
+        gpu.remapped_rows_uncorrectable = Some(rows.uncorrectable);
+        gpu.remapped_rows_pending = Some(rows.pending);
+        gpu.remapped_rows_failed = Some(rows.failed);
+    }
+    gpu.processes = f.get("processes", processes(device)).unwrap_or_default();
+    gpu.unsupported = f.unsupported;
+    gpu
+}
+
+/// At most this many processes are listed per GPU (bounds a reading on a node where a user
+/// starts thousands).
+pub const MAX_PROCESSES_PER_GPU: usize = 64;
+
+/// The compute processes on `device`, with their memory and their latest utilisation sample
+/// of the last 5 s.
+fn processes(device: &Device) -> Result<Vec<ringside_shared::GpuProcess>, NvmlError> {
+    use nvml_wrapper::enums::device::UsedGpuMemory;
+    let mut running = device.running_compute_processes()?;
+    running.truncate(MAX_PROCESSES_PER_GPU);
+    let since_us = (crate::clock::now_ms().saturating_sub(5_000)) * 1000;
+    // No sample in the window is NotFound: then every share is unknown, not 0.
+    let samples = device.process_utilization_stats(since_us).unwrap_or_default();
+    Ok(running
+        .into_iter()
+        .map(|p| {
+            let latest = samples.iter().filter(|s| s.pid == p.pid).max_by_key(|s| s.timestamp);
+            ringside_shared::GpuProcess {
+                pid: p.pid,
+                gpu_memory_bytes: match p.used_gpu_memory {
+                    UsedGpuMemory::Used(bytes) => Some(bytes),
+                    UsedGpuMemory::Unavailable => None,
+                },
+                sm_utilization_pct: latest.map(|s| f64::from(s.sm_util)),
+                memory_utilization_pct: latest.map(|s| f64::from(s.mem_util)),
+            }
+        })
+        .collect())
+}
+
+fn kb(per_s: u32) -> u64 {
+    u64::from(per_s) * 1024
+}
+
+/// `NvmlError` is not `Clone`; the variants a query gives back are plain.
+fn clone_error(error: &NvmlError) -> NvmlError {
+    match error {
+        NvmlError::NotSupported => NvmlError::NotSupported,
+        NvmlError::NoPermission => NvmlError::NoPermission,
+        NvmlError::GpuLost => NvmlError::GpuLost,
+        NvmlError::FunctionNotFound => NvmlError::FunctionNotFound,
+        other => NvmlError::FailedToLoadSymbol(other.to_string()),
+    }
+}
+
+/// The HBM temperature (a field value: NVML has no plain call for it).
+fn memory_temperature(device: &Device) -> Result<u32, NvmlError> {
+    let mut values = device.field_values_for(&[FieldId(NVML_FI_DEV_MEMORY_TEMP)])?;
+    let sample = values.pop().ok_or(NvmlError::NoData)??;
+    match sample.value? {
+        nvml_wrapper::enums::device::SampleValue::U32(c) => Ok(c),
+        nvml_wrapper::enums::device::SampleValue::U64(c) => Ok(c.min(u64::from(u32::MAX)) as u32),
+        nvml_wrapper::enums::device::SampleValue::I64(c) => Ok(c.clamp(0, i64::from(u32::MAX)) as u32),
+        nvml_wrapper::enums::device::SampleValue::F64(c) => Ok(c.max(0.0) as u32),
+    }
+}
+
+struct RemappedRows {
+    correctable: u64,
+    uncorrectable: u64,
+    pending: bool,
+    failed: bool,
+}
+
+/// `nvmlDeviceGetRemappedRows` (Ampere and newer), which the wrapper does not cover.
+fn remapped_rows(nvml: &Nvml, device: &Device) -> Result<RemappedRows, NvmlError> {
+    let call =
+        nvml.lib().nvmlDeviceGetRemappedRows.as_ref().map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
+    let (mut correctable, mut uncorrectable, mut pending, mut failed) = (0, 0, 0, 0);
+    // SAFETY: the handle is the live device's; the call writes four unsigned ints.
+    let code = unsafe { call(device.handle(), &mut correctable, &mut uncorrectable, &mut pending, &mut failed) };
+    nvml_wrapper::error::nvml_try(code)?;
+    Ok(RemappedRows {
+        correctable: u64::from(correctable),
+        uncorrectable: u64::from(uncorrectable),
+        pending: pending != 0,
+        failed: failed != 0,
+    })
+}
+
+/// NVML's scope id for "every link" in NVLink field values.
+const ALL_LINKS: u32 = u32::MAX;
+
+/// NVLink's link count, and the data it carried over all links (bytes sent, received),
+/// cumulative. The wrapper reads field values for scope 0 (link 0) only, so the traffic is
+/// asked for directly, for all links.
+fn nvlink(device: &Device) -> (Result<u32, NvmlError>, Result<(u64, u64), NvmlError>) {
+    let links = device.field_values_for(&[FieldId(NVML_FI_DEV_NVLINK_LINK_COUNT)]).and_then(|mut values| {
+        let sample = values.pop().ok_or(NvmlError::NoData)??;
+        match sample.value? {
+            nvml_wrapper::enums::device::SampleValue::U32(n) => Ok(n),
+            nvml_wrapper::enums::device::SampleValue::U64(n) => Ok(n.min(u64::from(u32::MAX)) as u32),
+            _ => Err(NvmlError::NoData),
+        }
+    });
+    let traffic = match &links {
+        Ok(0) => Err(NvmlError::NotSupported),
+        Ok(_) => nvlink_traffic(device),
+        Err(e) => Err(clone_error(e)),
+    };
+    (links, traffic)
+}
+
+fn nvlink_traffic(device: &Device) -> Result<(u64, u64), NvmlError> {
+    use nvml_wrapper::sys_exports::field_id::{
+        NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+    };
+    let call = device
+        .nvml()
+        .lib()
+        .nvmlDeviceGetFieldValues
+        .as_ref()
+        .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
+    // SAFETY: all-zero is a valid value of this plain C struct.
+    let mut values: [nvml_wrapper_sys::bindings::nvmlFieldValue_t; 2] = unsafe { std::mem::zeroed() };
+    values[0].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX;
+    values[1].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX;
+    for value in &mut values {
+        value.scopeId = ALL_LINKS;
+    }
+    // SAFETY: the handle is the live device's; the call fills the two entries it is given.
+    let code = unsafe { call(device.handle(), values.len() as i32, values.as_mut_ptr()) };
+    nvml_wrapper::error::nvml_try(code)?;
+    let mut kib = [0u64; 2];
+    for (out, value) in kib.iter_mut().zip(&values) {
+        nvml_wrapper::error::nvml_try(value.nvmlReturn)?;
+        // SAFETY: these two fields are unsigned 64-bit counters (`ullVal`), per nvml.h.
+        *out = unsafe { value.value.ullVal };
+    }
+    Ok((kib[0].saturating_mul(1024), kib[1].saturating_mul(1024)))
+}
+
+/// Each reason NVML gives for holding the clocks down, with its name in the snapshot and
+/// `/metrics` (the groups `nvidia-smi -q` lists them under).
+pub const THROTTLE_REASONS: [(ThrottleReasons, &str); 9] = [
+    (ThrottleReasons::GPU_IDLE, "gpu_idle"),
+    (ThrottleReasons::APPLICATIONS_CLOCKS_SETTING, "applications_clocks"),
+    (ThrottleReasons::SW_POWER_CAP, "sw_power_cap"),
+    (ThrottleReasons::HW_SLOWDOWN, "hw_slowdown"),
+    (ThrottleReasons::SYNC_BOOST, "sync_boost"),
+    (ThrottleReasons::SW_THERMAL_SLOWDOWN, "sw_thermal_slowdown"),
+    (ThrottleReasons::HW_THERMAL_SLOWDOWN, "hw_thermal_slowdown"),
+    (ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN, "hw_power_brake"),
+    (ThrottleReasons::DISPLAY_CLOCK_SETTING, "display_clocks"),
+];
+
+/// The reasons that hold now, by name.
+pub fn throttle_names(reasons: ThrottleReasons) -> Vec<String> {
+    THROTTLE_REASONS.iter().filter(|(bit, _)| reasons.contains(*bit)).map(|(_, name)| (*name).to_string()).collect()
+}
+
+fn compute_mode_name(mode: ComputeMode) -> &'static str {
+    match mode {
+        ComputeMode::Default => "default",
+        ComputeMode::ExclusiveThread => "exclusive_thread",
+        ComputeMode::Prohibited => "prohibited",
+        ComputeMode::ExclusiveProcess => "exclusive_process",
+    }
+}
+
+fn performance_state_name(state: PerformanceState) -> String {
+    match state {
+        PerformanceState::Unknown => "unknown".into(),
+        known => format!("P{}", known.as_c()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttle_reasons_are_decoded_by_name() {
+        let reasons = ThrottleReasons::SW_POWER_CAP | ThrottleReasons::HW_THERMAL_SLOWDOWN;
+        assert_eq!(throttle_names(reasons), ["sw_power_cap", "hw_thermal_slowdown"]);
+        assert!(throttle_names(ThrottleReasons::empty()).is_empty(), "running free");
+        assert_eq!(throttle_names(ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN), ["hw_power_brake"]);
+    }
+
+    #[test]
+    fn a_field_without_a_value_says_why_and_a_lost_gpu_is_flagged() {
+        let mut f = Fields { unsupported: BTreeMap::new() };
+        assert_eq!(f.get("power_draw_w", Ok(350_000u32)), Some(350_000));
+        assert_eq!(f.get::<u32>("temperature_memory_c", Err(NvmlError::NotSupported)), None);
+        assert_eq!(f.unsupported["temperature_memory_c"], "not supported by this GPU or driver");
+        assert!(!f.unsupported.contains_key("gpu"));
+        assert_eq!(f.get_many::<u32>(&["a", "b"], Err(NvmlError::GpuLost)), None);
+        assert_eq!(f.unsupported["b"], f.unsupported["a"], "every field of a failed call says why");
+        assert!(f.unsupported["gpu"].contains("lost"));
+        let telemetry = GpuTelemetry {
+            available: true,
+            devices: vec![GpuDevice {
+                index: 1,
+                uuid: "GPU-1".into(),
+                unsupported: f.unsupported,
+                ..GpuDevice::default()
+            }],
+            ..GpuTelemetry::default()
+        };
+        assert!(problems(&telemetry).is_some_and(|why| why.starts_with("GPU 1 (GPU-1): the GPU is lost")));
+    }
+
+    #[test]
+    fn names_of_modes_and_states() {
+        assert_eq!(compute_mode_name(ComputeMode::ExclusiveProcess), "exclusive_process");
+        assert_eq!(performance_state_name(PerformanceState::Zero), "P0");
+        assert_eq!(performance_state_name(PerformanceState::Twelve), "P12");
+    }
+
+    /// On this machine, whatever it has: without the driver the source is absent with the
+    /// reason (a GPU node is not required); with one, every GPU has a name and a UUID and
+    /// every absent field says why.
+    #[test]
+    fn the_source_reports_what_this_machine_has() {
+        let mut source = GpuSource::start(&GpuConfig::default(), Duration::from_millis(50));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let (status, sample) = loop {
+            let mut sample = Sample::new(1);
+            let status = source.collect(&mut sample).unwrap();
+            if sample.gpus.is_some() || Instant::now() > deadline {
+                break (status, sample);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let telemetry = sample.gpus.expect("a reading within 20 s");
+        // On a GPU node (scripts/gpu-check.sh sets this) NVML must answer.
+        if std::env::var_os("RINGSIDE_REQUIRE_CUDA").is_some() {
+            assert!(telemetry.available, "RINGSIDE_REQUIRE_CUDA is set and NVML says: {:?}", telemetry.reason);
+        }
+        println!("gpu source: {status:?}, {telemetry:?}");
+        if telemetry.available {
+            assert!(!telemetry.devices.is_empty(), "{telemetry:?}");
+            for gpu in &telemetry.devices {
+                assert!(gpu.uuid.starts_with("GPU-") && !gpu.name.is_empty(), "{gpu:?}");
+                assert!(gpu.memory_total_bytes.is_some_and(|t| t > 0), "{gpu:?}");
+                let json = serde_json::to_value(gpu).unwrap();
+                for (field, value) in json.as_object().unwrap() {
+                    if value.is_null() {
+                        assert!(gpu.unsupported.contains_key(field), "{field} is null without a reason: {gpu:?}");
+                    }
+                }
+            }
+            assert_ne!(status, SourceStatus::Absent(String::new()));
+        } else {
+            let reason = telemetry.reason.clone().unwrap_or_default();
+            match status {
+                SourceStatus::Absent(why) => assert!(why.contains("libnvidia-ml.so.1"), "{why}"),
+                SourceStatus::Degraded(why) => assert!(why.contains(&reason), "{why}"),
+                SourceStatus::Up => panic!("up without NVML: {telemetry:?}"),
+            }
+        }
+    }
+}
