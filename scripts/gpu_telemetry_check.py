@@ -124,14 +124,26 @@ def main():
     with tempfile.TemporaryDirectory() as scratch:
         proc, base = start_daemon(binary, token, scratch)
         try:
+            # A reading taken a second after the CUDA canary runs (NVML is sampled on its own
+            # thread from the start, before the canary holds the device): its process, memory
+            # and utilisation are then in it, as they are in what nvidia-smi says next.
             snapshot = None
+            canary_at_ms = None
             deadline = time.time() + 30
             while time.time() < deadline:
                 snapshot = json.loads(get(base, "/api/snapshot", token))
                 gpus = snapshot.get("gpus") or {}
-                if gpus.get("sampled_at_ms") or gpus.get("available") is False and gpus.get("reason"):
+                if gpus.get("available") is False and gpus.get("reason"):
                     break
-                time.sleep(0.5)
+                canary = next((k for k in snapshot["kernels"] if k["id"] == "gpu-canary"), None)
+                if canary_at_ms is None and canary and canary["state"] == "active" and canary["messages_processed"] > 0:
+                    canary_at_ms = snapshot["taken_at_ms"]
+                if canary and canary["backend"] != "cuda":
+                    print(f"the CUDA canary runs on {canary['backend']}: {canary.get('last_error')}")
+                    canary_at_ms = canary_at_ms or snapshot["taken_at_ms"]
+                if canary_at_ms and (gpus.get("sampled_at_ms") or 0) > canary_at_ms + 1000:
+                    break
+                time.sleep(0.25)
             metrics = get(base, "/metrics", token)
             # nvidia-smi is asked while ringsided (and its CUDA canary) still runs.
             return report(snapshot, metrics, proc.pid, snapshot_out)
