@@ -24,6 +24,7 @@ pub fn App() -> impl IntoView {
             <HostPanel />
             <crate::alerts::AlertsPanel />
             <crate::scheduler::SchedulerPanel />
+            <crate::gpus::GpusPanel />
             <crate::kernels::KernelsPanel />
             <ComponentsPanel />
         </main>

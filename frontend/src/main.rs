@@ -6,6 +6,7 @@ mod app;
 mod chart;
 mod connection;
 mod format;
+mod gpus;
 mod kernels;
 mod scheduler;
 mod store;

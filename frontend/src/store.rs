@@ -3,8 +3,8 @@
 
 use leptos::prelude::*;
 use ringside_shared::{
-    Alert, ComponentHealth, HistoryPoint, HostMetrics, NodeIdentity, RingKernelMetrics, Role, SchedulerTelemetry,
-    ServerMessage, WindowAggregates,
+    Alert, ComponentHealth, GpuTelemetry, HistoryPoint, HostMetrics, NodeIdentity, RingKernelMetrics, Role,
+    SchedulerTelemetry, ServerMessage, WindowAggregates,
 };
 // Named apart from leptos' `Update` trait, which the prelude brings in.
 use ringside_shared::Update as Tick;
@@ -40,6 +40,8 @@ pub struct Store {
     pub host: RwSignal<Option<HostMetrics>>,
     pub scheduler: RwSignal<Option<SchedulerTelemetry>>,
     pub kernels: RwSignal<Vec<RingKernelMetrics>>,
+    /// The GPU source's latest reading; `None` where the source is off.
+    pub gpus: RwSignal<Option<GpuTelemetry>>,
     pub window: RwSignal<WindowAggregates>,
     pub history: RwSignal<Vec<HistoryPoint>>,
     history_cap: RwSignal<usize>,
@@ -61,6 +63,7 @@ impl Store {
             host: RwSignal::new(None),
             scheduler: RwSignal::new(None),
             kernels: RwSignal::new(Vec::new()),
+            gpus: RwSignal::new(None),
             window: RwSignal::new(WindowAggregates::default()),
             history: RwSignal::new(Vec::new()),
             history_cap: RwSignal::new(MIN_HISTORY),
@@ -146,6 +149,7 @@ impl Store {
         self.host.set(tick.host);
         self.scheduler.set(tick.scheduler);
         self.kernels.set(tick.kernels);
+        self.gpus.set(tick.gpus);
         self.window.set(tick.window);
     }
 

@@ -162,6 +162,22 @@ async fn console_flow(client: &Client, daemon: &Daemon, downloads: &Path) -> Res
         output.to_lowercase().contains("per-cpu utilisation") && output.contains("p99") && output.contains(" %"),
         "{output}"
     );
+    // The GPUs panel says what the GPU source found: here, on a machine without the NVIDIA
+    // driver, that there is none, in the snapshot's words; on a GPU node, a card per GPU.
+    let gpus = eventually("a GPU reading in the snapshot", WAIT, || async {
+        let gpus = daemon.get_json("/api/snapshot").await?["gpus"].clone();
+        Ok((!gpus.is_null()).then_some(gpus))
+    })
+    .await?;
+    if gpus["available"] == true {
+        eventually("a GPU card", WAIT, || async { text_of(client, "#gpus-panel .gpu-card .kernel-id").await }).await?;
+    } else {
+        let reason = gpus["reason"].as_str().unwrap_or("NVML did not answer").to_string();
+        let shown =
+            eventually("the GPUs panel's reason", WAIT, || async { text_of(client, "#gpus-unavailable").await })
+                .await?;
+        assert_eq!(shown, format!("No GPU telemetry: {reason}"));
+    }
     let first = text_of(client, "#components-panel .muted").await?.unwrap_or_default();
     eventually("update counter moves", WAIT, || async {
         Ok(text_of(client, "#components-panel .muted").await?.filter(|t| *t != first))

@@ -1,0 +1,178 @@
+//! The GPUs panel: one card per GPU as NVML reports it (utilisation, memory, temperatures,
+//! power against its limit, clocks against their maximum, why the clocks are held down, ECC
+//! and remapped rows, PCIe traffic, the compute processes on it). A figure the GPU does not
+//! report shows "–" with the reason on hover, never 0.
+
+use leptos::prelude::*;
+use ringside_shared::{GpuDevice, GpuTelemetry};
+
+use crate::format::bytes;
+use crate::store::Store;
+
+/// A figure, or "–" with why it is missing (from the device's `unsupported` map).
+fn figure<T>(gpu: &GpuDevice, field: &str, value: Option<T>, show: impl Fn(T) -> String) -> AnyView {
+    match value.map(show) {
+        Some(text) => view! { <b>{text}</b> }.into_any(),
+        None => {
+            let why = gpu.unsupported.get(field).cloned().unwrap_or_else(|| "not reported".into());
+            view! { <b class="muted" title=why>"–"</b> }.into_any()
+        }
+    }
+}
+
+/// A share bar, 0-100.
+fn bar(pct: Option<f64>) -> impl IntoView {
+    let pct = pct.unwrap_or(0.0).clamp(0.0, 100.0);
+    view! { <span class="bar"><span class="fill" style=format!("width: {pct:.1}%")></span></span> }
+}
+
+fn ratio(used: Option<f64>, limit: Option<f64>) -> Option<f64> {
+    match (used, limit) {
+        (Some(u), Some(l)) if l > 0.0 => Some(u * 100.0 / l),
+        _ => None,
+    }
+}
+
+/// The throttle reasons in words; `gpu_idle` alone is not a problem.
+pub fn throttle_text(reasons: &[String]) -> String {
+    if reasons.is_empty() {
+        return "none: running free".into();
+    }
+    reasons.iter().map(|r| r.replace('_', " ")).collect::<Vec<_>>().join(", ")
+}
+
+fn gpu_card(gpu: GpuDevice) -> impl IntoView {
+    let memory_pct = ratio(gpu.memory_used_bytes.map(|b| b as f64), gpu.memory_total_bytes.map(|b| b as f64));
+    let power_pct = ratio(gpu.power_draw_w, gpu.power_limit_w);
+    let throttled = gpu.throttle_reasons.as_ref().is_some_and(|r| r.iter().any(|r| r != "gpu_idle"));
+    let lost = gpu.unsupported.get("gpu").cloned();
+    let processes = gpu.processes.clone();
+    view! {
+        <article class="gpu-card" data-gpu-index=gpu.index.to_string() data-gpu-uuid=gpu.uuid.clone()>
+            <div class="kernel-head">
+                <b class="kernel-id">{format!("GPU {} · {}", gpu.index, gpu.name)}</b>
+                <span class="muted" title=gpu.uuid.clone()>{format!("{} · {}", gpu.pci_bus_id, gpu.performance_state.clone().unwrap_or_default())}</span>
+            </div>
+            {lost.map(|why| view! { <div class="kernel-error" role="alert">{format!("Lost: {why}")}</div> })}
+            <div class="kernel-stats">
+                <div>
+                    <span class="stat-label">"Utilisation · memory"</span>
+                    {figure(&gpu, "utilization_gpu_pct", gpu.utilization_gpu_pct, |v| format!("{v:.0} %"))}
+                    {bar(gpu.utilization_gpu_pct)}
+                    {figure(&gpu, "utilization_memory_pct", gpu.utilization_memory_pct, |v| format!("memory {v:.0} %"))}
+                </div>
+                <div>
+                    <span class="stat-label">"Memory"</span>
+                    {figure(&gpu, "memory_used_bytes", gpu.memory_used_bytes, |used| {
+                        format!("{} of {}", bytes(used), gpu.memory_total_bytes.map(bytes).unwrap_or_else(|| "–".into()))
+                    })}
+                    {bar(memory_pct)}
+                </div>
+                <div>
+                    <span class="stat-label">"Power · limit"</span>
+                    {figure(&gpu, "power_draw_w", gpu.power_draw_w, |w| {
+                        format!("{w:.0} W of {}", gpu.power_limit_w.map(|l| format!("{l:.0} W")).unwrap_or_else(|| "–".into()))
+                    })}
+                    {bar(power_pct)}
+                </div>
+                <div>
+                    <span class="stat-label">"Temperature · HBM"</span>
+                    {figure(&gpu, "temperature_gpu_c", gpu.temperature_gpu_c, |c| format!("{c} °C"))}
+                    {figure(&gpu, "temperature_memory_c", gpu.temperature_memory_c, |c| format!("HBM {c} °C"))}
+                </div>
+                <div>
+                    <span class="stat-label">"SM clock · max"</span>
+                    {figure(&gpu, "sm_clock_mhz", gpu.sm_clock_mhz, |mhz| {
+                        format!("{mhz} / {} MHz", gpu.sm_clock_max_mhz.map(|m| m.to_string()).unwrap_or_else(|| "–".into()))
+                    })}
+                </div>
+                <div class=if throttled { "gpu-throttled" } else { "" }>
+                    <span class="stat-label">"Clocks held down by"</span>
+                    {figure(&gpu, "throttle_reasons", gpu.throttle_reasons.clone(), |r| throttle_text(&r))}
+                </div>
+                <div>
+                    <span class="stat-label">"ECC corrected · uncorrected"</span>
+                    {figure(&gpu, "ecc_corrected_volatile", gpu.ecc_corrected_volatile, |n| n.to_string())}
+                    {figure(&gpu, "ecc_uncorrected_volatile", gpu.ecc_uncorrected_volatile, |n| format!(" · {n}"))}
+                </div>
+                <div>
+                    <span class="stat-label">"Remapped rows"</span>
+                    {figure(&gpu, "remapped_rows_correctable", gpu.remapped_rows_correctable, |n| {
+                        let pending = if gpu.remapped_rows_pending == Some(true) { ", reset pending" } else { "" };
+                        format!("{n} + {}{pending}", gpu.remapped_rows_uncorrectable.unwrap_or(0))
+                    })}
+                </div>
+                <div>
+                    <span class="stat-label">"PCIe tx · rx"</span>
+                    {figure(&gpu, "pcie_tx_bytes_per_s", gpu.pcie_tx_bytes_per_s, |b| format!("{}/s", bytes(b)))}
+                    {figure(&gpu, "pcie_rx_bytes_per_s", gpu.pcie_rx_bytes_per_s, |b| format!(" · {}/s", bytes(b)))}
+                </div>
+            </div>
+            <table class="gpu-processes">
+                <thead><tr><th>"pid"</th><th>"GPU memory"</th><th>"SM"</th></tr></thead>
+                <tbody>
+                    {if processes.is_empty() {
+                        view! { <tr><td colspan="3" class="muted">"No compute processes."</td></tr> }.into_any()
+                    } else {
+                        processes
+                            .into_iter()
+                            .map(|p| {
+                                view! {
+                                    <tr data-pid=p.pid.to_string()>
+                                        <td>{p.pid.to_string()}</td>
+                                        <td>{p.gpu_memory_bytes.map(bytes).unwrap_or_else(|| "–".into())}</td>
+                                        <td>{p.sm_utilization_pct.map(|s| format!("{s:.0} %")).unwrap_or_else(|| "–".into())}</td>
+                                    </tr>
+                                }
+                            })
+                            .collect_view()
+                            .into_any()
+                    }}
+                </tbody>
+            </table>
+        </article>
+    }
+}
+
+#[component]
+pub fn GpusPanel() -> impl IntoView {
+    let store = expect_context::<Store>();
+    let body = move || {
+        match store.gpus.get() {
+        None => view! { <p class="empty">"The GPU source is off ([gpu] mode = \"off\")."</p> }.into_any(),
+        Some(GpuTelemetry { available: false, reason, .. }) => view! {
+            <p class="empty" id="gpus-unavailable">{format!("No GPU telemetry: {}", reason.unwrap_or_else(|| "NVML did not answer".into()))}</p>
+        }
+        .into_any(),
+        Some(t) => {
+            let versions = format!(
+                "driver {} · CUDA {}",
+                t.driver_version.unwrap_or_else(|| "–".into()),
+                t.cuda_driver_version.unwrap_or_else(|| "–".into())
+            );
+            view! {
+                <p class="muted">{versions}</p>
+                <div class="kernel-cards">{t.devices.into_iter().map(gpu_card).collect_view()}</div>
+            }
+            .into_any()
+        }
+    }
+    };
+    view! {
+        <section class="panel" id="gpus-panel">
+            <h2>"GPUs"</h2>
+            {body}
+        </section>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttle_reasons_read_as_words() {
+        assert_eq!(throttle_text(&[]), "none: running free");
+        assert_eq!(throttle_text(&["sw_power_cap".into(), "hw_slowdown".into()]), "sw power cap, hw slowdown");
+    }
+}
