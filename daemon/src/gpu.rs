@@ -131,18 +131,20 @@ const STARTUP_GRACE: Duration = Duration::from_secs(10);
 /// Readings older than this many intervals (plus the grace) are stale.
 const STALE_INTERVALS: u32 = 5;
 
-/// What makes the GPU component degraded: NVML unavailable, or a GPU lost.
+/// What makes the GPU component degraded: NVML unavailable, or a GPU lost (named, whatever
+/// else is said).
 fn problems(telemetry: &GpuTelemetry) -> Option<String> {
-    if !telemetry.available {
-        return Some(format!("gpu unavailable: {}", telemetry.reason.as_deref().unwrap_or("NVML did not answer")));
-    }
-    let lost: Vec<String> = telemetry
+    let mut problems: Vec<String> = telemetry
         .devices
         .iter()
         .filter(|d| d.unsupported.contains_key("gpu"))
         .map(|d| format!("GPU {} ({}): {}", d.index, d.uuid, d.unsupported["gpu"]))
         .collect();
-    (!lost.is_empty()).then(|| lost.join("; "))
+    if !telemetry.available {
+        let why = telemetry.reason.as_deref().unwrap_or("NVML did not answer");
+        problems.insert(0, format!("gpu unavailable: {why}"));
+    }
+    (!problems.is_empty()).then(|| problems.join("; "))
 }
 
 /// The sampler thread: NVML is started once (and again after a failure, at most every 30 s)

@@ -342,6 +342,84 @@ pub fn render(state: &NodeState) -> String {
     e.out
 }
 
+/// The GPUs under the names and labels dcgm-exporter uses by default (`gpu`, `UUID`,
+/// `device`, `modelName`, `Hostname`, `pci_bus_id`; its units: MiB, MHz, W, mJ, %), so
+/// dashboards and alert rules written for it work on a Ringside node. Served apart from
+/// `/metrics` (at `/metrics/dcgm`): those names break Prometheus' naming lint (camelCase
+/// labels, counters without `_total`), exactly as dcgm-exporter's own output does. A field a GPU
+/// does not report has no sample.
+pub fn render_dcgm(gpus: &[ringside_shared::GpuDevice], hostname: &str) -> String {
+    use ringside_shared::GpuDevice;
+    type Field = fn(&GpuDevice) -> Option<f64>;
+    const MIB: f64 = 1024.0 * 1024.0;
+    let families: [(&str, &str, &str, Field); 17] = [
+        ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", |g| g.utilization_gpu_pct),
+        ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", |g| g.utilization_memory_pct),
+        ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", |g| {
+            g.memory_used_bytes.map(|b| (b as f64 / MIB).floor())
+        }),
+        ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", |g| {
+            g.memory_free_bytes.map(|b| (b as f64 / MIB).floor())
+        }),
+        ("DCGM_FI_DEV_FB_TOTAL", "gauge", "Framebuffer memory total (in MiB).", |g| {
+            g.memory_total_bytes.map(|b| (b as f64 / MIB).floor())
+        }),
+        ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", |g| g.power_draw_w),
+        ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "gauge", "Power management limit (in W).", |g| g.power_limit_w),
+        ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ).", |g| {
+            g.energy_j.map(|j| (j * 1000.0).round())
+        }),
+        ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", |g| g.temperature_gpu_c.map(f64::from)),
+        ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", |g| g.temperature_memory_c.map(f64::from)),
+        ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", |g| g.sm_clock_mhz.map(f64::from)),
+        ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", |g| g.memory_clock_mhz.map(f64::from)),
+        ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.", |g| {
+            g.pcie_replay_count.map(|n| n as f64)
+        }),
+        ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total number of single-bit volatile ECC errors.", |g| {
+            g.ecc_corrected_volatile.map(|n| n as f64)
+        }),
+        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors.", |g| {
+            g.ecc_uncorrected_volatile.map(|n| n as f64)
+        }),
+        ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for correctable errors.", |g| {
+            g.remapped_rows_correctable.map(|n| n as f64)
+        }),
+        (
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+            "counter",
+            "Number of remapped rows for uncorrectable errors.",
+            |g| g.remapped_rows_uncorrectable.map(|n| n as f64),
+        ),
+    ];
+    let mut e = Exposition::default();
+    let labels: Vec<[(&str, String); 6]> = gpus
+        .iter()
+        .map(|g| {
+            [
+                ("gpu", g.index.to_string()),
+                ("UUID", g.uuid.clone()),
+                ("device", format!("nvidia{}", g.index)),
+                ("modelName", g.name.clone()),
+                ("Hostname", hostname.to_string()),
+                ("pci_bus_id", g.pci_bus_id.clone()),
+            ]
+        })
+        .collect();
+    for (name, kind, help, field) in families {
+        let values: Vec<(usize, f64)> = gpus.iter().enumerate().filter_map(|(n, g)| field(g).map(|v| (n, v))).collect();
+        if values.is_empty() {
+            continue;
+        }
+        e.family(name, kind, help);
+        for (n, value) in values {
+            let pairs: Vec<(&str, &str)> = labels[n].iter().map(|(k, v)| (*k, v.as_str())).collect();
+            e.sample(name, &pairs, value);
+        }
+    }
+    e.out
+}
+
 /// The GPUs' figures in base units, labelled by NVML index and UUID (as dcgm-exporter does,
 /// so dashboards can join on either). A field a GPU does not report has no sample, not a 0.
 fn gpu_families(e: &mut Exposition, gpus: &[ringside_shared::GpuDevice]) {
@@ -480,6 +558,27 @@ fn kernel_stats(e: &mut Exposition, kernels: &[ringside_shared::RingKernelMetric
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gpus_are_exported_under_dcgm_exporter_names_and_units() {
+        let gpu = ringside_shared::GpuDevice {
+            index: 3,
+            name: "NVIDIA H200".into(),
+            uuid: "GPU-3".into(),
+            pci_bus_id: "00000000:1B:00.0".into(),
+            utilization_gpu_pct: Some(97.0),
+            memory_used_bytes: Some(81_920 * 1024 * 1024 + 5),
+            energy_j: Some(5440.124),
+            ..ringside_shared::GpuDevice::default()
+        };
+        let text = render_dcgm(&[gpu], "node-7");
+        let labels = "gpu=\"3\",UUID=\"GPU-3\",device=\"nvidia3\",modelName=\"NVIDIA H200\",Hostname=\"node-7\",pci_bus_id=\"00000000:1B:00.0\"";
+        assert!(text.contains(&format!("DCGM_FI_DEV_GPU_UTIL{{{labels}}} 97\n")), "{text}");
+        assert!(text.contains(&format!("DCGM_FI_DEV_FB_USED{{{labels}}} 81920\n")), "MiB: {text}");
+        assert!(text.contains(&format!("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{labels}}} 5440124\n")), "mJ: {text}");
+        assert!(!text.contains("DCGM_FI_DEV_GPU_TEMP"), "not reported, not exported: {text}");
+        assert_eq!(render_dcgm(&[], "node-7"), "");
+    }
 
     #[test]
     fn gpus_are_exported_in_base_units_and_unreported_fields_have_no_sample() {

@@ -197,6 +197,8 @@ pub struct DaemonOptions {
     /// A command the daemon is started under (e.g. `setpriv` dropping privileges); its scratch
     /// directory is then made writable for everyone.
     pub wrapper: Vec<String>,
+    /// Extra environment for the daemon (e.g. `LD_LIBRARY_PATH` to a test double).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for DaemonOptions {
@@ -209,6 +211,7 @@ impl Default for DaemonOptions {
             data_dir: None,
             token_file: None,
             wrapper: Vec::new(),
+            env: Vec::new(),
         }
     }
 }
@@ -280,6 +283,7 @@ impl Daemon {
             .arg(options.data_dir.clone().unwrap_or_else(|| scratch.0.join("data")))
             .env_remove("RINGSIDE_TOKEN")
             .env("RINGSIDE_LOG", std::env::var("RINGSIDE_TEST_LOG").unwrap_or_else(|_| "error".into()))
+            .envs(options.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         match (&options.token_file, &options.token) {

@@ -40,6 +40,7 @@ pub fn router(app: SharedApp) -> Router {
         .route("/api/alerts", get(api::alerts))
         .route("/api/alerts/{id}/ack", post(api::acknowledge))
         .route("/metrics", get(api::metrics))
+        .route("/metrics/dcgm", get(api::metrics_dcgm))
         .layer(CompressionLayer::new());
     // WebSocket upgrades and the pre-compressed console files stay out of the compression layer.
     let protected = Router::new()

@@ -1,0 +1,207 @@
+//! The GPU source end to end, against the NVML test double (`tests/doubles/nvml_test_double.c`,
+//! a stand-in for `libnvidia-ml.so.1`, which no machine here has): eight GPUs reach the
+//! snapshot with the values the double was given, fields a GPU does not report are null with
+//! the reason, `/metrics` stays promtool-clean, `/metrics/dcgm` speaks dcgm-exporter's names,
+//! a GPU lost mid-run degrades the component, and a driver that fails to start or is missing
+//! leaves the rest of the daemon running.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use ringside_tests::{Daemon, DaemonOptions, Scratch};
+use serde_json::Value;
+
+const GIB: u64 = 1 << 30;
+
+/// A daemon that finds the NVML test double first, reading `control`.
+fn with_double(control: &std::path::Path, config: &str) -> Result<Daemon> {
+    Daemon::start(DaemonOptions {
+        config: format!("[scheduler]\nenabled = false\n{config}"),
+        env: vec![
+            ("LD_LIBRARY_PATH".into(), env!("RINGSIDE_NVML_DOUBLE_DIR").into()),
+            ("RINGSIDE_NVML_DOUBLE".into(), control.display().to_string()),
+        ],
+        ..DaemonOptions::default()
+    })
+}
+
+/// The snapshot once `check` accepts its GPU reading (within 15 s).
+async fn gpus_when(daemon: &Daemon, what: &str, check: impl Fn(&Value) -> bool) -> Result<Value> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let snapshot = daemon.get_json("/api/snapshot").await?;
+        if check(&snapshot) {
+            return Ok(snapshot);
+        }
+        ensure!(Instant::now() < deadline, "{what} within 15 s: {}", snapshot["gpus"]);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn component(snapshot: &Value) -> Value {
+    snapshot["components"].as_array().and_then(|c| c.iter().find(|c| c["name"] == "gpu").cloned()).unwrap_or_default()
+}
+
+fn control_file(scratch: &Scratch, text: &str) -> Result<PathBuf> {
+    let path = scratch.0.join("nvml-double.conf");
+    std::fs::write(&path, text)?;
+    Ok(path)
+}
+
+#[tokio::test]
+async fn eight_gpus_reach_the_snapshot_metrics_and_dcgm_names() -> Result<()> {
+    let scratch = Scratch::new("nvml-eight");
+    let me = std::process::id();
+    let control = control_file(
+        &scratch,
+        &format!(
+            "gpus 8\n\
+             gpu 0 util 97 41\n\
+             gpu 0 memory {total} {used}\n\
+             gpu 0 process {me} {process_memory} 63\n\
+             gpu 1 ecc 12 1\n\
+             gpu 2 throttle 0x4\n\
+             gpu 2 temperature 88 95\n\
+             gpu 3 unsupported memory_temp\n\
+             gpu 3 unsupported power\n\
+             gpu 5 remapped 2 1 1 0\n",
+            total = 141 * GIB,
+            used = 80 * GIB,
+            process_memory = 3 * GIB,
+        ),
+    )?;
+    let daemon = with_double(&control, "")?;
+    let snapshot =
+        gpus_when(&daemon, "eight GPUs", |s| s["gpus"]["devices"].as_array().is_some_and(|d| d.len() == 8)).await?;
+    let gpus = &snapshot["gpus"];
+    assert_eq!(gpus["available"], true, "{gpus}");
+    assert_eq!(gpus["driver_version"], "580.0-double");
+    assert_eq!(gpus["cuda_driver_version"], "13.0");
+    assert_eq!(component(&snapshot)["status"], "up", "{}", component(&snapshot));
+    let gpu = |i: usize| &gpus["devices"][i];
+
+    // Values as the double was given them, in the snapshot's units.
+    assert_eq!(gpu(0)["utilization_gpu_pct"], 97.0);
+    assert_eq!(gpu(0)["utilization_memory_pct"], 41.0);
+    assert_eq!(gpu(0)["memory_total_bytes"], 141 * GIB);
+    assert_eq!(gpu(0)["memory_used_bytes"], 80 * GIB);
+    assert_eq!(gpu(0)["memory_free_bytes"], 141 * GIB - 80 * GIB - GIB, "1 GiB reserved");
+    assert_eq!(gpu(0)["power_draw_w"], 300.0);
+    assert_eq!(gpu(0)["power_limit_w"], 700.0);
+    assert_eq!(gpu(0)["pcie_tx_bytes_per_s"], 1000 * 1024, "KB/s to bytes/s");
+    assert_eq!(gpu(0)["nvlink_links"], 18);
+    assert_eq!(gpu(0)["nvlink_tx_bytes"], 1024 * 1024, "all links, KiB to bytes");
+    assert_eq!(gpu(7)["uuid"], "GPU-00000000-0000-0000-0000-000000000007");
+    assert_eq!(gpu(7)["pci_bus_id"], "00000000:1F:00.0");
+    assert_eq!(gpu(7)["numa_node"], 1);
+    assert_eq!(gpu(1)["ecc_corrected_volatile"], 12);
+    assert_eq!(gpu(1)["ecc_uncorrected_volatile"], 1);
+    assert_eq!(gpu(2)["throttle_reasons"], serde_json::json!(["sw_power_cap"]));
+    assert_eq!(gpu(0)["throttle_reasons"], serde_json::json!([]), "running free");
+    assert_eq!(gpu(2)["temperature_gpu_c"], 88);
+    assert_eq!(gpu(2)["temperature_memory_c"], 95);
+    assert_eq!(gpu(5)["remapped_rows_correctable"], 2);
+    assert_eq!(gpu(5)["remapped_rows_pending"], true);
+    // This test's own process, as NVML lists it on GPU 0.
+    let process = &gpu(0)["processes"][0];
+    assert_eq!(process["pid"], me);
+    assert_eq!(process["gpu_memory_bytes"], 3 * GIB);
+    assert_eq!(process["sm_utilization_pct"], 63.0);
+    assert_eq!(gpu(1)["processes"], serde_json::json!([]));
+
+    // What GPU 3 does not report is null, with the reason; never 0.
+    for field in ["temperature_memory_c", "power_draw_w", "power_limit_w"] {
+        assert!(gpu(3)[field].is_null(), "{field}: {}", gpu(3));
+        assert_eq!(gpu(3)["unsupported"][field], "not supported by this GPU or driver", "{field}");
+    }
+    assert_eq!(gpu(3)["temperature_gpu_c"], 40, "its other fields are read");
+
+    // /metrics: promtool-clean, a series per GPU, nothing for what is not reported.
+    let metrics = daemon.get("/metrics").await?.text().await?;
+    ringside_tests::promtool_check(&metrics)?;
+    let utilization = metrics.lines().filter(|l| l.starts_with("ringside_gpu_utilization_ratio{")).count();
+    assert_eq!(utilization, 8, "{metrics}");
+    assert!(metrics
+        .contains("ringside_gpu_utilization_ratio{gpu=\"0\",uuid=\"GPU-00000000-0000-0000-0000-000000000000\"} 0.97"));
+    assert!(!metrics.contains("ringside_gpu_power_watts{gpu=\"3\""), "no sample for what GPU 3 lacks");
+    assert!(metrics.contains("ringside_gpu_clocks_throttled{gpu=\"2\",uuid=\"GPU-00000000-0000-0000-0000-000000000002\",reason=\"sw_power_cap\"} 1"));
+
+    // /metrics/dcgm: dcgm-exporter's names, labels and units; it parses, and promtool's only
+    // complaints are the naming lint dcgm-exporter's own output fails the same way.
+    let dcgm = daemon.get("/metrics/dcgm").await?.text().await?;
+    let hostname = snapshot["node"]["hostname"].as_str().context("hostname")?;
+    let expected = format!(
+        "DCGM_FI_DEV_FB_USED{{gpu=\"0\",UUID=\"GPU-00000000-0000-0000-0000-000000000000\",device=\"nvidia0\",\
+         modelName=\"NVIDIA H200 (NVML test double)\",Hostname=\"{hostname}\",pci_bus_id=\"00000000:18:00.0\"}} 81920"
+    );
+    assert!(dcgm.contains(&expected), "{expected}\n{dcgm}");
+    assert_eq!(dcgm.lines().filter(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{")).count(), 8);
+    if let Err(e) = ringside_tests::promtool_check(&dcgm) {
+        let report = e.to_string();
+        let complaints: Vec<&str> = report.lines().skip(1).map(str::trim).filter(|l| !l.is_empty()).collect();
+        for complaint in &complaints {
+            assert!(
+                complaint.ends_with("label names should be written in 'snake_case' not 'camelCase'")
+                    || complaint.ends_with("counter metrics should have \"_total\" suffix")
+                    || complaint.ends_with("metric name should not include type 'counter'"),
+                "{complaint}"
+            );
+        }
+    }
+
+    // GPU 4 falls off the bus: the component says which, the others are still shown.
+    std::fs::write(&control, std::fs::read_to_string(&control)? + "gpu 4 lost 1\n")?;
+    let lost = gpus_when(&daemon, "GPU 4 lost", |s| component(s)["status"] == "degraded").await?;
+    let detail = component(&lost)["detail"].as_str().unwrap_or_default().to_string();
+    assert!(detail.contains("GPU 4") && detail.contains("lost"), "{detail}");
+    assert_eq!(lost["gpus"]["devices"][0]["utilization_gpu_pct"], 97.0, "the rest of the reading stays");
+    assert!(lost["gpus"]["devices"][4]["unsupported"]["gpu"].as_str().is_some_and(|w| w.contains("lost")));
+    // Still said a few readings later, once NVML waits to be started again.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let later = daemon.get_json("/api/snapshot").await?;
+    let detail = component(&later)["detail"].as_str().unwrap_or_default().to_string();
+    assert!(detail.contains("GPU 4") && detail.contains("lost"), "{detail}");
+    assert_eq!(daemon.get("/api/alerts").await?.status(), 200, "the daemon serves on");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_driver_that_does_not_start_or_is_missing_leaves_the_daemon_running() -> Result<()> {
+    let scratch = Scratch::new("nvml-fails");
+    let control = control_file(&scratch, "fail_init 1\n")?;
+    let daemon = with_double(&control, "")?;
+    let snapshot = gpus_when(&daemon, "a reason", |s| s["gpus"]["reason"].is_string()).await?;
+    assert_eq!(snapshot["gpus"]["available"], false);
+    assert_eq!(snapshot["gpus"]["reason"], "the NVIDIA kernel driver is not loaded");
+    assert_eq!(component(&snapshot)["status"], "degraded", "a driver library without its driver is a fault");
+    let health = daemon.get_json("/healthz").await?;
+    assert_eq!(health["status"], "degraded", "{health}");
+    drop(daemon);
+
+    // No library at all (this machine has none): absent, not a fault; /healthz stays ok on it.
+    let daemon = Daemon::start(DaemonOptions {
+        config: "[scheduler]\nenabled = false\n".into(),
+        env: vec![("LD_LIBRARY_PATH".into(), scratch.0.display().to_string())],
+        ..DaemonOptions::default()
+    })?;
+    let snapshot = gpus_when(&daemon, "a reason", |s| s["gpus"]["reason"].is_string()).await?;
+    if snapshot["gpus"]["available"] == false {
+        assert_eq!(component(&snapshot)["status"], "absent", "{}", component(&snapshot));
+        assert!(snapshot["gpus"]["reason"].as_str().unwrap_or_default().contains("libnvidia-ml.so.1"));
+        let health = daemon.get_json("/healthz").await?;
+        let gpu = health["components"].as_array().and_then(|c| c.iter().find(|c| c["name"] == "gpu")).cloned();
+        assert_eq!(gpu.context("gpu in /healthz")?["status"], "absent");
+        let metrics = daemon.get("/metrics").await?.text().await?;
+        assert!(!metrics.contains("component=\"gpu\""), "no up/down series for what is not here");
+    }
+    drop(daemon);
+
+    // And [gpu] mode = "off": no source, no GPUs in the snapshot.
+    let daemon = with_double(&control, "[gpu]\nmode = \"off\"\n")?;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let snapshot = daemon.get_json("/api/snapshot").await?;
+    assert!(snapshot.get("gpus").is_none_or(Value::is_null), "{}", snapshot["gpus"]);
+    assert!(component(&snapshot).is_null());
+    Ok(())
+}
