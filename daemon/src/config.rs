@@ -312,6 +312,20 @@ fn check_thresholds(t: &Thresholds) -> Result<(), ConfigError> {
             why: "must be in (0, 1]".into(),
         });
     }
+    if !(t.gpu_memory_used_pct_warning > 0.0 && t.gpu_memory_used_pct_warning <= 100.0) {
+        return Err(ConfigError::Invalid {
+            key: "thresholds.gpu_memory_used_pct_warning",
+            value: t.gpu_memory_used_pct_warning.to_string(),
+            why: "must be in (0, 100]".into(),
+        });
+    }
+    if !(t.gpu_temperature_c_warning > 0.0 && t.gpu_temperature_c_warning < 150.0) {
+        return Err(ConfigError::Invalid {
+            key: "thresholds.gpu_temperature_c_warning",
+            value: t.gpu_temperature_c_warning.to_string(),
+            why: "must be in (0, 150) °C".into(),
+        });
+    }
     if !(t.memory_stall_pct_warning > 0.0 && t.memory_stall_pct_warning <= 100.0) {
         return Err(ConfigError::Invalid {
             key: "thresholds.memory_stall_pct_warning",

@@ -48,10 +48,13 @@ pub enum AlertType {
     /// The kernel stopped the sched_ext scheduler (watchdog, error, sysrq); the daemon fell back
     /// to setting nice values and affinity.
     SchedulerEjected,
+    /// A GPU in trouble: lost, uncorrectable ECC errors, rows waiting to be remapped or a remap
+    /// that failed, clocks held down by the hardware, memory nearly full, running hot.
+    GpuHealth,
 }
 
 impl AlertType {
-    pub const ALL: [AlertType; 8] = [
+    pub const ALL: [AlertType; 9] = [
         AlertType::HighDropRate,
         AlertType::HighLatency,
         AlertType::QueueNearFull,
@@ -60,6 +63,7 @@ impl AlertType {
         AlertType::SourceFailure,
         AlertType::Rule,
         AlertType::SchedulerEjected,
+        AlertType::GpuHealth,
     ];
 
     pub fn parse(text: &str) -> Option<AlertType> {
@@ -76,6 +80,7 @@ impl AlertType {
             AlertType::SourceFailure => "source_failure",
             AlertType::Rule => "rule",
             AlertType::SchedulerEjected => "scheduler_ejected",
+            AlertType::GpuHealth => "gpu_health",
         }
     }
 }

@@ -150,11 +150,46 @@ async fn eight_gpus_reach_the_snapshot_metrics_and_dcgm_names() -> Result<()> {
         }
     }
 
+    // GPU health alerts: GPU 1's uncorrectable ECC error is critical, GPU 5's pending remap a
+    // warning, GPU 2's temperature over the threshold a warning, GPU 0's 80 of 141 GiB none.
+    let alert = |alerts: &Value, source: &str| {
+        alerts.as_array().and_then(|a| a.iter().find(|a| a["source"] == source).cloned()).unwrap_or_default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let alerts = loop {
+        let alerts = daemon.get_json("/api/alerts").await?;
+        if !alert(&alerts, "gpu:1/ecc").is_null() && !alert(&alerts, "gpu:5/remap").is_null() {
+            break alerts;
+        }
+        ensure!(Instant::now() < deadline, "GPU alerts within 15 s: {alerts}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let ecc = alert(&alerts, "gpu:1/ecc");
+    assert_eq!((ecc["alert_type"].as_str(), ecc["severity"].as_str()), (Some("gpu_health"), Some("critical")), "{ecc}");
+    assert_eq!(ecc["labels"]["uuid"], "GPU-00000000-0000-0000-0000-000000000001");
+    assert_eq!(alert(&alerts, "gpu:5/remap")["severity"], "warning");
+    assert_eq!(alert(&alerts, "gpu:2/temperature")["severity"], "warning");
+    assert!(alert(&alerts, "gpu:0/memory").is_null(), "80 of 141 GiB is below the threshold");
+    // The error counter cleared (a driver reload): the alert resolves after the quiet window.
+    let text = std::fs::read_to_string(&control)?.replace("gpu 1 ecc 12 1", "gpu 1 ecc 12 0");
+    std::fs::write(&control, text)?;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let ecc = alert(&daemon.get_json("/api/alerts").await?, "gpu:1/ecc");
+        if ecc["resolved_at_ms"].is_u64() {
+            break;
+        }
+        ensure!(Instant::now() < deadline, "the ECC alert resolves within 15 s: {ecc}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     // GPU 4 falls off the bus: the component says which, the others are still shown.
     std::fs::write(&control, std::fs::read_to_string(&control)? + "gpu 4 lost 1\n")?;
     let lost = gpus_when(&daemon, "GPU 4 lost", |s| component(s)["status"] == "degraded").await?;
     let detail = component(&lost)["detail"].as_str().unwrap_or_default().to_string();
     assert!(detail.contains("GPU 4") && detail.contains("lost"), "{detail}");
+    let lost_alert = alert(&daemon.get_json("/api/alerts").await?, "gpu:4/lost");
+    assert_eq!(lost_alert["severity"], "critical", "{lost_alert}");
     assert_eq!(lost["gpus"]["devices"][0]["utilization_gpu_pct"], 97.0, "the rest of the reading stays");
     assert!(lost["gpus"]["devices"][4]["unsupported"]["gpu"].as_str().is_some_and(|w| w.contains("lost")));
     // Still said a few readings later, once NVML waits to be started again.

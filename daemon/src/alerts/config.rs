@@ -26,6 +26,10 @@ pub struct Thresholds {
     pub memory_used_pct_critical: f64,
     /// `/proc/pressure/memory` "some avg10" (percent) that raises a memory-pressure warning.
     pub memory_stall_pct_warning: f64,
+    /// A GPU's framebuffer in use, in percent, that raises a `gpu_health` warning.
+    pub gpu_memory_used_pct_warning: f64,
+    /// A GPU's temperature (°C) that raises a `gpu_health` warning.
+    pub gpu_temperature_c_warning: f64,
 }
 
 impl Thresholds {
@@ -43,6 +47,8 @@ impl Thresholds {
             ("memory_used_pct_error", self.memory_used_pct_error),
             ("memory_used_pct_critical", self.memory_used_pct_critical),
             ("memory_stall_pct_warning", self.memory_stall_pct_warning),
+            ("gpu_memory_used_pct_warning", self.gpu_memory_used_pct_warning),
+            ("gpu_temperature_c_warning", self.gpu_temperature_c_warning),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -64,6 +70,8 @@ impl Default for Thresholds {
             memory_used_pct_error: 95.0,
             memory_used_pct_critical: 98.0,
             memory_stall_pct_warning: 10.0,
+            gpu_memory_used_pct_warning: 95.0,
+            gpu_temperature_c_warning: 85.0,
         }
     }
 }

@@ -35,6 +35,82 @@ fn level(value: f64, levels: [(f64, Severity); 3]) -> Option<(Severity, f64)> {
     levels.iter().rev().find(|(threshold, _)| value > *threshold).map(|(t, s)| (*s, *t))
 }
 
+/// The clock throttle reasons that mean the hardware protects itself (not a setting or idling).
+const HARDWARE_THROTTLES: [&str; 4] = ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake", "sw_thermal_slowdown"];
+
+/// `gpu_health` conditions: one per GPU and kind (the source is `gpu:<index>/<kind>`, so each
+/// has its own alert), labelled with the GPU's index and UUID.
+fn gpu_conditions(t: &Thresholds, gpus: &ringside_shared::GpuTelemetry, found: &mut Vec<Condition>) {
+    for gpu in &gpus.devices {
+        let mut add = |kind: &str, severity: Severity, value: f64, threshold: f64, what: String| {
+            found.push(Condition {
+                alert_type: AlertType::GpuHealth,
+                rule: None,
+                labels: BTreeMap::from([
+                    ("gpu".to_string(), gpu.index.to_string()),
+                    ("uuid".to_string(), gpu.uuid.clone()),
+                    ("kind".to_string(), kind.to_string()),
+                ]),
+                source: format!("gpu:{}/{kind}", gpu.index),
+                severity,
+                value,
+                threshold,
+                message: format!("GPU {} ({}): {what}", gpu.index, gpu.name),
+            });
+        };
+        if let Some(why) = gpu.unsupported.get("gpu") {
+            add("lost", Severity::Critical, 1.0, 0.0, why.clone());
+            continue;
+        }
+        if let Some(n) = gpu.ecc_uncorrected_volatile.filter(|n| *n > 0) {
+            add(
+                "ecc",
+                Severity::Critical,
+                n as f64,
+                0.0,
+                format!("{n} uncorrectable ECC errors since the driver loaded"),
+            );
+        }
+        if gpu.remapped_rows_failed == Some(true) {
+            add("remap", Severity::Critical, 1.0, 0.0, "a row remap failed: the GPU needs service".into());
+        } else if gpu.remapped_rows_pending == Some(true) {
+            add("remap", Severity::Warning, 1.0, 0.0, "a row remap is pending: reset the GPU when it is idle".into());
+        }
+        let held: Vec<&str> = gpu
+            .throttle_reasons
+            .iter()
+            .flatten()
+            .map(String::as_str)
+            .filter(|r| HARDWARE_THROTTLES.contains(r))
+            .collect();
+        if !held.is_empty() {
+            let severity = if held.contains(&"hw_power_brake") || held.contains(&"hw_thermal_slowdown") {
+                Severity::Error
+            } else {
+                Severity::Warning
+            };
+            add("throttle", severity, held.len() as f64, 0.0, format!("clocks held down by {}", held.join(", ")));
+        }
+        if let (Some(used), Some(total)) = (gpu.memory_used_bytes, gpu.memory_total_bytes.filter(|t| *t > 0)) {
+            let pct = used as f64 * 100.0 / total as f64;
+            if pct > t.gpu_memory_used_pct_warning {
+                let threshold = t.gpu_memory_used_pct_warning;
+                add(
+                    "memory",
+                    Severity::Warning,
+                    pct,
+                    threshold,
+                    format!("{pct:.1}% of GPU memory in use (threshold {threshold}%)"),
+                );
+            }
+        }
+        if let Some(c) = gpu.temperature_gpu_c.map(f64::from).filter(|c| *c > t.gpu_temperature_c_warning) {
+            let threshold = t.gpu_temperature_c_warning;
+            add("temperature", Severity::Warning, c, threshold, format!("{c:.0} °C (threshold {threshold} °C)"));
+        }
+    }
+}
+
 /// Every alert condition that holds for this tick.
 pub fn conditions(
     t: &Thresholds,
@@ -173,6 +249,10 @@ pub fn conditions(
         }
     }
 
+    if let Some(gpus) = &sample.gpus {
+        gpu_conditions(t, gpus, &mut found);
+    }
+
     // Ejected sched_ext scheduler: a standing condition while the daemon runs on the fallback.
     if let Some(exit) = sample.scheduler.as_ref().and_then(|s| s.scx.as_ref()).and_then(|x| x.exit.as_ref()) {
         if exit.ejected {
@@ -266,6 +346,63 @@ mod tests {
 
     fn severities(cs: &[Condition], ty: AlertType) -> Vec<Severity> {
         cs.iter().filter(|c| c.alert_type == ty).map(|c| c.severity).collect()
+    }
+
+    #[test]
+    fn gpus_in_trouble_raise_one_alert_each_by_kind() {
+        use ringside_shared::{GpuDevice, GpuTelemetry};
+        let t = Thresholds::default();
+        let healthy = GpuDevice {
+            index: 0,
+            uuid: "GPU-0".into(),
+            memory_used_bytes: Some(50),
+            memory_total_bytes: Some(100),
+            temperature_gpu_c: Some(60),
+            throttle_reasons: Some(vec!["gpu_idle".into(), "sw_power_cap".into()]),
+            ecc_uncorrected_volatile: Some(0),
+            ..GpuDevice::default()
+        };
+        let troubled = GpuDevice {
+            index: 1,
+            uuid: "GPU-1".into(),
+            memory_used_bytes: Some(97),
+            memory_total_bytes: Some(100),
+            temperature_gpu_c: Some(91),
+            throttle_reasons: Some(vec!["hw_thermal_slowdown".into()]),
+            ecc_uncorrected_volatile: Some(2),
+            remapped_rows_pending: Some(true),
+            ..GpuDevice::default()
+        };
+        let lost = GpuDevice {
+            index: 2,
+            uuid: "GPU-2".into(),
+            unsupported: [("gpu".to_string(), "the GPU is lost".to_string())].into(),
+            ..GpuDevice::default()
+        };
+        let mut sample = Sample::new(1);
+        sample.gpus =
+            Some(GpuTelemetry { available: true, devices: vec![healthy, troubled, lost], ..GpuTelemetry::default() });
+        let found = conditions(&t, &sample, &WindowAggregates::default(), &[]);
+        let gpu: Vec<(&str, Severity)> = found
+            .iter()
+            .filter(|c| c.alert_type == AlertType::GpuHealth)
+            .map(|c| (c.source.as_str(), c.severity))
+            .collect();
+        assert_eq!(
+            gpu,
+            [
+                ("gpu:1/ecc", Severity::Critical),
+                ("gpu:1/remap", Severity::Warning),
+                ("gpu:1/throttle", Severity::Error),
+                ("gpu:1/memory", Severity::Warning),
+                ("gpu:1/temperature", Severity::Warning),
+                ("gpu:2/lost", Severity::Critical),
+            ],
+            "a power cap or idling is no trouble"
+        );
+        let ecc = found.iter().find(|c| c.source == "gpu:1/ecc").unwrap();
+        assert_eq!(ecc.labels["uuid"], "GPU-1");
+        assert!(ecc.message.contains("2 uncorrectable ECC errors"), "{}", ecc.message);
     }
 
     #[test]
