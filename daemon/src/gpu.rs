@@ -147,60 +147,197 @@ fn problems(telemetry: &GpuTelemetry) -> Option<String> {
     (!problems.is_empty()).then(|| problems.join("; "))
 }
 
-/// The sampler thread: NVML is started once (and again after a failure, at most every 30 s)
-/// and read every `interval` until `stop`.
+/// The sampler thread: NVML is started (and again after a failure or a lost GPU, at most every
+/// 30 s) and read every `interval` until `stop`; between readings it waits on NVML's events.
 fn sample(interval: Duration, out: Arc<Mutex<Option<Published>>>, stop: Arc<AtomicBool>) {
     let publish = |telemetry: GpuTelemetry, no_driver: bool| {
         *out.lock().unwrap_or_else(|e| e.into_inner()) = Some(Published { telemetry, at: Instant::now(), no_driver });
     };
-    let mut nvml: Option<Nvml> = None;
-    let mut next_init = Instant::now();
-    // Why NVML is not running, republished every interval until it runs (so the reading is
-    // current, not stale).
-    let mut failed: Option<(GpuTelemetry, bool)> = None;
+    let mut xids = XidLog::default();
     while !stop.load(Ordering::Relaxed) {
-        let tick = Instant::now();
-        if nvml.is_none() && tick >= next_init {
-            match Nvml::init() {
-                Ok(n) => {
-                    nvml = Some(n);
-                    failed = None;
-                }
-                Err(e) => {
-                    let no_driver = matches!(e, NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound);
-                    failed = Some((unavailable(&e), no_driver));
-                    // Without the library there is nothing to retry for until the driver is
-                    // installed; a failed start (driver not loaded yet) is retried.
-                    next_init = tick + if no_driver { Duration::from_secs(300) } else { Duration::from_secs(30) };
-                }
-            }
-        }
-        if let Some((telemetry, no_driver)) = &failed {
-            publish(telemetry.clone(), *no_driver);
-        }
-        if let Some(n) = &nvml {
-            let telemetry = read_all(n);
-            // A GPU that stopped answering may come back (reset): start NVML afresh then.
-            let lost = telemetry.devices.iter().any(|d| d.unsupported.contains_key("gpu"));
-            publish(telemetry.clone(), false);
-            if lost {
-                nvml = None;
-                next_init = tick + Duration::from_secs(30);
+        let started = Instant::now();
+        let (failed, retry) = match Nvml::init() {
+            Ok(nvml) => match session(&nvml, interval, &publish, &stop, &mut xids) {
+                None => return,
                 // The last reading stays on show, each lost GPU saying so.
-                let reason = Some("a GPU was lost: NVML is started again within 30 s".to_string());
-                failed = Some((GpuTelemetry { available: false, reason, ..telemetry }, false));
+                Some(last) => {
+                    let reason = Some("a GPU was lost: NVML is started again within 30 s".to_string());
+                    ((GpuTelemetry { available: false, reason, ..last }, false), Duration::from_secs(30))
+                }
+            },
+            Err(e) => {
+                let no_driver = matches!(e, NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound);
+                // Without the library there is nothing to retry for until the driver is
+                // installed; a failed start (driver not loaded yet) is retried sooner.
+                ((unavailable(&e), no_driver), Duration::from_secs(if no_driver { 300 } else { 30 }))
             }
-        }
-        let spent = tick.elapsed();
-        // Sleep in short steps so a stop is seen quickly.
-        let mut left = interval.saturating_sub(spent).max(Duration::from_millis(10));
-        while left > Duration::ZERO && !stop.load(Ordering::Relaxed) {
-            let step = left.min(Duration::from_millis(100));
-            std::thread::sleep(step);
-            left -= step;
+        };
+        // Why NVML is not running, republished every interval until it runs (so the reading is
+        // current, not stale).
+        while started.elapsed() < retry && !stop.load(Ordering::Relaxed) {
+            publish(failed.0.clone(), failed.1);
+            pause(interval, &stop);
         }
     }
 }
+
+/// Sleeps `interval` in short steps, so a stop is seen quickly.
+fn pause(interval: Duration, stop: &AtomicBool) {
+    let mut left = interval.max(Duration::from_millis(10));
+    while left > Duration::ZERO && !stop.load(Ordering::Relaxed) {
+        let step = left.min(Duration::from_millis(100));
+        std::thread::sleep(step);
+        left -= step;
+    }
+}
+
+/// One NVML session: a reading every `interval`, and the XID and ECC events in between. Ends
+/// `None` on `stop`, or with the last reading when a GPU was lost (NVML is started afresh
+/// then: a GPU that comes back after a reset has a new handle).
+fn session(
+    nvml: &Nvml,
+    interval: Duration,
+    publish: &impl Fn(GpuTelemetry, bool),
+    stop: &AtomicBool,
+    xids: &mut XidLog,
+) -> Option<GpuTelemetry> {
+    let events = register_events(nvml);
+    loop {
+        let tick = Instant::now();
+        let mut telemetry = read_all(nvml);
+        xids.attach(&mut telemetry);
+        let lost = telemetry.devices.iter().any(|d| d.unsupported.contains_key("gpu"));
+        publish(telemetry.clone(), false);
+        if lost {
+            return Some(telemetry);
+        }
+        let deadline = tick + interval.max(Duration::from_millis(10));
+        while !stop.load(Ordering::Relaxed) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let step = left.min(Duration::from_millis(100));
+            match &events {
+                Some(set) => match set.wait(step.as_millis() as u32) {
+                    Ok(event) => xids.record(&event),
+                    Err(NvmlError::Timeout) => {}
+                    // An event set that fails (a GPU lost) is not waited on again this session:
+                    // the next reading says what happened.
+                    Err(_) => std::thread::sleep(step),
+                },
+                None => std::thread::sleep(step),
+            }
+        }
+        if stop.load(Ordering::Relaxed) {
+            return None;
+        }
+    }
+}
+
+/// An event set for critical XID errors and double-bit ECC errors on every GPU that supports
+/// them; `None` where none does (the readings go on without events).
+fn register_events(nvml: &Nvml) -> Option<nvml_wrapper::EventSet<'_>> {
+    use nvml_wrapper::bitmasks::event::EventTypes;
+    let mut set = nvml.create_event_set().ok()?;
+    let mut registered = 0;
+    for index in 0..nvml.device_count().unwrap_or(0).min(MAX_GPUS) {
+        let Ok(device) = nvml.device_by_index(index) else { continue };
+        let wanted = EventTypes::CRITICAL_XID_ERROR | EventTypes::DOUBLE_BIT_ECC_ERROR;
+        let types = device.supported_event_types().map(|s| s & wanted).unwrap_or(EventTypes::empty());
+        if types.is_empty() {
+            continue;
+        }
+        // A failed registration frees the set: start another for the remaining GPUs.
+        match device.register_events(types, set) {
+            Ok(same) => {
+                set = same;
+                registered += 1;
+            }
+            Err(e) => {
+                tracing::warn!("GPU {index}: cannot watch its XID events: {}", e.error);
+                set = nvml.create_event_set().ok()?;
+            }
+        }
+    }
+    (registered > 0).then_some(set)
+}
+
+/// XID errors kept per GPU (by UUID: indices can change across a reset): the latest
+/// [`MAX_XIDS_PER_GPU`], each with its time and what the code means.
+#[derive(Default)]
+struct XidLog {
+    by_gpu: BTreeMap<String, std::collections::VecDeque<ringside_shared::GpuXid>>,
+    /// XIDs seen per GPU since the daemon started.
+    totals: BTreeMap<String, u64>,
+}
+
+/// XIDs kept per GPU.
+pub const MAX_XIDS_PER_GPU: usize = 32;
+
+impl XidLog {
+    fn record(&mut self, event: &nvml_wrapper::struct_wrappers::event::EventData) {
+        use nvml_wrapper::bitmasks::event::EventTypes;
+        use nvml_wrapper::enums::event::XidError;
+        let Ok(uuid) = event.device.uuid() else { return };
+        let code = if event.event_type.contains(EventTypes::CRITICAL_XID_ERROR) {
+            match event.event_data {
+                Some(XidError::Value(code)) => code,
+                _ => 999,
+            }
+        } else if event.event_type.contains(EventTypes::DOUBLE_BIT_ECC_ERROR) {
+            48
+        } else {
+            return;
+        };
+        self.push(uuid, code, crate::clock::now_ms());
+    }
+
+    fn push(&mut self, uuid: String, code: u64, at_ms: u64) {
+        *self.totals.entry(uuid.clone()).or_default() += 1;
+        let log = self.by_gpu.entry(uuid).or_default();
+        if log.len() == MAX_XIDS_PER_GPU {
+            log.pop_front();
+        }
+        log.push_back(ringside_shared::GpuXid { code, at_ms, description: xid_description(code).map(str::to_string) });
+    }
+
+    fn attach(&self, telemetry: &mut GpuTelemetry) {
+        for gpu in &mut telemetry.devices {
+            if let Some(log) = self.by_gpu.get(&gpu.uuid) {
+                gpu.xids = log.iter().cloned().collect();
+            }
+            gpu.xid_count = self.totals.get(&gpu.uuid).copied().unwrap_or(0);
+        }
+    }
+}
+
+/// What an XID code means, for the codes NVIDIA's XID catalogue names most often on compute
+/// nodes; `None` for the others (the code is still shown).
+pub fn xid_description(code: u64) -> Option<&'static str> {
+    Some(match code {
+        13 => "graphics engine exception",
+        31 => "GPU memory page fault",
+        43 => "GPU stopped processing",
+        45 => "preemptive cleanup after earlier errors",
+        48 => "double-bit ECC error",
+        61 => "internal micro-controller breakpoint or warning",
+        62 => "internal micro-controller halt",
+        63 => "ECC page retirement or row remapping recorded",
+        64 => "ECC page retirement or row remapping failed",
+        74 => "NVLink error",
+        79 => "GPU has fallen off the bus",
+        92 => "high single-bit ECC error rate",
+        94 => "contained ECC error",
+        95 => "uncontained ECC error",
+        119 => "GSP RPC timeout",
+        120 => "GSP error",
+        _ => return None,
+    })
+}
+
+/// XIDs that mean the GPU or its memory is failing: a critical alert, not a warning.
+pub const CRITICAL_XIDS: [u64; 10] = [48, 63, 64, 74, 79, 92, 94, 95, 119, 120];
 
 fn unavailable(error: &NvmlError) -> GpuTelemetry {
     let reason = match error {
@@ -351,6 +488,8 @@ fn read_device(nvml: &Nvml, device: &Device, index: u32) -> GpuDevice {
         persistence_mode: f.get("persistence_mode", device.is_in_persistent_mode()),
         compute_mode: f.get("compute_mode", device.compute_mode()).map(|m| compute_mode_name(m).to_string()),
         performance_state: f.get("performance_state", device.performance_state()).map(performance_state_name),
+        xids: Vec::new(),
+        xid_count: 0,
         processes: Vec::new(),
         unsupported: BTreeMap::new(),
     };
@@ -571,6 +710,30 @@ mod tests {
             ..GpuTelemetry::default()
         };
         assert!(problems(&telemetry).is_some_and(|why| why.starts_with("GPU 1 (GPU-1): the GPU is lost")));
+    }
+
+    #[test]
+    fn xids_are_kept_per_gpu_bounded_with_their_meaning() {
+        let mut log = XidLog::default();
+        for n in 0..40 {
+            log.push("GPU-a".into(), if n == 39 { 79 } else { 13 }, n);
+        }
+        log.push("GPU-b".into(), 4242, 7);
+        let mut telemetry = GpuTelemetry {
+            devices: vec![
+                GpuDevice { uuid: "GPU-a".into(), ..GpuDevice::default() },
+                GpuDevice { uuid: "GPU-b".into(), ..GpuDevice::default() },
+                GpuDevice { uuid: "GPU-c".into(), ..GpuDevice::default() },
+            ],
+            ..GpuTelemetry::default()
+        };
+        log.attach(&mut telemetry);
+        let a = &telemetry.devices[0];
+        assert_eq!((a.xids.len(), a.xid_count), (MAX_XIDS_PER_GPU, 40), "the latest 32 kept, all counted");
+        assert_eq!(a.xids.first().map(|x| x.at_ms), Some(8), "oldest dropped first");
+        assert_eq!(a.xids.last().and_then(|x| x.description.as_deref()), Some("GPU has fallen off the bus"));
+        assert_eq!(telemetry.devices[1].xids[0].description, None, "an unknown code keeps its number only");
+        assert!(telemetry.devices[2].xids.is_empty() && telemetry.devices[2].xid_count == 0);
     }
 
     #[test]

@@ -352,8 +352,11 @@ pub fn render_dcgm(gpus: &[ringside_shared::GpuDevice], hostname: &str) -> Strin
     use ringside_shared::GpuDevice;
     type Field = fn(&GpuDevice) -> Option<f64>;
     const MIB: f64 = 1024.0 * 1024.0;
-    let families: [(&str, &str, &str, Field); 17] = [
+    let families: [(&str, &str, &str, Field); 18] = [
         ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", |g| g.utilization_gpu_pct),
+        ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", |g| {
+            Some(g.xids.last().map_or(0.0, |x| x.code as f64))
+        }),
         ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", |g| g.utilization_memory_pct),
         ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", |g| {
             g.memory_used_bytes.map(|b| (b as f64 / MIB).floor())
@@ -434,7 +437,10 @@ fn gpu_families(e: &mut Exposition, gpus: &[ringside_shared::GpuDevice]) {
         e.sample("ringside_gpu_info", &labels, 1.0);
     }
     type Field = fn(&GpuDevice) -> Option<f64>;
-    let families: [(&str, &str, &str, Field); 20] = [
+    let families: [(&str, &str, &str, Field); 21] = [
+        ("ringside_gpu_xid_errors_total", "counter", "XID errors the driver reported since ringsided started.", |g| {
+            Some(g.xid_count as f64)
+        }),
         ("ringside_gpu_utilization_ratio", "gauge", "Share of the last sample period the GPU was busy.", |g| {
             g.utilization_gpu_pct.map(|p| p / 100.0)
         }),

@@ -54,6 +54,14 @@ fn gpu_card(gpu: GpuDevice) -> impl IntoView {
                 <span class="muted" title=gpu.uuid.clone()>{format!("{} · {}", gpu.pci_bus_id, gpu.performance_state.clone().unwrap_or_default())}</span>
             </div>
             {lost.map(|why| view! { <div class="kernel-error" role="alert">{format!("Lost: {why}")}</div> })}
+            {gpu.xids.last().cloned().map(|x| {
+                let meaning = x.description.clone().unwrap_or_else(|| "see NVIDIA's XID catalogue".into());
+                view! {
+                    <div class="kernel-error gpu-xid" role="alert" title=meaning.clone()>
+                        {format!("XID {} ({meaning}); {} since ringsided started", x.code, gpu.xid_count)}
+                    </div>
+                }
+            })}
             <div class="kernel-stats">
                 <div>
                     <span class="stat-label">"Utilisation · memory"</span>

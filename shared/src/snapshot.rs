@@ -833,12 +833,27 @@ pub struct GpuDevice {
     pub compute_mode: Option<String>,
     /// `P0` (fastest) to `P15`.
     pub performance_state: Option<String>,
+    /// The latest XID errors the driver reported for this GPU (at most 32, oldest first), and
+    /// how many since the daemon started.
+    #[serde(default)]
+    pub xids: Vec<GpuXid>,
+    #[serde(default)]
+    pub xid_count: u64,
     /// Compute processes on this GPU (the first 64 NVML lists), by host pid where known.
     #[serde(default)]
     pub processes: Vec<GpuProcess>,
     /// Why each `null` field above is absent, by field name.
     #[serde(default)]
     pub unsupported: BTreeMap<String, String>,
+}
+
+/// An XID error: the driver's code for what went wrong with a GPU.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GpuXid {
+    pub code: u64,
+    pub at_ms: UnixMillis,
+    /// What the code means, where it is one of the well-known ones.
+    pub description: Option<String>,
 }
 
 /// A process using a GPU, as NVML sees it.

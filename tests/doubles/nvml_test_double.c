@@ -23,6 +23,8 @@
  *                                   memory_temp, power, energy, pcie, throttle, ecc, retired,
  *                                   remapped, persistence, processes, nvlink
  *     lost 1                        every call about this GPU answers GPU_IS_LOST
+ *     xid CODE                      a critical XID event (repeatable, at most 16): each is
+ *                                   delivered once, in order, through nvmlEventSetWait
  *
  * Lines it does not understand are ignored. Everything else has plausible defaults.
  */
@@ -40,6 +42,7 @@ enum {
     NVML_ERROR_NOT_FOUND = 6,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_TIMEOUT = 10,
     NVML_ERROR_GPU_IS_LOST = 15,
 };
 
@@ -61,7 +64,12 @@ struct gpu {
     unsigned process_count;
     char unsupported[256];
     int lost;
+    unsigned long long xids[16];
+    unsigned xid_count;
 };
+
+/* XIDs of each GPU delivered so far: kept across reloads of the control file. */
+static unsigned xids_delivered[MAX_GPUS];
 
 static struct gpu gpus[MAX_GPUS];
 static unsigned gpu_count = 1;
@@ -138,6 +146,8 @@ static void load(void) {
                 if (sscanf(rest, "%31s", what) == 1 && used + strlen(what) + 3 < sizeof g->unsupported) {
                     snprintf(g->unsupported + used, sizeof g->unsupported - used, " %s ", what);
                 }
+            } else if (!strcmp(key, "xid") && g->xid_count < 16) {
+                g->xids[g->xid_count++] = strtoull(rest, NULL, 10);
             } else if (!strcmp(key, "lost")) {
                 g->lost = atoi(rest);
             }
@@ -518,4 +528,60 @@ nvmlReturn_t nvmlDeviceGetFieldValues(void *device, int count, struct field_valu
         }
     }
     return NVML_SUCCESS;
+}
+
+/* Events: one set (the daemon makes one); XIDs from the control file. */
+enum { EVENT_DOUBLE_BIT_ECC = 0x2, EVENT_XID_CRITICAL = 0x8 };
+static int event_set;
+
+struct event_data {
+    void *device;
+    unsigned long long type, data;
+    unsigned gpu_instance_id, compute_instance_id;
+};
+
+nvmlReturn_t nvmlEventSetCreate(void **set) {
+    if (!initialised) {
+        return NVML_ERROR_UNINITIALIZED;
+    }
+    *set = &event_set;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlEventSetFree(void *set) {
+    (void)set;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(void *device, unsigned long long *types) {
+    CHECK(device, "events");
+    (void)g;
+    *types = EVENT_DOUBLE_BIT_ECC | EVENT_XID_CRITICAL;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(void *device, unsigned long long types, void *set) {
+    CHECK(device, "events");
+    (void)g;
+    (void)types;
+    return set == &event_set ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(void *set, struct event_data *data, unsigned timeout_ms) {
+    if (set != &event_set) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    load();
+    for (unsigned i = 0; i < gpu_count; i++) {
+        if (xids_delivered[i] < gpus[i].xid_count) {
+            memset(data, 0, sizeof *data);
+            data->device = &gpus[i];
+            data->type = EVENT_XID_CRITICAL;
+            data->data = gpus[i].xids[xids_delivered[i]++];
+            return NVML_SUCCESS;
+        }
+    }
+    struct timespec pause = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
+    nanosleep(&pause, NULL);
+    return NVML_ERROR_TIMEOUT;
 }

@@ -183,6 +183,23 @@ async fn eight_gpus_reach_the_snapshot_metrics_and_dcgm_names() -> Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
+    // An XID on GPU 6, delivered through NVML's event set: logged with its meaning, counted,
+    // and a critical alert (79 is among the codes that mean the GPU is failing).
+    std::fs::write(&control, std::fs::read_to_string(&control)? + "gpu 6 xid 79\n")?;
+    let with_xid = gpus_when(&daemon, "XID 79 on GPU 6", |s| s["gpus"]["devices"][6]["xid_count"] == 1).await?;
+    let xid = &with_xid["gpus"]["devices"][6]["xids"][0];
+    assert_eq!((xid["code"].as_u64(), xid["description"].as_str()), (Some(79), Some("GPU has fallen off the bus")));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let xid_alert = alert(&daemon.get_json("/api/alerts").await?, "gpu:6/xid");
+        if xid_alert["severity"] == "critical" {
+            assert!(xid_alert["message"].as_str().unwrap_or_default().contains("XID 79"), "{xid_alert}");
+            break;
+        }
+        ensure!(Instant::now() < deadline, "a critical XID alert within 15 s: {xid_alert}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     // GPU 4 falls off the bus: the component says which, the others are still shown.
     std::fs::write(&control, std::fs::read_to_string(&control)? + "gpu 4 lost 1\n")?;
     let lost = gpus_when(&daemon, "GPU 4 lost", |s| component(s)["status"] == "degraded").await?;

@@ -38,9 +38,12 @@ fn level(value: f64, levels: [(f64, Severity); 3]) -> Option<(Severity, f64)> {
 /// The clock throttle reasons that mean the hardware protects itself (not a setting or idling).
 const HARDWARE_THROTTLES: [&str; 4] = ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake", "sw_thermal_slowdown"];
 
+/// An XID keeps its GPU's `xid` alert raised this long; quiet that long, the alert resolves.
+const XID_WINDOW_MS: u64 = 5 * 60 * 1000;
+
 /// `gpu_health` conditions: one per GPU and kind (the source is `gpu:<index>/<kind>`, so each
 /// has its own alert), labelled with the GPU's index and UUID.
-fn gpu_conditions(t: &Thresholds, gpus: &ringside_shared::GpuTelemetry, found: &mut Vec<Condition>) {
+fn gpu_conditions(t: &Thresholds, gpus: &ringside_shared::GpuTelemetry, now_ms: u64, found: &mut Vec<Condition>) {
     for gpu in &gpus.devices {
         let mut add = |kind: &str, severity: Severity, value: f64, threshold: f64, what: String| {
             found.push(Condition {
@@ -61,6 +64,15 @@ fn gpu_conditions(t: &Thresholds, gpus: &ringside_shared::GpuTelemetry, found: &
         if let Some(why) = gpu.unsupported.get("gpu") {
             add("lost", Severity::Critical, 1.0, 0.0, why.clone());
             continue;
+        }
+        let recent: Vec<&ringside_shared::GpuXid> =
+            gpu.xids.iter().filter(|x| now_ms.saturating_sub(x.at_ms) < XID_WINDOW_MS).collect();
+        if let Some(latest) = recent.last() {
+            let critical = recent.iter().any(|x| crate::gpu::CRITICAL_XIDS.contains(&x.code));
+            let meaning = latest.description.as_deref().map(|d| format!(" ({d})")).unwrap_or_default();
+            let what = format!("XID {}{meaning}; {} XIDs in the last 5 min", latest.code, recent.len());
+            let severity = if critical { Severity::Critical } else { Severity::Warning };
+            add("xid", severity, recent.len() as f64, 0.0, what);
         }
         if let Some(n) = gpu.ecc_uncorrected_volatile.filter(|n| *n > 0) {
             add(
@@ -250,7 +262,7 @@ pub fn conditions(
     }
 
     if let Some(gpus) = &sample.gpus {
-        gpu_conditions(t, gpus, &mut found);
+        gpu_conditions(t, gpus, sample.taken_at_ms, &mut found);
     }
 
     // Ejected sched_ext scheduler: a standing condition while the daemon runs on the fallback.
@@ -399,6 +411,23 @@ mod tests {
                 ("gpu:2/lost", Severity::Critical),
             ],
             "a power cap or idling is no trouble"
+        );
+        // XIDs: critical codes are critical, others warnings, and only the last 5 min count.
+        let xid = |code, at_ms| ringside_shared::GpuXid { code, at_ms, description: None };
+        let mut gpus = sample.gpus.clone().unwrap();
+        gpus.devices[0].xids = vec![xid(79, 1_000), xid(13, 400_000)];
+        gpus.devices[1].xids = vec![xid(13, 400_000)];
+        sample.gpus = Some(gpus);
+        sample.taken_at_ms = 500_000;
+        let xids: Vec<(String, Severity, f64)> = conditions(&t, &sample, &WindowAggregates::default(), &[])
+            .into_iter()
+            .filter(|c| c.source.ends_with("/xid"))
+            .map(|c| (c.source, c.severity, c.value))
+            .collect();
+        assert_eq!(
+            xids,
+            [("gpu:0/xid".to_string(), Severity::Warning, 1.0), ("gpu:1/xid".to_string(), Severity::Warning, 1.0)],
+            "XID 79 is over 5 min old: only the 13s count"
         );
         let ecc = found.iter().find(|c| c.source == "gpu:1/ecc").unwrap();
         assert_eq!(ecc.labels["uuid"], "GPU-1");
