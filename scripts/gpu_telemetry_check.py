@@ -161,7 +161,7 @@ def report(snapshot, metrics, daemon_pid, snapshot_out):
     component = next((c for c in snapshot["components"] if c["name"] == "gpu"), None)
     print(f"GPU source: available={gpus.get('available')} reason={gpus.get('reason')} "
           f"component={component} driver={gpus.get('driver_version')} cuda={gpus.get('cuda_driver_version')} "
-          f"nvml={gpus.get('nvml_version')}")
+          f"nvml={gpus.get('nvml_version')} xid_events={gpus.get('xid_events')}")
     if not gpus.get("available") or not gpus.get("devices"):
         print("gpu-telemetry: FAILED: the GPU source has no reading")
         return 1

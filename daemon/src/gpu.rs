@@ -206,6 +206,7 @@ fn session(
         let tick = Instant::now();
         let mut telemetry = read_all(nvml);
         xids.attach(&mut telemetry);
+        telemetry.xid_events = events.is_some();
         let lost = telemetry.devices.iter().any(|d| d.unsupported.contains_key("gpu"));
         publish(telemetry.clone(), false);
         if lost {
@@ -766,6 +767,9 @@ mod tests {
         println!("gpu source: {status:?}, {telemetry:?}");
         if telemetry.available {
             assert!(!telemetry.devices.is_empty(), "{telemetry:?}");
+            if std::env::var_os("RINGSIDE_REQUIRE_CUDA").is_some() {
+                assert!(telemetry.xid_events, "a GPU node's driver takes XID event registrations");
+            }
             for gpu in &telemetry.devices {
                 assert!(gpu.uuid.starts_with("GPU-") && !gpu.name.is_empty(), "{gpu:?}");
                 assert!(gpu.memory_total_bytes.is_some_and(|t| t > 0), "{gpu:?}");

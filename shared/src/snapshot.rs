@@ -767,6 +767,10 @@ pub struct GpuTelemetry {
     /// When NVML was last read (it is sampled on its own thread, so a slow driver never holds
     /// up a tick).
     pub sampled_at_ms: Option<UnixMillis>,
+    /// XID and double-bit ECC events are watched (NVML's event set is registered on at least
+    /// one GPU); without it XIDs are not seen.
+    #[serde(default)]
+    pub xid_events: bool,
     pub devices: Vec<GpuDevice>,
 }
 

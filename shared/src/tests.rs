@@ -134,6 +134,7 @@ fn gpus() -> GpuTelemetry {
         cuda_driver_version: Some("13.0".into()),
         nvml_version: Some("13.580.159.04".into()),
         sampled_at_ms: Some(1_700_000_002_900),
+        xid_events: true,
         devices: vec![GpuDevice {
             index: 0,
             name: "NVIDIA H200".into(),

@@ -78,6 +78,7 @@ async fn eight_gpus_reach_the_snapshot_metrics_and_dcgm_names() -> Result<()> {
     assert_eq!(gpus["available"], true, "{gpus}");
     assert_eq!(gpus["driver_version"], "580.0-double");
     assert_eq!(gpus["cuda_driver_version"], "13.0");
+    assert_eq!(gpus["xid_events"], true, "the event set is registered");
     assert_eq!(component(&snapshot)["status"], "up", "{}", component(&snapshot));
     let gpu = |i: usize| &gpus["devices"][i];
 
