@@ -41,6 +41,22 @@ pub fn throttle_text(reasons: &[String]) -> String {
     reasons.iter().map(|r| r.replace('_', " ")).collect::<Vec<_>>().join(", ")
 }
 
+/// What a process holds on the node's GPUs, joined by pid with NVML's process lists (the
+/// daemon sees host pids, as NVML reports them): "GPU 0: 552 MiB, SM 72 %; GPU 1: 1.0 GiB".
+pub fn gpu_use_of(pid: u32, gpus: &GpuTelemetry) -> Option<String> {
+    let parts: Vec<String> = gpus
+        .devices
+        .iter()
+        .filter_map(|g| {
+            let p = g.processes.iter().find(|p| p.pid == pid)?;
+            let memory = p.gpu_memory_bytes.map(bytes).unwrap_or_else(|| "memory unknown".into());
+            let sm = p.sm_utilization_pct.map(|s| format!(", SM {s:.0} %")).unwrap_or_default();
+            Some(format!("GPU {}: {memory}{sm}", g.index))
+        })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
 fn gpu_card(gpu: GpuDevice) -> impl IntoView {
     let memory_pct = ratio(gpu.memory_used_bytes.map(|b| b as f64), gpu.memory_total_bytes.map(|b| b as f64));
     let power_pct = ratio(gpu.power_draw_w, gpu.power_limit_w);
@@ -177,6 +193,35 @@ pub fn GpusPanel() -> impl IntoView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_is_joined_to_its_gpus_by_pid() {
+        use ringside_shared::GpuProcess;
+        let process = |pid, memory, sm| GpuProcess {
+            pid,
+            gpu_memory_bytes: memory,
+            sm_utilization_pct: sm,
+            memory_utilization_pct: None,
+        };
+        let gpus = GpuTelemetry {
+            devices: vec![
+                GpuDevice {
+                    index: 0,
+                    processes: vec![process(7, Some(552 << 20), Some(72.0))],
+                    ..GpuDevice::default()
+                },
+                GpuDevice {
+                    index: 1,
+                    processes: vec![process(9, None, None), process(7, Some(1 << 30), None)],
+                    ..GpuDevice::default()
+                },
+            ],
+            ..GpuTelemetry::default()
+        };
+        assert_eq!(gpu_use_of(7, &gpus).as_deref(), Some("GPU 0: 552 MiB, SM 72 %; GPU 1: 1.0 GiB"));
+        assert_eq!(gpu_use_of(9, &gpus).as_deref(), Some("GPU 1: memory unknown"));
+        assert_eq!(gpu_use_of(8, &gpus), None);
+    }
 
     #[test]
     fn throttle_reasons_read_as_words() {

@@ -63,7 +63,8 @@ fn Timeline(process: MlProcessInfo, now_ms: u64) -> impl IntoView {
     }
 }
 
-fn process_row(p: MlProcessInfo, now_ms: u64) -> impl IntoView {
+/// `gpu_use`: what NVML says the process holds on each GPU (memory, SM share), if anything.
+fn process_row(p: MlProcessInfo, gpu_use: Option<String>, now_ms: u64) -> impl IntoView {
     let gpu = if p.gpus.is_empty() {
         "no GPU open".to_string()
     } else {
@@ -92,6 +93,7 @@ fn process_row(p: MlProcessInfo, now_ms: u64) -> impl IntoView {
             </div>
             <Timeline process=p.clone() now_ms />
             <div class="muted small">{format!("{} · probes: {probed} · {}", gpu, phase_times(&p.phase_ms))}</div>
+            {gpu_use.map(|u| view! { <div class="small gpu-use">{u}</div> })}
             <div class=if p.admitted { "admission admitted small" } else { "admission small muted" }>{format!("{user}{}", p.admission)}</div>
             {refused}
         </div>
@@ -278,7 +280,16 @@ pub fn SchedulerPanel() -> impl IntoView {
     let body = move || {
         let now_ms = store.server_time_ms.get();
         store.scheduler.get().map(|s| {
-            let processes = s.processes.iter().cloned().map(|p| process_row(p, now_ms)).collect_view();
+            let gpus = store.gpus.get();
+            let processes = s
+                .processes
+                .iter()
+                .cloned()
+                .map(|p| {
+                    let use_of = gpus.as_ref().and_then(|g| crate::gpus::gpu_use_of(p.pid, g));
+                    process_row(p, use_of, now_ms)
+                })
+                .collect_view();
             view! {
                 {summary(&s)}
                 {scx_panel(&s)}

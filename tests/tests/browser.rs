@@ -403,15 +403,24 @@ async fn two_browsers_see_each_others_acknowledgements_live() -> Result<()> {
 #[tokio::test]
 async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
     const WAIT: Duration = Duration::from_secs(30);
+    // GPUs from the NVML test double, which lists the workload as a compute process on GPU 0
+    // once the control file says so (no GPU here).
+    let nvml = Scratch::new("nvml-control");
+    let control = nvml.0.join("nvml-double.conf");
     let daemon = Daemon::start(DaemonOptions {
         token: None,
         interval_ms: 500,
         config: "[scheduler]\nwindow_ms = 100\nscan_interval_ms = 200\n".into(),
+        env: vec![
+            ("LD_LIBRARY_PATH".into(), env!("RINGSIDE_NVML_DOUBLE_DIR").into()),
+            ("RINGSIDE_NVML_DOUBLE".into(), control.display().to_string()),
+        ],
         ..DaemonOptions::default()
     })?;
     let workload_dir = Scratch::new("workload");
     let workload = Workload::start(&workload_dir.0, 700, 6)?;
     let pid = workload.pid();
+    std::fs::write(&control, format!("gpus 2\ngpu 1 process {pid} {} 64\n", 1u64 << 30))?;
     // Beside it, a process mapping a 3 GiB sparse file named like the CUDA driver: refused.
     let huge = workload_dir.0.join("huge").join("libcuda.so.1");
     std::fs::create_dir_all(huge.parent().unwrap())?;
@@ -441,6 +450,12 @@ async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
             Ok((classes.len() >= 3).then_some(()))
         })
         .await?;
+        // Its GPU use, joined by pid with NVML's process list of GPU 1.
+        let gpu_use = eventually("the job's GPU use", WAIT, || async {
+            text_of(&client, &format!(".ml-process[data-pid='{pid}'] .gpu-use")).await
+        })
+        .await?;
+        assert_eq!(gpu_use, "GPU 1: 1.0 GiB, SM 64 %");
         let row = text_of(&client, &format!("#scheduler-panel tr[data-tid='{pid}']")).await?;
         assert!(row.is_some_and(|r| r.contains("ml-workload")), "the main thread has a row in the table");
         let worker = text_of(&client, "#scheduler-panel .ml-processes").await?.unwrap_or_default();
