@@ -18,6 +18,7 @@ pub async fn run(state: Arc<NodeState>, sources: Vec<Box<dyn MetricsSource>>, mu
     let mut ticker = tokio::time::interval(Duration::from_millis(state.interval_ms()));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut sources = Some(sources);
+    let mut attribution = crate::attribution::IdleAttribution::default();
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
@@ -30,8 +31,9 @@ pub async fn run(state: Arc<NodeState>, sources: Vec<Box<dyn MetricsSource>>, mu
             (taken, collected)
         });
         match tick.await {
-            Ok((back, (sample, components, failures))) => {
+            Ok((back, (mut sample, components, failures))) => {
                 sources = Some(back);
+                attribution.update(&mut sample);
                 state.apply_tick(sample, components, &failures, started.elapsed());
             }
             Err(e) => {

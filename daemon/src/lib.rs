@@ -14,6 +14,7 @@
 //! never from a route.
 
 pub mod alerts;
+pub mod attribution;
 pub mod clock;
 pub mod collector;
 pub mod config;

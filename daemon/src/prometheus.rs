@@ -338,6 +338,26 @@ pub fn render(state: &NodeState) -> String {
     }
     if let Some(gpus) = &snapshot.gpus {
         gpu_families(&mut e, &gpus.devices);
+        if !gpus.idle.is_empty() {
+            e.family(
+                "ringside_job_gpu_idle_ratio",
+                "gauge",
+                "Share of the last minute a GPU an ML job uses was idle, by the job's phase meanwhile.",
+            );
+            for a in &gpus.idle {
+                let (job, gpu) = (a.job.to_string(), a.gpu.to_string());
+                for phase in Phase::ALL {
+                    let labels = [
+                        ("job", job.as_str()),
+                        ("comm", a.comm.as_str()),
+                        ("gpu", gpu.as_str()),
+                        ("uuid", a.uuid.as_str()),
+                        ("phase", phase.as_str()),
+                    ];
+                    e.sample("ringside_job_gpu_idle_ratio", &labels, a.idle_by_phase_pct.get(phase) / 100.0);
+                }
+            }
+        }
     }
     e.out
 }

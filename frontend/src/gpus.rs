@@ -57,7 +57,7 @@ pub fn gpu_use_of(pid: u32, gpus: &GpuTelemetry) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 
-fn gpu_card(gpu: GpuDevice) -> impl IntoView {
+fn gpu_card(gpu: GpuDevice, idle: Vec<String>) -> impl IntoView {
     let memory_pct = ratio(gpu.memory_used_bytes.map(|b| b as f64), gpu.memory_total_bytes.map(|b| b as f64));
     let power_pct = ratio(gpu.power_draw_w, gpu.power_limit_w);
     let throttled = gpu.throttle_reasons.as_ref().is_some_and(|r| r.iter().any(|r| r != "gpu_idle"));
@@ -132,6 +132,7 @@ fn gpu_card(gpu: GpuDevice) -> impl IntoView {
                     {figure(&gpu, "pcie_rx_bytes_per_s", gpu.pcie_rx_bytes_per_s, |b| format!(" · {}/s", bytes(b)))}
                 </div>
             </div>
+            {idle.into_iter().map(|line| view! { <div class="gpu-idle small">{line}</div> }).collect_view()}
             <table class="gpu-processes">
                 <thead><tr><th>"pid"</th><th>"GPU memory"</th><th>"SM"</th></tr></thead>
                 <tbody>
@@ -176,7 +177,21 @@ pub fn GpusPanel() -> impl IntoView {
             );
             view! {
                 <p class="muted">{versions}</p>
-                <div class="kernel-cards">{t.devices.into_iter().map(gpu_card).collect_view()}</div>
+                <div class="kernel-cards">
+                    {t.devices
+                        .into_iter()
+                        .map(|gpu| {
+                            // Why this GPU sat idle, per job on it, from the daemon's attribution.
+                            let idle = t
+                                .idle
+                                .iter()
+                                .filter(|a| a.uuid == gpu.uuid)
+                                .map(|a| format!("{} (pid {}): {}", a.comm, a.job, a.describe()))
+                                .collect();
+                            gpu_card(gpu, idle)
+                        })
+                        .collect_view()}
+                </div>
             }
             .into_any()
         }

@@ -772,6 +772,10 @@ pub struct GpuTelemetry {
     #[serde(default)]
     pub xid_events: bool,
     pub devices: Vec<GpuDevice>,
+    /// Why each GPU an ML job uses sat idle over the last minute, by what the job was doing
+    /// (see `docs/gpu.md`, "Idle attribution"); at most 64 entries.
+    #[serde(default)]
+    pub idle: Vec<GpuIdleAttribution>,
 }
 
 /// One GPU at one instant. A field the GPU or driver does not report is `null`, and
@@ -849,6 +853,44 @@ pub struct GpuDevice {
     /// Why each `null` field above is absent, by field name.
     #[serde(default)]
     pub unsupported: BTreeMap<String, String>,
+}
+
+/// The idle time of one GPU one ML job uses, split by the job's phase at the time.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GpuIdleAttribution {
+    /// The job's main process.
+    pub job: u32,
+    pub comm: String,
+    pub gpu: u32,
+    pub uuid: String,
+    /// How much of the window the figures cover (the job's observed time).
+    pub window_ms: u64,
+    /// Share of that time the GPU was idle, 0-100.
+    pub idle_pct: f64,
+    /// Share of that time the GPU was idle while the job was in each phase, 0-100; they add
+    /// up to `idle_pct`.
+    pub idle_by_phase_pct: PhaseValues<f64>,
+}
+
+impl GpuIdleAttribution {
+    /// "GPU 0 idle 38% of the last minute: 30% waiting for data, 8% in the optimizer step".
+    pub fn describe(&self) -> String {
+        let words = |phase: Phase| match phase {
+            Phase::DataLoading => "waiting for data",
+            Phase::GpuCompute => "while computing",
+            Phase::NcclCollective => "in a collective",
+            Phase::OptimizerStep => "in the optimizer step",
+            Phase::Unknown => "unknown",
+        };
+        let mut parts: Vec<(f64, Phase)> = Phase::ALL.iter().map(|p| (self.idle_by_phase_pct.get(*p), *p)).collect();
+        parts.sort_by(|x, y| y.0.total_cmp(&x.0));
+        let parts: Vec<String> = parts
+            .into_iter()
+            .filter(|(pct, _)| *pct >= 0.5)
+            .map(|(pct, p)| format!("{pct:.0}% {}", words(p)))
+            .collect();
+        format!("GPU {} idle {:.0}% of the last minute: {}", self.gpu, self.idle_pct, parts.join(", "))
+    }
 }
 
 /// An XID error: the driver's code for what went wrong with a GPU.

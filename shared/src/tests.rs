@@ -135,6 +135,15 @@ fn gpus() -> GpuTelemetry {
         nvml_version: Some("13.580.159.04".into()),
         sampled_at_ms: Some(1_700_000_002_900),
         xid_events: true,
+        idle: vec![GpuIdleAttribution {
+            job: 4242,
+            comm: "train".into(),
+            gpu: 0,
+            uuid: "GPU-00000000-1111-2222-3333-444444444444".into(),
+            window_ms: 60_000,
+            idle_pct: 38.0,
+            idle_by_phase_pct: PhaseValues { data_loading: 30.0, optimizer_step: 8.0, ..PhaseValues::default() },
+        }],
         devices: vec![GpuDevice {
             index: 0,
             name: "NVIDIA H200".into(),
@@ -545,4 +554,13 @@ fn a_snapshot_from_before_the_gpu_source_still_reads() {
     let wire = serde_json::to_value(gpus()).unwrap();
     assert!(wire["devices"][0]["nvlink_links"].is_null());
     assert_eq!(wire["devices"][0]["unsupported"]["nvlink_links"], "not supported by this GPU or driver");
+}
+
+#[test]
+fn idle_attribution_reads_as_a_sentence() {
+    let g = gpus();
+    assert_eq!(
+        g.idle[0].describe(),
+        "GPU 0 idle 38% of the last minute: 30% waiting for data, 8% in the optimizer step"
+    );
 }

@@ -420,7 +420,7 @@ async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
     let workload_dir = Scratch::new("workload");
     let workload = Workload::start(&workload_dir.0, 700, 6)?;
     let pid = workload.pid();
-    std::fs::write(&control, format!("gpus 2\ngpu 1 process {pid} {} 64\n", 1u64 << 30))?;
+    std::fs::write(&control, format!("gpus 2\ngpu 1 util 40 10\ngpu 1 process {pid} {} 64\n", 1u64 << 30))?;
     // Beside it, a process mapping a 3 GiB sparse file named like the CUDA driver: refused.
     let huge = workload_dir.0.join("huge").join("libcuda.so.1");
     std::fs::create_dir_all(huge.parent().unwrap())?;
@@ -456,6 +456,17 @@ async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
         })
         .await?;
         assert_eq!(gpu_use, "GPU 1: 1.0 GiB, SM 64 %");
+        // Why GPU 1 sits idle (60 % of the time: it is 40 % busy), split by the job's phases.
+        let idle = eventually("GPU 1's idle attribution", WAIT, || async {
+            text_of(&client, "#gpus-panel .gpu-card[data-gpu-index='1'] .gpu-idle").await
+        })
+        .await?;
+        assert!(idle.starts_with(&format!("ml-workload (pid {pid}): GPU 1 idle 60% of the last minute: ")), "{idle}");
+        assert!(idle.contains("waiting for data"), "the workload loads data part of the time: {idle}");
+        let metrics = daemon.get("/metrics").await?.text().await?;
+        ringside_tests::promtool_check(&metrics)?;
+        let series = format!("ringside_job_gpu_idle_ratio{{job=\"{pid}\",comm=\"ml-workload\",gpu=\"1\"");
+        assert!(metrics.contains(&series), "{series} in /metrics");
         let row = text_of(&client, &format!("#scheduler-panel tr[data-tid='{pid}']")).await?;
         assert!(row.is_some_and(|r| r.contains("ml-workload")), "the main thread has a row in the table");
         let worker = text_of(&client, "#scheduler-panel .ml-processes").await?.unwrap_or_default();

@@ -42,13 +42,26 @@ pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn measure(root: &Path, interval_ms: u64, seconds: u64) -> Result<(f64, u64)> {
+/// What a measured daemon runs with besides its defaults.
+#[derive(Default)]
+struct Extra<'a> {
+    config: &'a str,
+    env: Vec<(&'a str, String)>,
+}
+
+fn measure(root: &Path, interval_ms: u64, seconds: u64, extra: &Extra) -> Result<(f64, u64)> {
     let port = free_port()?;
     let data = std::env::temp_dir().join(format!("ringside-bench-{port}"));
+    std::fs::create_dir_all(&data)?;
+    let config = data.join("ringside.toml");
+    std::fs::write(&config, extra.config)?;
     let child = Command::new(root.join("target/release/ringsided"))
         .args(["--listen", &format!("127.0.0.1:{port}"), "--interval-ms", &interval_ms.to_string()])
         .arg("--data-dir")
-        .arg(&data)
+        .arg(data.join("data"))
+        .arg("--config")
+        .arg(&config)
+        .envs(extra.env.iter().map(|(k, v)| (k, v)))
         .env("RINGSIDE_TOKEN", "bench-token-0123456789")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -78,14 +91,65 @@ pub fn run(root: &Path) -> Result<()> {
         bail!("RINGSIDE_BENCH_SECONDS must be at least 1");
     }
     eprintln!("idle daemon, {seconds} s per phase");
-    let (cpu_default, rss_default) = measure(root, 1000, seconds)?;
-    let (cpu_fast, rss_fast) = measure(root, 100, seconds)?;
+    let (cpu_default, rss_default) = measure(root, 1000, seconds, &Extra::default())?;
+    let (cpu_fast, rss_fast) = measure(root, 100, seconds, &Extra::default())?;
     println!("| interval | CPU (% of one core) | peak RSS |");
     println!("|---|---|---|");
     println!("| 1000 ms (default) | {cpu_default:.3} | {} KiB |", rss_default);
     println!("| 100 ms | {cpu_fast:.3} | {} KiB |", rss_fast);
     if cpu_default > 0.0 {
         println!("CPU ratio 100 ms / 1000 ms: {:.1}x", cpu_fast / cpu_default);
+    }
+    gpu_source(root, seconds)
+}
+
+/// The GPU source's cost: the daemon with it off, then reading 1 and 8 GPUs of the NVML test
+/// double (`tests/doubles/nvml_test_double.c`, built here; there is no GPU on the reference
+/// machine), at the default interval, side by side.
+fn gpu_source(root: &Path, seconds: u64) -> Result<()> {
+    let dir = root.join("target/nvml-double");
+    std::fs::create_dir_all(&dir)?;
+    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
+    let built = Command::new(cc)
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(dir.join("libnvidia-ml.so.1"))
+        .arg(root.join("tests/doubles/nvml_test_double.c"))
+        .status()?;
+    if !built.success() {
+        bail!("cannot build the NVML test double");
+    }
+    let mut rows = Vec::new();
+    for gpus in [0u32, 1, 8] {
+        let control = dir.join(format!("bench-{gpus}.conf"));
+        // Each GPU with a process on it, so its process list is read too.
+        let mut text = format!("gpus {gpus}\n");
+        for i in 0..gpus {
+            text.push_str(&format!("gpu {i} process {} 1073741824 50\n", 100 + i));
+        }
+        std::fs::write(&control, text)?;
+        let extra = if gpus == 0 {
+            Extra { config: "[gpu]\nmode = \"off\"\n", env: Vec::new() }
+        } else {
+            Extra {
+                config: "",
+                env: vec![
+                    ("LD_LIBRARY_PATH", dir.display().to_string()),
+                    ("RINGSIDE_NVML_DOUBLE", control.display().to_string()),
+                ],
+            }
+        };
+        let (cpu, rss) = measure(root, 1000, seconds, &extra)?;
+        rows.push((gpus, cpu, rss));
+    }
+    println!();
+    println!("| GPU source (1000 ms) | CPU (% of one core) | peak RSS |");
+    println!("|---|---|---|");
+    for (gpus, cpu, rss) in &rows {
+        let what = if *gpus == 0 { "off".to_string() } else { format!("{gpus} GPUs (NVML test double)") };
+        println!("| {what} | {cpu:.3} | {rss} KiB |");
+    }
+    if let [(_, off, _), _, (_, eight, _)] = rows.as_slice() {
+        println!("GPU source with 8 GPUs: +{:.3} % of a core over off", eight - off);
     }
     Ok(())
 }
