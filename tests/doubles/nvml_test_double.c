@@ -21,7 +21,8 @@
  *     process PID MEMORY SM_PCT     a compute process (repeatable, at most 16)
  *     unsupported WHAT              NVML_ERROR_NOT_SUPPORTED for WHAT: numa, temperature,
  *                                   memory_temp, power, energy, pcie, throttle, ecc, retired,
- *                                   remapped, persistence, processes, nvlink
+ *                                   remapped, persistence, processes, nvlink; or `all`:
+ *                                   every call about the GPU
  *     lost 1                        every call about this GPU answers GPU_IS_LOST
  *     xid CODE                      a critical XID event (repeatable, at most 16): each is
  *                                   delivered once, in order, through nvmlEventSetWait
@@ -170,7 +171,7 @@ static nvmlReturn_t check(void *device, const char *what) {
     }
     char needle[72];
     snprintf(needle, sizeof needle, " %s ", what);
-    return strstr(g->unsupported, needle) ? NVML_ERROR_NOT_SUPPORTED : NVML_SUCCESS;
+    return strstr(g->unsupported, needle) || strstr(g->unsupported, " all ") ? NVML_ERROR_NOT_SUPPORTED : NVML_SUCCESS;
 }
 
 #define CHECK(device, what)                          \

@@ -166,11 +166,25 @@ async fn console_flow(client: &Client, daemon: &Daemon, downloads: &Path) -> Res
     // driver, that there is none, in the snapshot's words; on a GPU node, a card per GPU.
     let gpus = eventually("a GPU reading in the snapshot", WAIT, || async {
         let gpus = daemon.get_json("/api/snapshot").await?["gpus"].clone();
-        Ok((!gpus.is_null()).then_some(gpus))
+        // With GPUs, wait for the XID the test double delivers after the first reading.
+        let settled = gpus["available"] == false
+            || gpus["devices"].as_array().is_some_and(|d| d.iter().any(|g| g["xid_count"].as_u64() > Some(0)));
+        Ok((!gpus.is_null() && settled).then_some(gpus))
     })
     .await?;
     if gpus["available"] == true {
-        eventually("a GPU card", WAIT, || async { text_of(client, "#gpus-panel .gpu-card .kernel-id").await }).await?;
+        // A card per GPU, and the XID badge where the driver reported one, with its meaning.
+        let count = gpus["devices"].as_array().map_or(0, Vec::len);
+        eventually("a card per GPU", WAIT, || async {
+            Ok((client.find_all(Locator::Css("#gpus-panel .gpu-card")).await?.len() == count).then_some(()))
+        })
+        .await?;
+        for gpu in gpus["devices"].as_array().into_iter().flatten().filter(|g| g["xid_count"].as_u64() > Some(0)) {
+            let badge = format!("#gpus-panel .gpu-card[data-gpu-index='{}'] .gpu-xid", gpu["index"]);
+            let shown = eventually("the XID badge", WAIT, || async { text_of(client, &badge).await }).await?;
+            let code = gpu["xids"].as_array().and_then(|x| x.last()).map(|x| x["code"].to_string()).unwrap_or_default();
+            assert!(shown.starts_with(&format!("XID {code} (")), "{shown}");
+        }
     } else {
         let reason = gpus["reason"].as_str().unwrap_or("NVML did not answer").to_string();
         let shown =
@@ -236,10 +250,26 @@ async fn console_flow(client: &Client, daemon: &Daemon, downloads: &Path) -> Res
 
 #[tokio::test]
 async fn console_shows_live_data_acknowledges_and_downloads() -> Result<()> {
+    // Eight GPUs from the NVML test double (no GPU here): one throttled by heat, one with an
+    // XID, one busy with a nearly full memory.
+    let nvml = Scratch::new("nvml-console");
+    let control = nvml.0.join("nvml-double.conf");
+    std::fs::write(
+        &control,
+        format!(
+            "gpus 8\ngpu 0 util 97 60\ngpu 0 memory {} {}\ngpu 2 throttle 0x40\ngpu 2 temperature 86 90\ngpu 3 xid 79\n",
+            141u64 << 30,
+            120u64 << 30
+        ),
+    )?;
     let daemon = Daemon::start(DaemonOptions {
         token: None,
         interval_ms: 500,
         config: format!("{LOW_MEMORY_THRESHOLDS}\n{KERNELS}"),
+        env: vec![
+            ("LD_LIBRARY_PATH".into(), env!("RINGSIDE_NVML_DOUBLE_DIR").into()),
+            ("RINGSIDE_NVML_DOUBLE".into(), control.display().to_string()),
+        ],
         ..DaemonOptions::default()
     })?;
     let driver = Driver::start()?;

@@ -1,6 +1,6 @@
 //! The GPU source end to end, against the NVML test double (`tests/doubles/nvml_test_double.c`,
 //! a stand-in for `libnvidia-ml.so.1`, which no machine here has): eight GPUs reach the
-//! snapshot with the values the double was given, fields a GPU does not report are null with
+//! snapshot with the values the double was given (and a ninth that answers no call at all), fields a GPU does not report are null with
 //! the reason, `/metrics` stays promtool-clean, `/metrics/dcgm` speaks dcgm-exporter's names,
 //! a GPU lost mid-run degrades the component, and a driver that fails to start or is missing
 //! leaves the rest of the daemon running.
@@ -50,13 +50,14 @@ fn control_file(scratch: &Scratch, text: &str) -> Result<PathBuf> {
 }
 
 #[tokio::test]
-async fn eight_gpus_reach_the_snapshot_metrics_and_dcgm_names() -> Result<()> {
+async fn nine_gpus_reach_the_snapshot_metrics_and_dcgm_names_one_answering_nothing() -> Result<()> {
     let scratch = Scratch::new("nvml-eight");
     let me = std::process::id();
     let control = control_file(
         &scratch,
         &format!(
-            "gpus 8\n\
+            "gpus 9\n\
+             gpu 8 unsupported all\n\
              gpu 0 util 97 41\n\
              gpu 0 memory {total} {used}\n\
              gpu 0 process {me} {process_memory} 63\n\
@@ -73,7 +74,7 @@ async fn eight_gpus_reach_the_snapshot_metrics_and_dcgm_names() -> Result<()> {
     )?;
     let daemon = with_double(&control, "")?;
     let snapshot =
-        gpus_when(&daemon, "eight GPUs", |s| s["gpus"]["devices"].as_array().is_some_and(|d| d.len() == 8)).await?;
+        gpus_when(&daemon, "nine GPUs", |s| s["gpus"]["devices"].as_array().is_some_and(|d| d.len() == 9)).await?;
     let gpus = &snapshot["gpus"];
     assert_eq!(gpus["available"], true, "{gpus}");
     assert_eq!(gpus["driver_version"], "580.0-double");
@@ -117,6 +118,14 @@ async fn eight_gpus_reach_the_snapshot_metrics_and_dcgm_names() -> Result<()> {
         assert_eq!(gpu(3)["unsupported"][field], "not supported by this GPU or driver", "{field}");
     }
     assert_eq!(gpu(3)["temperature_gpu_c"], 40, "its other fields are read");
+    // GPU 8 answers nothing at all: every field null with the reason, and the rest goes on.
+    for (field, value) in gpu(8).as_object().context("GPU 8")? {
+        if value.is_null() {
+            assert_eq!(gpu(8)["unsupported"][field], "not supported by this GPU or driver", "{field}");
+        }
+    }
+    assert!(gpu(8)["utilization_gpu_pct"].is_null() && gpu(8)["memory_total_bytes"].is_null());
+    assert_eq!(gpu(8)["index"], 8);
 
     // /metrics: promtool-clean, a series per GPU, nothing for what is not reported.
     let metrics = daemon.get("/metrics").await?.text().await?;
