@@ -43,10 +43,18 @@ pub enum Metric {
     KernelInputQueueRatio,
     SchedulerMlTasks,
     SchedulerDecisionsPerS,
+    GpuUtilizationPct,
+    GpuMemoryUsedPct,
+    GpuTemperatureC,
+    GpuPowerW,
+    JobGpuIdlePct,
+    JobGpuIdleDataLoadingPct,
+    JobGpuIdleNcclCollectivePct,
+    JobGpuIdleOptimizerStepPct,
 }
 
 impl Metric {
-    pub const ALL: [(Metric, &'static str); 17] = [
+    pub const ALL: [(Metric, &'static str); 25] = [
         (Metric::HostCpuUtilizationPct, "host.cpu_utilization_pct"),
         (Metric::HostIowaitPct, "host.iowait_pct"),
         (Metric::HostMemoryUsedPct, "host.memory_used_pct"),
@@ -64,6 +72,14 @@ impl Metric {
         (Metric::KernelInputQueueRatio, "kernel.input_queue_ratio"),
         (Metric::SchedulerMlTasks, "scheduler.ml_tasks"),
         (Metric::SchedulerDecisionsPerS, "scheduler.decisions_per_s"),
+        (Metric::GpuUtilizationPct, "gpu.utilization_pct"),
+        (Metric::GpuMemoryUsedPct, "gpu.memory_used_pct"),
+        (Metric::GpuTemperatureC, "gpu.temperature_c"),
+        (Metric::GpuPowerW, "gpu.power_w"),
+        (Metric::JobGpuIdlePct, "job.gpu_idle_pct"),
+        (Metric::JobGpuIdleDataLoadingPct, "job.gpu_idle_data_loading_pct"),
+        (Metric::JobGpuIdleNcclCollectivePct, "job.gpu_idle_nccl_collective_pct"),
+        (Metric::JobGpuIdleOptimizerStepPct, "job.gpu_idle_optimizer_step_pct"),
     ];
 
     pub fn parse(name: &str) -> Option<Metric> {
@@ -84,6 +100,15 @@ impl Metric {
             sample.kernels.iter().filter_map(|k| f(&k.id).map(|v| (format!("kernel:{}", k.id), v))).collect()
         };
         let in_window = |id: &str| window.kernels.iter().find(|k| k.id == id);
+        // Per GPU (`gpu:<index>`), and per job and GPU (`job:<pid>/gpu:<index>`).
+        let gpus = |f: fn(&ringside_shared::GpuDevice) -> Option<f64>| -> Vec<(String, f64)> {
+            let devices = sample.gpus.iter().flat_map(|g| &g.devices);
+            devices.filter_map(|g| f(g).map(|v| (format!("gpu:{}", g.index), v))).collect()
+        };
+        let idle = |f: fn(&ringside_shared::GpuIdleAttribution) -> f64| -> Vec<(String, f64)> {
+            let entries = sample.gpus.iter().flat_map(|g| &g.idle);
+            entries.map(|a| (format!("job:{}/gpu:{}", a.job, a.gpu), f(a))).collect()
+        };
         match self {
             HostCpuUtilizationPct => host(|h| Some(h.cpu_utilization_pct)),
             HostIowaitPct => host(|h| Some(h.iowait_pct)),
@@ -110,6 +135,17 @@ impl Metric {
             SchedulerDecisionsPerS => {
                 window.scheduler.iter().map(|s| ("scheduler".to_string(), s.decisions_per_s)).collect()
             }
+            GpuUtilizationPct => gpus(|g| g.utilization_gpu_pct),
+            GpuMemoryUsedPct => gpus(|g| {
+                let total = g.memory_total_bytes.filter(|t| *t > 0)? as f64;
+                Some(g.memory_used_bytes? as f64 * 100.0 / total)
+            }),
+            GpuTemperatureC => gpus(|g| g.temperature_gpu_c.map(f64::from)),
+            GpuPowerW => gpus(|g| g.power_draw_w),
+            JobGpuIdlePct => idle(|a| a.idle_pct),
+            JobGpuIdleDataLoadingPct => idle(|a| a.idle_by_phase_pct.data_loading),
+            JobGpuIdleNcclCollectivePct => idle(|a| a.idle_by_phase_pct.nccl_collective),
+            JobGpuIdleOptimizerStepPct => idle(|a| a.idle_by_phase_pct.optimizer_step),
         }
     }
 }
@@ -406,6 +442,49 @@ mod tests {
         assert!(compile_text(bad_for).unwrap_err().starts_with("line 6: rule a: `for`"));
         let unknown_key = "[[rules]]\nname = \"a\"\nmetirc = \"host.load1\"\n";
         assert!(compile_text(unknown_key).unwrap_err().contains("metirc"));
+    }
+
+    #[test]
+    fn gpu_and_job_idle_rules_name_their_gpu_and_job() {
+        use ringside_shared::{GpuDevice, GpuIdleAttribution, GpuTelemetry, PhaseValues};
+        let text = "[[rules]]\nname = \"starved\"\nmetric = \"job.gpu_idle_data_loading_pct\"\nop = \">\"\nthreshold = 25\nfor = \"1s\"\nseverity = \"warning\"\n\n[[rules]]\nname = \"full\"\nmetric = \"gpu.memory_used_pct\"\nop = \">\"\nthreshold = 90\nseverity = \"error\"\n";
+        let mut engine = RuleEngine::new(compile_text(text).unwrap());
+        let sample = |t_ms: u64| {
+            let mut s = Sample::new(t_ms);
+            s.gpus = Some(GpuTelemetry {
+                available: true,
+                devices: vec![
+                    GpuDevice {
+                        index: 0,
+                        memory_used_bytes: Some(95),
+                        memory_total_bytes: Some(100),
+                        ..GpuDevice::default()
+                    },
+                    GpuDevice {
+                        index: 1,
+                        memory_used_bytes: Some(5),
+                        memory_total_bytes: Some(100),
+                        ..GpuDevice::default()
+                    },
+                ],
+                idle: vec![GpuIdleAttribution {
+                    job: 42,
+                    gpu: 1,
+                    idle_pct: 40.0,
+                    idle_by_phase_pct: PhaseValues { data_loading: 30.0, ..PhaseValues::default() },
+                    ..GpuIdleAttribution::default()
+                }],
+                ..GpuTelemetry::default()
+            });
+            s
+        };
+        let window = WindowAggregates::default();
+        let first: Vec<String> = engine.conditions(&sample(0), &window).into_iter().map(|c| c.source).collect();
+        assert_eq!(first, ["gpu:0"], "the memory rule at once, the idle rule after its 1 s");
+        let later = engine.conditions(&sample(1500), &window);
+        let idle = later.iter().find(|c| c.rule.as_deref() == Some("starved")).expect("the idle rule fires");
+        assert_eq!(idle.source, "job:42/gpu:1");
+        assert!(idle.message.contains("job.gpu_idle_data_loading_pct on job:42/gpu:1 is 30"), "{}", idle.message);
     }
 
     fn host_sample(t_ms: u64, cpu: f64) -> Sample {
