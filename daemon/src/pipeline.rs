@@ -10,8 +10,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use ringside_shared::{
-    ComponentHealth, ComponentStatus, GpuTelemetry, HistoryPoint, HostMetrics, KernelPoint, KernelStateChange,
-    KernelWindow, RingKernelMetrics, SchedulerTelemetry, SchedulerWindow, WindowAggregates,
+    ComponentHealth, ComponentStatus, GpuPoint, GpuTelemetry, HistoryPoint, HostMetrics, KernelPoint,
+    KernelStateChange, KernelWindow, RingKernelMetrics, SchedulerTelemetry, SchedulerWindow, WindowAggregates,
 };
 
 /// What one collection tick gathered.
@@ -225,6 +225,21 @@ pub fn history_point(sample: &Sample, window: &WindowAggregates) -> Option<Histo
             throughput_per_s: window.kernels.iter().find(|w| w.id == k.id).map(|w| w.throughput_per_s).unwrap_or(0.0),
         })
         .collect();
+    let gpus = sample
+        .gpus
+        .iter()
+        .flat_map(|g| &g.devices)
+        .map(|g| GpuPoint {
+            index: g.index,
+            utilization_pct: g.utilization_gpu_pct,
+            memory_used_pct: match (g.memory_used_bytes, g.memory_total_bytes) {
+                (Some(used), Some(total)) if total > 0 => Some(used as f64 * 100.0 / total as f64),
+                _ => None,
+            },
+            power_w: g.power_draw_w,
+            temperature_c: g.temperature_gpu_c,
+        })
+        .collect();
     sample.host.as_ref().map(|h| HistoryPoint {
         t_ms: sample.taken_at_ms,
         cpu_pct: h.cpu_utilization_pct,
@@ -232,6 +247,7 @@ pub fn history_point(sample: &Sample, window: &WindowAggregates) -> Option<Histo
         mem_used_pct: h.memory.used_pct,
         load1: h.load1,
         kernels,
+        gpus,
     })
 }
 

@@ -6,8 +6,29 @@
 use leptos::prelude::*;
 use ringside_shared::{GpuDevice, GpuTelemetry};
 
+use crate::chart::{Series, TimeSeriesChart};
 use crate::format::bytes;
 use crate::store::Store;
+
+/// Utilisation and memory use of GPU `index` over the history the console holds.
+fn history_chart(index: u32) -> impl IntoView {
+    let store = expect_context::<Store>();
+    let interval = Signal::derive(move || store.interval_ms.get());
+    let series = Signal::derive(move || {
+        let pick = |which: fn(&ringside_shared::GpuPoint) -> Option<f64>| -> Vec<(u64, f64)> {
+            store.history.with(|h| {
+                h.iter()
+                    .filter_map(|p| p.gpus.iter().find(|g| g.index == index).and_then(which).map(|v| (p.t_ms, v)))
+                    .collect()
+            })
+        };
+        vec![
+            Series { name: "utilisation", class: "s1", points: pick(|g| g.utilization_pct) },
+            Series { name: "memory", class: "s2", points: pick(|g| g.memory_used_pct) },
+        ]
+    });
+    view! { <TimeSeriesChart title="Utilisation · memory in use" unit=" %" y_max=100.0 series interval_ms=interval /> }
+}
 
 /// A figure, or "–" with why it is missing (from the device's `unsupported` map).
 fn figure<T>(gpu: &GpuDevice, field: &str, value: Option<T>, show: impl Fn(T) -> String) -> AnyView {
@@ -133,6 +154,7 @@ fn gpu_card(gpu: GpuDevice, idle: Vec<String>) -> impl IntoView {
                 </div>
             </div>
             {idle.into_iter().map(|line| view! { <div class="gpu-idle small">{line}</div> }).collect_view()}
+            {history_chart(gpu.index)}
             <table class="gpu-processes">
                 <thead><tr><th>"pid"</th><th>"GPU memory"</th><th>"SM"</th></tr></thead>
                 <tbody>

@@ -183,6 +183,19 @@ pub struct HistoryPoint {
     /// Each ring kernel's latency and throughput at this tick.
     #[serde(default)]
     pub kernels: Vec<KernelPoint>,
+    /// Each GPU's utilisation, memory and power at this tick.
+    #[serde(default)]
+    pub gpus: Vec<GpuPoint>,
+}
+
+/// One GPU at one tick, for the console's charts; a figure the GPU does not report is absent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GpuPoint {
+    pub index: u32,
+    pub utilization_pct: Option<f64>,
+    pub memory_used_pct: Option<f64>,
+    pub power_w: Option<f64>,
+    pub temperature_c: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -322,6 +322,7 @@ pub(crate) fn snapshot() -> Snapshot {
             mem_used_pct: 16.0,
             load1: 0.3,
             kernels: vec![],
+            gpus: vec![GpuPoint { index: 0, utilization_pct: Some(97.0), ..GpuPoint::default() }],
         }],
     }
 }

@@ -179,6 +179,10 @@ async fn console_flow(client: &Client, daemon: &Daemon, downloads: &Path) -> Res
             Ok((client.find_all(Locator::Css("#gpus-panel .gpu-card")).await?.len() == count).then_some(()))
         })
         .await?;
+        eventually("GPU 0's utilisation chart draws a line", WAIT, || {
+            draws_a_line(client, "#gpus-panel .gpu-card[data-gpu-index='0'] svg.chart path.line")
+        })
+        .await?;
         for gpu in gpus["devices"].as_array().into_iter().flatten().filter(|g| g["xid_count"].as_u64() > Some(0)) {
             let badge = format!("#gpus-panel .gpu-card[data-gpu-index='{}'] .gpu-xid", gpu["index"]);
             let shown = eventually("the XID badge", WAIT, || async { text_of(client, &badge).await }).await?;
