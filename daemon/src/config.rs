@@ -89,6 +89,7 @@ struct FileConfig {
     kernels: Option<Vec<KernelConfig>>,
     scheduler: SchedulerConfig,
     gpu: GpuConfig,
+    server: ServerConfig,
 }
 
 /// Where the access token came from; the URL with the token is printed only when generated.
@@ -117,6 +118,8 @@ pub struct Config {
     pub scheduler: SchedulerConfig,
     /// `[gpu]`: the NVML source.
     pub gpu: GpuConfig,
+    /// `[server]`: connection limits.
+    pub server: ServerConfig,
     pub tokens: Vec<Credential>,
     pub token_origin: TokenOrigin,
 }
@@ -189,6 +192,7 @@ impl Config {
             scheduler.backend = Some(backend);
         }
         scheduler.check().map_err(|why| ConfigError::Invalid { key: "scheduler", value: "[scheduler]".into(), why })?;
+        file.server.check().map_err(|why| ConfigError::Invalid { key: "server", value: "[server]".into(), why })?;
         // A stats kernel fed run-queue samples needs the scheduler that takes them.
         if let Some(k) = kernels.iter().find(|k| {
             k.kernel == crate::kernels::KernelKind::Stats
@@ -241,9 +245,44 @@ impl Config {
             kernels,
             scheduler,
             gpu: file.gpu,
+            server: file.server,
             tokens,
             token_origin,
         })
+    }
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Open HTTP connections at most (WebSocket sessions not counted once upgraded).
+    pub max_connections: usize,
+    /// Time a client has to send a request's headers, and that a kept-alive connection may
+    /// sit idle.
+    pub header_read_timeout_ms: u64,
+    /// WebSocket sessions at most.
+    pub max_ws_sessions: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig { max_connections: 256, header_read_timeout_ms: 10_000, max_ws_sessions: 64 }
+    }
+}
+
+impl ServerConfig {
+    pub fn check(&self) -> Result<(), String> {
+        if !(1..=65_536).contains(&self.max_connections) {
+            return Err(format!("max_connections = {}: must be 1 to 65536", self.max_connections));
+        }
+        if !(100..=300_000).contains(&self.header_read_timeout_ms) {
+            return Err(format!("header_read_timeout_ms = {}: must be 100 to 300000", self.header_read_timeout_ms));
+        }
+        if !(1..=4096).contains(&self.max_ws_sessions) {
+            return Err(format!("max_ws_sessions = {}: must be 1 to 4096", self.max_ws_sessions));
+        }
+        Ok(())
     }
 }
 

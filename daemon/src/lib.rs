@@ -148,17 +148,16 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         state,
         credentials: config.tokens.clone(),
         allowed_origins: config.allowed_origins.clone(),
-        shutdown: stop_rx,
+        shutdown: stop_rx.clone(),
+        max_ws_sessions: config.server.max_ws_sessions,
     });
-    let service = server::router(app).into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, service)
-        .with_graceful_shutdown(async move {
-            stop.recv().await;
-            tracing::info!("stopping");
-            let _ = stop_tx.send(true);
-        })
-        .await
-        .context("server failed")?;
+    let served = app.state.clone();
+    tokio::spawn(async move {
+        stop.recv().await;
+        tracing::info!("stopping");
+        let _ = stop_tx.send(true);
+    });
+    server::listen::serve(listener, server::router(app), &config.server, served, stop_rx).await;
     let _ = collector.await;
     tracing::info!("stopped");
     Ok(())

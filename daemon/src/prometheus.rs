@@ -93,6 +93,25 @@ pub fn render(state: &NodeState) -> String {
             read(&stats.ws_connections_total),
         ),
         (
+            "ringside_auth_failures_total",
+            "counter",
+            "Requests refused for a missing or wrong token, or a cookie-authenticated change from another origin.",
+            read(&stats.auth_failures_total),
+        ),
+        ("ringside_http_connections_open", "gauge", "Open HTTP connections.", read(&stats.http_connections_open)),
+        (
+            "ringside_http_connections_total",
+            "counter",
+            "HTTP connections accepted.",
+            read(&stats.http_connections_total),
+        ),
+        (
+            "ringside_http_connections_refused_total",
+            "counter",
+            "HTTP connections closed at once because max_connections were open.",
+            read(&stats.http_connections_refused_total),
+        ),
+        (
             "ringside_ws_refused_total",
             "counter",
             "WebSocket handshakes refused (token or origin).",

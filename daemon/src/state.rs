@@ -33,6 +33,12 @@ pub struct DaemonStats {
     pub ws_resyncs_total: AtomicU64,
     pub ws_refused_total: AtomicU64,
     pub ws_error_frames_total: AtomicU64,
+    /// Requests refused: no or a wrong token, or a cookie-authenticated change from elsewhere.
+    pub auth_failures_total: AtomicU64,
+    /// Connections accepted, and refused because the cap was reached.
+    pub http_connections_total: AtomicU64,
+    pub http_connections_refused_total: AtomicU64,
+    pub http_connections_open: AtomicU64,
     pub ticks_total: AtomicU64,
     pub last_collect_ns: AtomicU64,
     pub alertmanager_sent_total: AtomicU64,

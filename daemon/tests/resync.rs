@@ -1,7 +1,6 @@
 //! A WebSocket client that stops reading falls behind the broadcast; when it reads again it
 //! must get a fresh full snapshot, not a silent gap. Runs the real router on a loopback socket.
 
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,12 +66,20 @@ async fn a_lagging_client_is_resynchronised_with_a_snapshot() {
     let state = Arc::new(NodeState::new(node, settings, alerting));
     let credentials = vec![Credential { name: "test".into(), secret: TOKEN.into(), role: Role::Viewer }];
     let (_stop, shutdown) = tokio::sync::watch::channel(false);
-    let app = Arc::new(App { state: state.clone(), credentials, allowed_origins: vec![], shutdown });
+    let app = Arc::new(App {
+        state: state.clone(),
+        credentials,
+        allowed_origins: vec![],
+        shutdown: shutdown.clone(),
+        max_ws_sessions: 8,
+    });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let state_for_server = state.clone();
     tokio::spawn(async move {
-        let service = server::router(app).into_make_service_with_connect_info::<SocketAddr>();
-        axum::serve(listener, service).await.unwrap();
+        // The daemon's own accept loop, as it serves.
+        let config = ringside_daemon::config::ServerConfig::default();
+        server::listen::serve(listener, server::router(app), &config, state_for_server, shutdown).await;
     });
 
     // A client with a tiny receive buffer that reads hello and snapshot, then stops reading.

@@ -56,11 +56,49 @@ pub fn credential_for<'a>(given: &str, credentials: &'a [Credential]) -> Option<
 }
 
 pub fn authenticate(headers: &HeaderMap, credentials: &[Credential]) -> Option<Identity> {
-    [bearer(headers), cookie(headers)]
+    authenticate_how(headers, credentials).map(|(identity, _)| identity)
+}
+
+/// How a request proved who it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proof {
+    /// `Authorization: Bearer`: a program that holds the token.
+    Bearer,
+    /// The console's cookie, which a browser sends by itself, also with requests another page
+    /// makes it send.
+    Cookie,
+}
+
+pub fn authenticate_how(headers: &HeaderMap, credentials: &[Credential]) -> Option<(Identity, Proof)> {
+    [(bearer(headers), Proof::Bearer), (cookie(headers), Proof::Cookie)]
         .into_iter()
-        .flatten()
-        .find_map(|given| credential_for(given, credentials))
-        .map(|c| Identity { name: c.name.clone(), role: c.role })
+        .filter_map(|(given, proof)| Some((given?, proof)))
+        .find_map(|(given, proof)| credential_for(given, credentials).map(|c| (c, proof)))
+        .map(|(c, proof)| (Identity { name: c.name.clone(), role: c.role }, proof))
+}
+
+/// Why a request that changes something, authenticated by the cookie alone, is refused: it must
+/// come from the console's own origin (or one in `allowed_origins`), as a browser's `Origin`
+/// says, with a JSON body; a page elsewhere on the host (another port counts: `SameSite` does
+/// not separate ports) cannot send that. Bearer requests are not affected.
+pub fn cross_site_refusal(method: &axum::http::Method, headers: &HeaderMap, allowed: &[String]) -> Option<String> {
+    use axum::http::Method;
+    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return None;
+    }
+    let origin = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok());
+    if origin.is_none() || !origin_allowed(headers, allowed) {
+        return Some(format!(
+            "a {method} authenticated by the console's cookie must come from the console itself (Origin {});              programs send `Authorization: Bearer <token>` instead",
+            origin.unwrap_or("missing")
+        ));
+    }
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|c| c.to_str().ok())
+        .is_some_and(|c| c.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json")));
+    (!json)
+        .then(|| format!("a {method} authenticated by the console's cookie must send Content-Type: application/json"))
 }
 
 pub fn session_cookie(token: &str) -> HeaderValue {
@@ -70,10 +108,17 @@ pub fn session_cookie(token: &str) -> HeaderValue {
 }
 
 pub async fn require_token(State(app): State<SharedApp>, mut request: Request, next: Next) -> Response {
-    if let Some(identity) = authenticate(request.headers(), &app.credentials) {
+    if let Some((identity, proof)) = authenticate_how(request.headers(), &app.credentials) {
+        if proof == Proof::Cookie {
+            if let Some(why) = cross_site_refusal(request.method(), request.headers(), &app.allowed_origins) {
+                app.state.stats.auth_failures_total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return ApiError::new(StatusCode::FORBIDDEN, why).into_response();
+            }
+        }
         request.extensions_mut().insert(identity);
         return next.run(request).await;
     }
+    app.state.stats.auth_failures_total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if request.uri().path() == "/ws" {
         app.state.stats.ws_refused_total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }

@@ -5,6 +5,7 @@
 mod api;
 pub mod auth;
 pub mod console;
+pub mod listen;
 mod ws;
 
 use std::sync::Arc;
@@ -29,6 +30,8 @@ pub struct App {
     pub allowed_origins: Vec<String>,
     /// Turns true when the daemon stops; WebSocket sessions close with 1001 then.
     pub shutdown: watch::Receiver<bool>,
+    /// WebSocket sessions at most (`[server] max_ws_sessions`).
+    pub max_ws_sessions: usize,
 }
 
 pub type SharedApp = Arc<App>;
@@ -41,7 +44,8 @@ pub fn router(app: SharedApp) -> Router {
         .route("/api/alerts/{id}/ack", post(api::acknowledge))
         .route("/metrics", get(api::metrics))
         .route("/metrics/dcgm", get(api::metrics_dcgm))
-        .layer(CompressionLayer::new());
+        .layer(CompressionLayer::new())
+        .layer(middleware::map_response(no_store));
     // WebSocket upgrades and the pre-compressed console files stay out of the compression layer.
     let protected = Router::new()
         .merge(json_routes)
@@ -53,7 +57,25 @@ pub fn router(app: SharedApp) -> Router {
         .route("/", get(console::index))
         .merge(protected)
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
+        .layer(middleware::map_response(security_headers))
         .with_state(app)
+}
+
+/// On every response: no MIME sniffing, no referrer (the console URL carries the token on the
+/// first visit).
+async fn security_headers(mut response: Response) -> Response {
+    use axum::http::{header, HeaderValue};
+    let headers = response.headers_mut();
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    response
+}
+
+/// API answers are the node's state now: never kept by a browser or a proxy.
+async fn no_store(mut response: Response) -> Response {
+    use axum::http::{header, HeaderValue};
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }
 
 /// An error answered as JSON `{"error": "..."}` with its status.

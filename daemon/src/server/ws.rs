@@ -51,9 +51,20 @@ pub async fn upgrade(
         )
         .into_response();
     }
+    let Some(slot) = SessionSlot::reserve(&app) else {
+        app.state.stats.ws_refused_total.fetch_add(1, Ordering::Relaxed);
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "{} WebSocket sessions are open, the most this daemon serves ([server] max_ws_sessions)",
+                app.max_ws_sessions
+            ),
+        )
+        .into_response();
+    };
     ws.max_message_size(MAX_WS_MESSAGE_BYTES)
         .max_frame_size(MAX_WS_MESSAGE_BYTES)
-        .on_upgrade(move |socket| session(socket, app, peer, identity))
+        .on_upgrade(move |socket| session(socket, app, peer, identity, slot))
 }
 
 /// Refills at `COMMANDS_PER_S`, holds at most `COMMAND_BURST`.
@@ -85,13 +96,34 @@ async fn send(socket: &mut WebSocket, frame: Frame) -> Result<(), Gone> {
     }
 }
 
-async fn session(mut socket: WebSocket, app: SharedApp, peer: SocketAddr, identity: Identity) {
-    let stats = &app.state.stats;
-    stats.ws_clients.fetch_add(1, Ordering::Relaxed);
-    stats.ws_connections_total.fetch_add(1, Ordering::Relaxed);
+/// A WebSocket session's place under `max_ws_sessions`, taken at the handshake (so two
+/// handshakes at once cannot both take the last one) and given back when dropped: at the end
+/// of the session, or with the upgrade if it never completes.
+struct SessionSlot(SharedApp);
+
+impl SessionSlot {
+    fn reserve(app: &SharedApp) -> Option<SessionSlot> {
+        let cap = app.max_ws_sessions as u64;
+        app.state
+            .stats
+            .ws_clients
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| (open < cap).then_some(open + 1))
+            .ok()
+            .map(|_| SessionSlot(app.clone()))
+    }
+}
+
+impl Drop for SessionSlot {
+    fn drop(&mut self) {
+        self.0.state.stats.ws_clients.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+async fn session(mut socket: WebSocket, app: SharedApp, peer: SocketAddr, identity: Identity, slot: SessionSlot) {
+    app.state.stats.ws_connections_total.fetch_add(1, Ordering::Relaxed);
     tracing::debug!(%peer, "WebSocket client connected");
     let _ = run_session(&mut socket, &app, peer, &identity).await;
-    stats.ws_clients.fetch_sub(1, Ordering::Relaxed);
+    drop(slot);
     tracing::debug!(%peer, "WebSocket client left");
 }
 

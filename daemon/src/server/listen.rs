@@ -1,0 +1,86 @@
+//! The accept loop: each connection served by hyper's HTTP/1 server with a timer, so that a
+//! client cannot hold the daemon's sockets, memory or file descriptors by being slow.
+//!
+//! - at most `max_connections` are open; one over the cap is closed at once (and counted);
+//! - the request headers must arrive within `header_read_timeout` (also between the requests
+//!   of a kept-alive connection: an idle connection is closed after it);
+//! - on shutdown, open connections finish the request in flight and close, within 5 s.
+//!
+//! WebSocket sessions leave this count when they are upgraded; they have their own cap
+//! (`max_ws_sessions`, in the WebSocket handler).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use axum::{Extension, Router};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+use crate::config::ServerConfig;
+use crate::state::NodeState;
+
+/// How long open connections get to finish when the daemon stops.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// Serves `router` on `listener` until `shutdown` turns true.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    config: &ServerConfig,
+    state: Arc<NodeState>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let stats = &state.stats;
+    let slots = Arc::new(Semaphore::new(config.max_connections));
+    let header_timeout = Duration::from_millis(config.header_read_timeout_ms);
+    let mut refused_logged_at: Option<std::time::Instant> = None;
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.changed() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                // Out of file descriptors, or the like: wait a little rather than spin.
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            stats.http_connections_refused_total.fetch_add(1, Ordering::Relaxed);
+            // Said at most once a minute: the counter in /metrics has the number.
+            if refused_logged_at.is_none_or(|at| at.elapsed() > Duration::from_secs(60)) {
+                tracing::warn!(%peer, "max_connections ({}) open: closing new connections", config.max_connections);
+                refused_logged_at = Some(std::time::Instant::now());
+            }
+            drop(stream);
+            continue;
+        };
+        stats.http_connections_total.fetch_add(1, Ordering::Relaxed);
+        stats.http_connections_open.fetch_add(1, Ordering::Relaxed);
+        let service = TowerToHyperService::new(router.clone().layer(Extension(ConnectInfo(peer))));
+        let state = state.clone();
+        let mut stop = shutdown.clone();
+        tokio::spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.timer(TokioTimer::new()).header_read_timeout(header_timeout).keep_alive(true);
+            let connection = builder.serve_connection(TokioIo::new(stream), service).with_upgrades();
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                _ = stop.changed() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(DRAIN, connection).await;
+                }
+            }
+            state.stats.http_connections_open.fetch_sub(1, Ordering::Relaxed);
+            drop(permit);
+        });
+    }
+}

@@ -1,0 +1,150 @@
+//! The server under abuse, on real sockets: clients that never finish their headers cannot
+//! hold the daemon, the connection and WebSocket caps hold, and the console's cookie cannot be
+//! used to change anything from another origin (another port of the same host included).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Result};
+use ringside_tests::{Daemon, DaemonOptions};
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(-1.0)
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+#[tokio::test]
+async fn clients_that_never_finish_their_headers_cannot_hold_the_daemon() -> Result<()> {
+    let daemon = Daemon::start(DaemonOptions {
+        config: "[scheduler]\nenabled = false\n\n[server]\nmax_connections = 64\nheader_read_timeout_ms = 1000\n"
+            .into(),
+        ..DaemonOptions::default()
+    })?;
+    let baseline_fds = open_fds(daemon.pid());
+    // 600 connections that send half a request and wait.
+    const ATTACKERS: usize = 600;
+    let started = Instant::now();
+    let mut attackers = Vec::with_capacity(ATTACKERS);
+    for _ in 0..ATTACKERS {
+        let mut stream = TcpStream::connect(&daemon.addr)?;
+        stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")?;
+        stream.set_read_timeout(Some(Duration::from_millis(100)))?;
+        attackers.push(stream);
+    }
+    let connected = started.elapsed();
+    // Meanwhile the daemon stays bounded and, within the header timeout, answers again.
+    assert!(open_fds(daemon.pid()) <= baseline_fds + 64 + 8, "at most max_connections held");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let answered = loop {
+        match tokio::time::timeout(Duration::from_millis(500), daemon.get("/healthz")).await {
+            Ok(Ok(response)) if response.status().is_success() => break started.elapsed(),
+            _ => {}
+        }
+        ensure!(Instant::now() < deadline, "/healthz unanswered 5 s into the attack");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // Every attacking connection is closed by the daemon: the ones over the cap at once, the
+    // held ones at the header timeout.
+    let mut buf = [0u8; 512];
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let mut open = attackers.len();
+    while open > 0 {
+        ensure!(Instant::now() < deadline, "{open} of {ATTACKERS} half-open connections still open after 4 s");
+        attackers.retain_mut(|s| match s.read(&mut buf) {
+            Ok(0) => false,
+            // A 408 answer, then the close.
+            Ok(_) => true,
+            Err(e) => matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+        });
+        open = attackers.len();
+    }
+    let closed_in = started.elapsed();
+    let metrics = daemon.get("/metrics").await?.text().await?;
+    let refused = metric(&metrics, "ringside_http_connections_refused_total");
+    // Held connections time out while the rest still connect, freeing their slots: most, not
+    // all, of the others meet a full cap.
+    assert!(refused >= (ATTACKERS / 2) as f64, "connections over the cap were refused: {refused}");
+    assert!(open_fds(daemon.pid()) <= baseline_fds + 8, "the descriptors are given back");
+    println!(
+        "{ATTACKERS} half-header connections opened in {} ms: /healthz answered at {} ms, all closed at {} ms, {refused} refused at the cap",
+        connected.as_millis(),
+        answered.as_millis(),
+        closed_in.as_millis()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_websocket_cap_holds() -> Result<()> {
+    let daemon = Daemon::start(DaemonOptions {
+        config: "[scheduler]\nenabled = false\n\n[server]\nmax_ws_sessions = 2\n".into(),
+        ..DaemonOptions::default()
+    })?;
+    let _a = daemon.ws(None).await?;
+    let _b = daemon.ws(None).await?;
+    let third = daemon.ws(None).await;
+    let why = format!("{:?}", third.err().map(|e| e.to_string()));
+    assert!(why.contains("503"), "a third session over max_ws_sessions = 2 is refused: {why}");
+    drop(_a);
+    // Once one leaves, there is room again.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while daemon.ws(None).await.is_err() {
+        ensure!(Instant::now() < deadline, "no room after a session closed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_cookie_changes_nothing_from_another_origin() -> Result<()> {
+    let daemon =
+        Daemon::start(DaemonOptions { config: "[scheduler]\nenabled = false\n".into(), ..DaemonOptions::default() })?;
+    let own_origin = daemon.base.clone();
+    let cookie = format!("ringside_token={}", daemon.token);
+    let post = |origin: Option<&str>, json: bool, bearer: bool| {
+        let mut request = daemon.http().post(format!("{}/api/alerts/999999/ack", daemon.base));
+        if bearer {
+            request = request.bearer_auth(&daemon.token);
+        } else {
+            request = request.header("Cookie", &cookie);
+        }
+        if let Some(origin) = origin {
+            request = request.header("Origin", origin);
+        }
+        if json {
+            request = request.header("Content-Type", "application/json").body("{}");
+        }
+        request.send()
+    };
+    // Another port of the same host (a notebook server, TensorBoard): refused before anything
+    // is looked up.
+    let other_port = own_origin.rsplit_once(':').map(|(host, _)| format!("{host}:8888")).unwrap_or_default();
+    for (origin, json) in [(Some(other_port.as_str()), true), (None, true), (Some(own_origin.as_str()), false)] {
+        let response = post(origin, json, false).await?;
+        assert_eq!(response.status(), 403, "origin {origin:?}, json {json}");
+        let text = response.text().await?;
+        assert!(text.contains("cookie"), "{text}");
+    }
+    // From the console's own origin with JSON, and with the bearer token from anywhere, the
+    // request goes through (the alert does not exist: 404).
+    assert_eq!(post(Some(own_origin.as_str()), true, false).await?.status(), 404);
+    assert_eq!(post(None, false, true).await?.status(), 404);
+    assert_eq!(post(Some(other_port.as_str()), true, true).await?.status(), 404);
+    // Reading with the cookie is fine from anywhere (the response goes to the browser that
+    // holds the cookie, not to the other page).
+    let read = daemon.http().get(format!("{}/api/alerts", daemon.base)).header("Cookie", &cookie).send().await?;
+    assert_eq!(read.status(), 200);
+    // And every answer says: no sniffing, no referrer; API answers are not to be stored.
+    assert_eq!(read.headers()["x-content-type-options"], "nosniff");
+    assert_eq!(read.headers()["referrer-policy"], "no-referrer");
+    assert_eq!(read.headers()["cache-control"], "no-store");
+    let health = daemon.http().get(format!("{}/healthz", daemon.base)).send().await?;
+    assert_eq!(health.headers()["x-content-type-options"], "nosniff");
+    let metrics = daemon.get("/metrics").await?.text().await?;
+    assert!(metric(&metrics, "ringside_auth_failures_total") >= 3.0, "refusals are counted");
+    Ok(())
+}
