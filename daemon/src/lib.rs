@@ -77,9 +77,7 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
     let paths = host::HostPaths::default();
     let node = host::node_identity(&paths, started);
     let db_path = config.data_dir.join("alerts.db");
-    let db = alerts::db::AlertDb::open(&db_path).context("cannot open the alert store")?;
-    let store = alerts::store::AlertStore::open(config.alerts.lifecycle(), Some(db))
-        .map_err(|e| anyhow::anyhow!("cannot load alerts from {}: {e}", db_path.display()))?;
+    let (store, store_note) = open_alert_store(config.alerts.lifecycle(), &db_path);
     let mut rules = alerts::rules::RuleEngine::new(config.rules.clone());
     rules.resume(store.active());
     let settings = state::Settings {
@@ -90,6 +88,10 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         summary: config_summary(&config),
     };
     let state = Arc::new(NodeState::new(node, settings, state::Alerting { store, rules }));
+    if let Some(note) = store_note {
+        tracing::error!("{note}");
+        state.set_store_note(note);
+    }
     if server::console::is_built() {
         state.set_health("console", ComponentStatus::Up, None);
     } else {
@@ -161,6 +163,60 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
     let _ = collector.await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The alert store on `path`. A database that cannot be opened or read is moved aside
+/// (`alerts.db.corrupt-<UTC>`, with its WAL files) and a fresh one started, so that alert history
+/// never keeps the daemon from serving; one written by a newer ringsided is left as it is and
+/// alerts are kept in memory. The note says what was done, for the store's health.
+fn open_alert_store(
+    lifecycle: alerts::store::Lifecycle,
+    path: &std::path::Path,
+) -> (alerts::store::AlertStore, Option<String>) {
+    use alerts::db::{AlertDb, DbError};
+    use alerts::store::AlertStore;
+    let load = |lifecycle| -> Result<AlertStore, String> {
+        let db = AlertDb::open(path).map_err(|e| match e {
+            DbError::TooNew { .. } => format!("too new: {e}"),
+            other => other.to_string(),
+        })?;
+        AlertStore::open(lifecycle, Some(db))
+    };
+    let why = match load(lifecycle.clone()) {
+        Ok(store) => return (store, None),
+        Err(why) => why,
+    };
+    if why.starts_with("too new: ") {
+        let note =
+            format!("{} was written by a newer ringsided ({why}): alerts are kept in memory only", path.display());
+        return (AlertStore::in_memory(lifecycle), Some(note));
+    }
+    let aside = path.with_file_name(format!("alerts.db.corrupt-{}", clock::utc_compact(clock::now_ms())));
+    let mut moved = std::fs::rename(path, &aside);
+    for suffix in ["-wal", "-shm"] {
+        let mut from = path.as_os_str().to_owned();
+        from.push(suffix);
+        let mut to = aside.as_os_str().to_owned();
+        to.push(suffix);
+        let _ = std::fs::rename(&from, &to);
+    }
+    if moved.is_ok() {
+        if let Ok(store) = load(lifecycle.clone()) {
+            let note = format!(
+                "{} could not be read ({why}): moved aside to {} and started afresh; earlier alerts are in that file",
+                path.display(),
+                aside.display()
+            );
+            return (store, Some(note));
+        }
+        moved = Err(std::io::Error::other("the fresh database could not be opened either"));
+    }
+    let note = format!(
+        "{} could not be read ({why}) nor moved aside ({}): alerts are kept in memory only",
+        path.display(),
+        moved.err().map(|e| e.to_string()).unwrap_or_default()
+    );
+    (AlertStore::in_memory(lifecycle), Some(note))
 }
 
 /// Creates the data dir readable by its owner only (it holds the alert store, the enforcement

@@ -82,6 +82,9 @@ pub struct NodeState {
     summary: ConfigSummary,
     /// Components whose health is set outside the tick (console, alert store, Alertmanager).
     health: Mutex<BTreeMap<String, ComponentHealth>>,
+    /// What happened to the alert store at start (a database moved aside), said with its
+    /// health until the daemon restarts.
+    store_note: Mutex<Option<String>>,
     latest: RwLock<Latest>,
     alerting: Mutex<Alerting>,
     events: broadcast::Sender<Frame>,
@@ -114,6 +117,7 @@ impl NodeState {
             thresholds,
             summary,
             health: Mutex::new(BTreeMap::new()),
+            store_note: Mutex::new(None),
             alerting: Mutex::new(alerting),
             forward: Mutex::new(None),
             latest: RwLock::new(Latest {
@@ -251,7 +255,20 @@ impl NodeState {
             }
             (false, _) => (ComponentStatus::Degraded, Some("alerts are kept in memory only".to_string())),
         };
+        let note = self.store_note.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let (status, detail) = match (note, detail) {
+            (None, detail) => (status, detail),
+            (Some(note), None) => (ComponentStatus::Degraded, Some(note)),
+            (Some(note), Some(detail)) => (ComponentStatus::Degraded, Some(format!("{note}; {detail}"))),
+        };
         self.set_health("alert-store", status, detail);
+    }
+
+    /// Says, with the alert store's health, what happened to it at start.
+    pub fn set_store_note(&self, note: String) {
+        *self.store_note.lock().unwrap_or_else(|e| e.into_inner()) = Some(note);
+        let alerting = self.alerting.lock().unwrap_or_else(|e| e.into_inner());
+        self.note_store_health(&alerting.store);
     }
 
     fn with_fixed(&self, components: &[ComponentHealth]) -> Vec<ComponentHealth> {

@@ -148,3 +148,39 @@ async fn the_cookie_changes_nothing_from_another_origin() -> Result<()> {
     assert!(metric(&metrics, "ringside_auth_failures_total") >= 3.0, "refusals are counted");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_corrupt_alert_database_is_moved_aside_and_the_daemon_serves() -> Result<()> {
+    let scratch = ringside_tests::Scratch::new("corrupt-db");
+    let data_dir = scratch.0.join("data");
+    std::fs::create_dir_all(&data_dir)?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    let garbage: Vec<u8> = (0..16_384u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(data_dir.join("alerts.db"), &garbage)?;
+    let daemon = Daemon::start(DaemonOptions {
+        config: "[scheduler]\nenabled = false\n".into(),
+        data_dir: Some(data_dir.clone()),
+        ..DaemonOptions::default()
+    })?;
+    let health = daemon.get_json("/healthz").await?;
+    let store = health["components"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "alert-store").cloned())
+        .unwrap_or_default();
+    assert_eq!(store["status"], "degraded", "{health}");
+    let detail = store["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("moved aside") && detail.contains("alerts.db.corrupt-"), "{detail}");
+    // The bad file is kept for inspection, byte for byte; a fresh store works.
+    let aside: Vec<_> = std::fs::read_dir(&data_dir)?
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("alerts.db.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1);
+    assert_eq!(std::fs::read(aside[0].path())?, garbage);
+    assert_eq!(daemon.get("/api/alerts").await?.status(), 200);
+    assert!(data_dir.join("alerts.db").exists());
+    Ok(())
+}
