@@ -352,10 +352,13 @@ mod tests {
     #[test]
     fn an_observer_that_stops_publishing_is_reported_down_with_what_it_was_doing() {
         let dir = crate::test_support::ScratchDir::new("stalled");
-        let mut fresh = source_with(dir.path().join(JOURNAL_FILE), Duration::ZERO, "publishing", Duration::ZERO);
+        // The observer threads live while they are looked at (one that already ended is
+        // reported as stopped, which is another test).
+        let alive = Duration::from_millis(500);
+        let mut fresh = source_with(dir.path().join(JOURNAL_FILE), Duration::ZERO, "publishing", alive);
         assert_eq!(fresh.collect(&mut Sample::new(0)), Ok(SourceStatus::Up));
         let mut stalled =
-            source_with(dir.path().join(JOURNAL_FILE), Duration::from_secs(2), "scanning processes", Duration::ZERO);
+            source_with(dir.path().join(JOURNAL_FILE), Duration::from_secs(2), "scanning processes", alive);
         let why = stalled.collect(&mut Sample::new(0)).unwrap_err().0;
         assert!(why.contains("published no window") && why.contains("scanning processes"), "{why}");
     }
