@@ -153,7 +153,11 @@ fn dechunk(mut data: &[u8]) -> Result<Vec<u8>, String> {
         if size == 0 {
             return Ok(out);
         }
-        if data.len() < size + 2 {
+        // A size near usize::MAX (a hostile or broken server) must not overflow the bound.
+        if size > MAX_RESPONSE_BYTES || out.len() + size > MAX_RESPONSE_BYTES {
+            return Err(format!("chunk of {size} bytes: over the {MAX_RESPONSE_BYTES}-byte reply limit"));
+        }
+        if data.len() < size + 2 || &data[size..size + 2] != b"\r\n" {
             return Err("chunk cut short".into());
         }
         out.extend_from_slice(&data[..size]);
@@ -189,5 +193,12 @@ mod tests {
         assert_eq!((chunked.status, chunked.body.as_slice()), (404, &b"abcde"[..]));
         assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nshort").is_err());
         assert!(parse_response(b"garbage").is_err());
+        // Sizes that would overflow or exceed the bound are errors, not panics.
+        for size in ["ffffffffffffffff", "fffffffffffffffe", "4000001"] {
+            let reply = format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{size}\r\nabc\r\n0\r\n\r\n");
+            assert!(parse_response(reply.as_bytes()).is_err(), "{size}");
+        }
+        let no_crlf = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY0\r\n\r\n";
+        assert!(parse_response(no_crlf).is_err(), "a chunk must end with CRLF");
     }
 }
