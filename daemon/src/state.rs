@@ -289,6 +289,12 @@ impl NodeState {
         latest.scheduler.as_ref().map(|s| (s.backend, s.scx.clone()))
     }
 
+    /// How long ago the latest collection tick was taken (since the start, before the first).
+    pub fn tick_age_ms(&self) -> u64 {
+        let latest = self.latest.read().unwrap_or_else(|e| e.into_inner());
+        crate::clock::now_ms().saturating_sub(latest.taken_at_ms)
+    }
+
     pub fn is_healthy(components: &[ComponentHealth]) -> bool {
         components.iter().all(|c| matches!(c.status, ComponentStatus::Up | ComponentStatus::Absent))
     }

@@ -411,6 +411,17 @@ impl Daemon {
         }
     }
 
+    /// `/healthz` with the token (its details need it), whether it answers 200 (ok) or 503
+    /// (degraded or down).
+    pub async fn health(&self) -> Result<serde_json::Value> {
+        let response = self.get("/healthz").await?;
+        let status = response.status().as_u16();
+        let body: serde_json::Value = response.json().await?;
+        let word = body["status"].as_str().unwrap_or_default().to_string();
+        anyhow::ensure!((status == 200) == (word == "ok"), "/healthz answered {status} for {word:?}");
+        Ok(body)
+    }
+
     pub async fn get_json(&self, path: &str) -> Result<serde_json::Value> {
         let response = self.get(path).await?;
         let status = response.status();

@@ -98,7 +98,7 @@ async fn alerts_reach_a_real_alertmanager() -> Result<()> {
     assert_eq!(rule["status"]["state"], "active");
     assert!(rule["annotations"]["summary"].as_str().unwrap_or_default().contains("host.memory_used_pct"));
 
-    let health = daemon.get_json("/healthz").await?;
+    let health = daemon.health().await?;
     let component = health["components"].as_array().unwrap().iter().find(|c| c["name"] == "alertmanager").cloned();
     assert_eq!(component.context("alertmanager component")?["status"], "up");
     let metrics = daemon.get("/metrics").await?.text().await?;
@@ -115,7 +115,7 @@ async fn an_unreachable_alertmanager_is_a_degraded_component_not_a_failure() -> 
     let daemon = Daemon::start(DaemonOptions { config, ..DaemonOptions::default() })?;
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let health = daemon.get_json("/healthz").await?;
+        let health = daemon.health().await?;
         let component = health["components"].as_array().unwrap().iter().find(|c| c["name"] == "alertmanager").cloned();
         if let Some(c) = component.filter(|c| c["status"] == "degraded") {
             assert!(c["detail"].as_str().unwrap_or_default().contains("cannot connect"), "{c}");

@@ -20,10 +20,20 @@ async fn wait_for_ticks(daemon: &Daemon, ticks: u64) -> anyhow::Result<serde_jso
 #[tokio::test]
 async fn healthz_needs_no_token_and_says_what_is_up() -> anyhow::Result<()> {
     let daemon = Daemon::start(DaemonOptions::default())?;
-    let health: serde_json::Value = daemon.http().get(format!("{}/healthz", daemon.base)).send().await?.json().await?;
-    assert!(["ok", "degraded"].contains(&health["status"].as_str().unwrap()));
-    let components = health["components"].as_array().unwrap();
+    // Without the token: the word and a status code load balancers and probes can act on;
+    // nothing more (component details can name URLs and errors).
+    let anonymous = daemon.http().get(format!("{}/healthz", daemon.base)).send().await?;
+    let code = anonymous.status().as_u16();
+    let health: serde_json::Value = anonymous.json().await?;
+    let word = health["status"].as_str().unwrap().to_string();
+    assert!(["ok", "degraded"].contains(&word.as_str()), "{health}");
+    assert_eq!(code, if word == "ok" { 200 } else { 503 });
+    assert_eq!(health.as_object().map(|o| o.len()), Some(1), "only the status: {health}");
+    // With it, every component and how old the latest tick is.
+    let full = daemon.health().await?;
+    let components = full["components"].as_array().unwrap();
     assert!(components.iter().any(|c| c["name"] == "console"));
+    assert!(full["last_tick_age_ms"].as_u64().is_some_and(|ms| ms < 5_000), "{full}");
     Ok(())
 }
 

@@ -237,7 +237,7 @@ async fn a_driver_that_does_not_start_or_is_missing_leaves_the_daemon_running() 
     assert_eq!(snapshot["gpus"]["available"], false);
     assert_eq!(snapshot["gpus"]["reason"], "the NVIDIA kernel driver is not loaded");
     assert_eq!(component(&snapshot)["status"], "degraded", "a driver library without its driver is a fault");
-    let health = daemon.get_json("/healthz").await?;
+    let health = daemon.health().await?;
     assert_eq!(health["status"], "degraded", "{health}");
     drop(daemon);
 
@@ -251,7 +251,7 @@ async fn a_driver_that_does_not_start_or_is_missing_leaves_the_daemon_running() 
     if snapshot["gpus"]["available"] == false {
         assert_eq!(component(&snapshot)["status"], "absent", "{}", component(&snapshot));
         assert!(snapshot["gpus"]["reason"].as_str().unwrap_or_default().contains("libnvidia-ml.so.1"));
-        let health = daemon.get_json("/healthz").await?;
+        let health = daemon.health().await?;
         let gpu = health["components"].as_array().and_then(|c| c.iter().find(|c| c["name"] == "gpu")).cloned();
         assert_eq!(gpu.context("gpu in /healthz")?["status"], "absent");
         let metrics = daemon.get("/metrics").await?.text().await?;

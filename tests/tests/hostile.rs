@@ -101,7 +101,7 @@ async fn huge_sparse_libraries_are_refused_without_being_read() -> Result<()> {
     let after = rss_kib(daemon.pid()).context("RSS")?;
     println!("daemon RSS: idle {idle} KiB, with 8 and 40 GiB sparse libcuda.so.1 mapped {after} KiB; refused in {refused_after:?}");
     assert!(after <= idle + 64 * 1024, "RSS grew from {idle} KiB to {after} KiB");
-    let health = daemon.get_json("/healthz").await?;
+    let health = daemon.health().await?;
     assert_eq!(component(&health, "scheduler")["status"], "up", "{health}");
     Ok(())
 }
@@ -136,7 +136,7 @@ async fn a_library_replaced_by_a_fifo_or_a_link_to_dev_zero_wedges_nothing() -> 
     tokio::time::sleep(Duration::from_secs(2)).await;
     let later = daemon.get_json("/api/snapshot").await?;
     assert!(end_of(&later, mappers[0].pid()) >= before + 1000, "windows keep being published");
-    let health = daemon.get_json("/healthz").await?;
+    let health = daemon.health().await?;
     assert_eq!(component(&health, "scheduler")["status"], "up", "{health}");
     let stop = Instant::now();
     let status = daemon.terminate()?;
@@ -167,7 +167,7 @@ async fn enforce_without_admission_changes_nothing_and_says_why() -> Result<()> 
     assert_eq!(decision["applied"], false, "{decision}");
     assert!(decision["error"].as_str().unwrap_or_default().contains("not admitted"), "{decision}");
     assert_eq!(nice_of(pid, pid), Some(0));
-    let health = component(&daemon.get_json("/healthz").await?, "scheduler");
+    let health = component(&daemon.health().await?, "scheduler");
     assert_eq!(health["status"], "degraded", "{health}");
     assert!(health["detail"].as_str().unwrap_or_default().contains("[scheduler.enforce]"), "{health}");
     Ok(())
@@ -292,7 +292,7 @@ async fn five_thousand_processes_holding_a_gpu_device_stay_within_the_bounds() -
     let spans: usize =
         scheduler["processes"].as_array().unwrap().iter().map(|p| p["timeline"].as_array().map_or(0, Vec::len)).sum();
     assert!(spans <= 2400);
-    let health = component(&daemon.get_json("/healthz").await?, "scheduler");
+    let health = component(&daemon.health().await?, "scheduler");
     assert_eq!(health["status"], "degraded", "{health}");
     assert!(health["detail"].as_str().unwrap_or_default().contains("max_processes = 256"), "{health}");
 
@@ -324,7 +324,7 @@ async fn five_thousand_processes_holding_a_gpu_device_stay_within_the_bounds() -
     ringside_tests::promtool_check(&metrics)?;
     // Still observing after all that: the observer neither stalled nor died.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let health = component(&daemon.get_json("/healthz").await?, "scheduler");
+    let health = component(&daemon.health().await?, "scheduler");
     assert_eq!(health["status"], "degraded", "the observer is alive and says why it is degraded: {health}");
     drop(holder);
     Ok(())

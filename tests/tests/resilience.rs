@@ -165,7 +165,7 @@ async fn a_corrupt_alert_database_is_moved_aside_and_the_daemon_serves() -> Resu
         data_dir: Some(data_dir.clone()),
         ..DaemonOptions::default()
     })?;
-    let health = daemon.get_json("/healthz").await?;
+    let health = daemon.health().await?;
     let store = health["components"]
         .as_array()
         .and_then(|c| c.iter().find(|c| c["name"] == "alert-store").cloned())

@@ -39,7 +39,7 @@ async fn as_root_the_scheduler_observes_threads() -> anyhow::Result<()> {
     let scheduler = &snapshot["scheduler"];
     assert!(scheduler["total_tracked_tasks"].as_u64().unwrap_or(0) > 0, "threads are tracked: {scheduler}");
     assert_eq!(scheduler["total_cpus"], snapshot["node"]["cpus"]);
-    let component = scheduler_component(&daemon.get_json("/healthz").await?);
+    let component = scheduler_component(&daemon.health().await?);
     assert_eq!(component["status"], "up", "{component}");
     assert_eq!(scheduler["mode"], "observe");
     assert_eq!(scheduler["attach_mode"], "tp_btf", "the best attach mode this kernel offers");
@@ -66,7 +66,7 @@ async fn without_privileges_the_scheduler_says_why_and_the_rest_works() -> anyho
     let snapshot = wait_for_ticks(&daemon, 2, |_| true).await?;
     assert!(snapshot["scheduler"].is_null(), "no scheduler telemetry without the probe");
     assert!(snapshot["host"]["memory"]["total_bytes"].as_u64().unwrap_or(0) > 0, "host metrics still flow");
-    let component = scheduler_component(&daemon.get_json("/healthz").await?);
+    let component = scheduler_component(&daemon.health().await?);
     assert_eq!(component["status"], "degraded", "{component}");
     let detail = component["detail"].as_str().unwrap_or_default();
     assert!(detail.contains("scheduler unavailable") && detail.contains("permission"), "{detail}");

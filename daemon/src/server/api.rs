@@ -14,12 +14,28 @@ use super::{ApiError, SharedApp};
 use crate::alerts::store::AckError;
 use crate::state::NodeState;
 
-pub async fn healthz(State(app): State<SharedApp>) -> Response {
+/// `ok` (200), `degraded` (503: a component is not up) or `down` (503: no collection tick for
+/// three intervals, at least 3 s: the collector is stalled). Without the token only the word;
+/// with it, what each component says, which can name URLs and errors.
+pub async fn healthz(State(app): State<SharedApp>, headers: axum::http::HeaderMap) -> Response {
     let components = app.state.components();
     let healthy = NodeState::is_healthy(&components);
+    let stalled_after = (3 * app.state.interval_ms()).max(3_000);
+    let status = if app.state.tick_age_ms() > stalled_after {
+        "down"
+    } else if healthy {
+        "ok"
+    } else {
+        "degraded"
+    };
+    let code = if status == "ok" { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    if super::auth::authenticate(&headers, &app.credentials).is_none() {
+        return (code, Json(serde_json::json!({ "status": status }))).into_response();
+    }
     let started = app.state.node().daemon_started_at_ms;
-    Json(serde_json::json!({
-        "status": if healthy { "ok" } else { "degraded" },
+    let body = Json(serde_json::json!({
+        "status": status,
+        "last_tick_age_ms": app.state.tick_age_ms(),
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_s": crate::clock::now_ms().saturating_sub(started) / 1000,
         "components": components,
@@ -27,8 +43,8 @@ pub async fn healthz(State(app): State<SharedApp>) -> Response {
             "backend": backend,
             "sched_ext": scx,
         })),
-    }))
-    .into_response()
+    }));
+    (code, body).into_response()
 }
 
 #[derive(Deserialize)]
