@@ -108,7 +108,18 @@ pub fn collect_all(
     let mut failures = Vec::new();
     for source in sources.iter_mut() {
         let name = source.name().to_string();
-        let (status, detail) = match source.collect(&mut sample) {
+        // A source that panics is that source's failure, not the end of collection: it is
+        // reported down with the panic's message and asked again next tick.
+        let collected = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| source.collect(&mut sample)))
+            .unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("a panic without a message");
+                Err(SourceError(format!("panicked: {what}")))
+            });
+        let (status, detail) = match collected {
             Ok(SourceStatus::Up) => (ComponentStatus::Up, None),
             Ok(SourceStatus::Degraded(why)) => (ComponentStatus::Degraded, Some(why)),
             Ok(SourceStatus::Absent(why)) => (ComponentStatus::Absent, Some(why)),
@@ -403,6 +414,33 @@ mod tests {
         fn collect(&mut self, _: &mut Sample) -> Result<SourceStatus, SourceError> {
             Err(SourceError("cannot read /nonexistent".into()))
         }
+    }
+
+    struct Panicking(u32);
+    impl MetricsSource for Panicking {
+        fn name(&self) -> &str {
+            "panicky"
+        }
+        fn collect(&mut self, _: &mut Sample) -> Result<SourceStatus, SourceError> {
+            self.0 += 1;
+            if self.0 == 1 {
+                panic!("index out of bounds in a parser");
+            }
+            Ok(SourceStatus::Up)
+        }
+    }
+
+    #[test]
+    fn a_panicking_source_is_down_with_the_panic_and_asked_again_next_tick() {
+        let mut sources: Vec<Box<dyn MetricsSource>> =
+            vec![Box::new(Panicking(0)), Box::new(crate::host::HostSource::new(Default::default()))];
+        let (sample, components, failures) = collect_all(&mut sources, 1);
+        assert!(sample.host.is_some(), "the other sources still ran");
+        assert_eq!(components[0].status, ComponentStatus::Down);
+        assert_eq!(components[0].detail.as_deref(), Some("panicked: index out of bounds in a parser"));
+        assert_eq!(failures.len(), 1);
+        let (_, components, _) = collect_all(&mut sources, 2);
+        assert_eq!(components[0].status, ComponentStatus::Up, "it runs again the next tick");
     }
 
     #[test]
