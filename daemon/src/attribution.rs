@@ -1,22 +1,27 @@
 //! GPU idle attribution: for each ML job and each GPU it uses, the share of the last minute the
 //! GPU was idle, split by what the job was doing at the time.
 //!
-//! Each tick joins two sources of the same sample: the GPU source (NVML's utilisation of each
-//! GPU over its last sample period, and the pids of the compute processes on it) and the
-//! scheduler (each ML process's cumulative time per phase, from its 100 ms windows). For a job
-//! on a GPU, the tick's idle share `1 - utilisation` is spread over the phases in proportion to
-//! the time the job's main process spent in each since the previous tick:
+//! Each tick joins two sources of the same sample: the GPU source (the compute processes on each
+//! GPU, and its utilisation) and the scheduler (each ML process's phase timeline, from its 100 ms
+//! windows). Two ways, the first wherever the GPU allows it:
 //!
-//! `idle_ms[phase] += (1 - util / 100) * (phase_ms[phase] now - phase_ms[phase] at the last tick)`
+//! - **Aligned**: NVML keeps its own utilisation samples, each the busy share of a short period
+//!   (1/6 s on most data-centre GPUs) with the time the period ended. Each sample the job's
+//!   timeline already covers is laid over it: the period's idle share goes to the phase the
+//!   job's main process was in during each part of the period.
 //!
-//! Summed over the ticks of the last [`WINDOW_MS`], divided by the job's time observed in them,
-//! that gives `idle_by_phase_pct` (which adds up to `idle_pct`). It is a sampled estimate: NVML
-//! averages utilisation over its own period (1/6 s to 1 s by GPU), the phases come from 100 ms
-//! windows, and one tick (1 s by default) is the finest grain at which the two are joined.
+//!   `idle_ms[phase] += (1 - busy / 100) * overlap(period, span of that phase)`
+//!
+//! - **Proportional** (a GPU or driver without samples): the tick's idle share `1 - util / 100`
+//!   is spread over the phases in proportion to the time the main process spent in each since
+//!   the previous tick. The grain is the tick, so short alternations blur.
+//!
+//! Summed over the last [`WINDOW_MS`], divided by the job's time observed in it, that gives
+//! `idle_by_phase_pct` (which adds up to `idle_pct`).
 
 use std::collections::{BTreeMap, VecDeque};
 
-use ringside_shared::{GpuIdleAttribution, Phase, PhaseValues};
+use ringside_shared::{GpuDevice, GpuIdleAttribution, MlProcessInfo, Phase, PhaseSpan, PhaseValues};
 
 use crate::pipeline::Sample;
 
@@ -25,11 +30,17 @@ pub const WINDOW_MS: u64 = 60_000;
 /// Jobs × GPUs reported at most (a node has 8 GPUs; bounds the snapshot against many jobs).
 pub const MAX_ENTRIES: usize = 64;
 
+/// The period a sample covers when the sample before it is not known (NVML's shortest).
+const FIRST_PERIOD_US: u64 = 166_667;
+/// A sample period longer than this (a gap in NVML's samples) counts as this long.
+const MAX_PERIOD_US: u64 = 1_000_000;
+
 /// One tick's contribution of a job on a GPU.
 struct Slice {
     at_ms: u64,
     observed_ms: f64,
     idle_ms: PhaseValues<f64>,
+    aligned: bool,
 }
 
 #[derive(Default)]
@@ -37,6 +48,10 @@ struct Series {
     comm: String,
     gpu: u32,
     slices: VecDeque<Slice>,
+    /// The end of the time the latest slice covers (Unix ms).
+    until_ms: u64,
+    /// The newest NVML sample already laid over the timeline (Unix µs).
+    cursor_us: u64,
 }
 
 /// Keeps the last minute of slices per (job, GPU UUID) and each job's phase times at the
@@ -69,27 +84,27 @@ impl IdleAttribution {
         }
         self.last_phase_ms = seen;
         let job_of: BTreeMap<u32, u32> = scheduler.processes.iter().map(|p| (p.pid, p.job)).collect();
+        let mains: BTreeMap<u32, &MlProcessInfo> =
+            scheduler.processes.iter().filter(|p| p.pid == p.job).map(|p| (p.pid, p)).collect();
         for gpu in &gpus.devices {
-            let Some(util) = gpu.utilization_gpu_pct else { continue };
-            let idle = (1.0 - util / 100.0).clamp(0.0, 1.0);
             // The jobs with a process on this GPU, each once.
             let mut jobs: Vec<u32> = gpu.processes.iter().filter_map(|p| job_of.get(&p.pid).copied()).collect();
             jobs.sort_unstable();
             jobs.dedup();
             for job in jobs {
-                let Some((comm, delta)) = added.get(&job) else { continue };
-                let observed: u64 = Phase::ALL.iter().map(|ph| delta.get(*ph)).sum();
-                if observed == 0 {
-                    continue;
-                }
-                let mut idle_ms = PhaseValues::<f64>::default();
-                for phase in Phase::ALL {
-                    *idle_ms.get_mut(phase) = idle * delta.get(phase) as f64;
-                }
+                let (Some((comm, delta)), Some(main)) = (added.get(&job), mains.get(&job)) else { continue };
                 let series = self.series.entry((job, gpu.uuid.clone())).or_default();
                 series.comm = comm.clone();
                 series.gpu = gpu.index;
-                series.slices.push_back(Slice { at_ms: now, observed_ms: observed as f64, idle_ms });
+                let slice = if gpu.utilization_samples.is_empty() || main.timeline.is_empty() {
+                    gpu.utilization_gpu_pct.and_then(|util| proportional(util, delta))
+                } else {
+                    aligned(gpu, &main.timeline, &mut series.cursor_us)
+                };
+                if let Some(slice) = slice {
+                    series.until_ms = if slice.aligned { series.cursor_us / 1000 } else { now };
+                    series.slices.push_back(Slice { at_ms: now, ..slice });
+                }
             }
         }
         // Forget what fell out of the window, and jobs and GPUs gone quiet.
@@ -98,10 +113,13 @@ impl IdleAttribution {
                 series.slices.pop_front();
             }
         }
-        self.series.retain(|_, s| !s.slices.is_empty());
+        // A series keeps its cursor while its samples may still be read again (NVML's are kept
+        // for seconds), so that none is counted twice.
+        self.series.retain(|_, s| !s.slices.is_empty() || s.cursor_us / 1000 + WINDOW_MS > now);
         gpus.idle = self
             .series
             .iter()
+            .filter(|(_, s)| !s.slices.is_empty())
             .take(MAX_ENTRIES)
             .map(|((job, uuid), s)| {
                 let observed: f64 = s.slices.iter().map(|x| x.observed_ms).sum();
@@ -116,12 +134,58 @@ impl IdleAttribution {
                     gpu: s.gpu,
                     uuid: uuid.clone(),
                     window_ms: observed as u64,
+                    until_ms: s.until_ms,
                     idle_pct: Phase::ALL.iter().map(|ph| by_phase.get(*ph)).sum(),
                     idle_by_phase_pct: by_phase,
+                    aligned: s.slices.back().is_some_and(|x| x.aligned),
                 }
             })
             .collect();
     }
+}
+
+/// The tick's slice from its utilisation and the phase time the job added since the last tick.
+fn proportional(util: f64, delta: &PhaseValues<u64>) -> Option<Slice> {
+    let idle = (1.0 - util / 100.0).clamp(0.0, 1.0);
+    let observed: u64 = Phase::ALL.iter().map(|ph| delta.get(*ph)).sum();
+    if observed == 0 {
+        return None;
+    }
+    let mut idle_ms = PhaseValues::<f64>::default();
+    for phase in Phase::ALL {
+        *idle_ms.get_mut(phase) = idle * delta.get(phase) as f64;
+    }
+    Some(Slice { at_ms: 0, observed_ms: observed as f64, idle_ms, aligned: false })
+}
+
+/// Lays each of the GPU's samples newer than `cursor_us` that `timeline` already covers over
+/// it, and moves the cursor past them.
+fn aligned(gpu: &GpuDevice, timeline: &[PhaseSpan], cursor_us: &mut u64) -> Option<Slice> {
+    let covered_us = timeline.last()?.end_ms.saturating_mul(1000);
+    let mut slice = Slice { at_ms: 0, observed_ms: 0.0, idle_ms: PhaseValues::default(), aligned: true };
+    let mut previous: Option<u64> = None;
+    for sample in &gpu.utilization_samples {
+        let end = sample.at_us;
+        let start = previous.map_or(end.saturating_sub(FIRST_PERIOD_US), |p| p.max(end.saturating_sub(MAX_PERIOD_US)));
+        previous = Some(end);
+        if end <= *cursor_us {
+            continue;
+        }
+        if end > covered_us {
+            break;
+        }
+        *cursor_us = end;
+        let idle = (1.0 - sample.busy_pct / 100.0).clamp(0.0, 1.0);
+        for span in timeline {
+            let (from, to) = (span.start_ms.saturating_mul(1000).max(start), span.end_ms.saturating_mul(1000).min(end));
+            if to > from {
+                let ms = (to - from) as f64 / 1000.0;
+                slice.observed_ms += ms;
+                *slice.idle_ms.get_mut(span.phase) += idle * ms;
+            }
+        }
+    }
+    (slice.observed_ms > 0.0).then_some(slice)
 }
 
 #[cfg(test)]
@@ -130,7 +194,7 @@ mod tests {
 
     use super::*;
 
-    fn sample(at_ms: u64, util: f64, phase_ms: PhaseValues<u64>) -> Sample {
+    pub(super) fn sample(at_ms: u64, util: f64, phase_ms: PhaseValues<u64>) -> Sample {
         let mut sample = Sample::new(at_ms);
         sample.gpus = Some(GpuTelemetry {
             available: true,
@@ -168,7 +232,7 @@ mod tests {
         sample
     }
 
-    fn phases(data: u64, compute: u64, optimizer: u64) -> PhaseValues<u64> {
+    pub(super) fn phases(data: u64, compute: u64, optimizer: u64) -> PhaseValues<u64> {
         PhaseValues { data_loading: data, gpu_compute: compute, optimizer_step: optimizer, ..PhaseValues::default() }
     }
 
@@ -209,5 +273,82 @@ mod tests {
         let x = &late.gpus.unwrap().idle[0];
         assert_eq!(x.window_ms, 1000, "the slice from second 1 fell out of the minute");
         assert_eq!(x.idle_pct, 0.0);
+    }
+}
+
+#[cfg(test)]
+mod aligned_tests {
+    use ringside_shared::{GpuUtilizationSample, PhaseSpan};
+
+    use super::tests::{phases, sample};
+    use super::*;
+
+    const T0: u64 = 1_700_000_000_000;
+
+    fn with(mut s: Sample, samples: &[(u64, f64)], timeline: &[(Phase, u64, u64)]) -> Sample {
+        let gpu = &mut s.gpus.as_mut().unwrap().devices[0];
+        gpu.utilization_samples = samples
+            .iter()
+            .map(|&(ms, busy)| GpuUtilizationSample { at_us: (T0 + ms) * 1000, busy_pct: busy })
+            .collect();
+        s.scheduler.as_mut().unwrap().processes[0].timeline = timeline
+            .iter()
+            .map(|&(phase, from, to)| PhaseSpan { phase, start_ms: T0 + from, end_ms: T0 + to })
+            .collect();
+        s
+    }
+
+    #[test]
+    fn samples_laid_over_the_timeline_put_idle_time_where_it_happened() {
+        // Half a second loading data with the GPU idle, half a second computing with it busy:
+        // the tick's mean utilisation is 50 %, and only the alignment can tell when.
+        let samples = [(0, 30.0), (250, 0.0), (500, 0.0), (750, 100.0), (1000, 100.0)];
+        let timeline = [(Phase::DataLoading, 0, 500), (Phase::GpuCompute, 500, 1000)];
+        let mut a = IdleAttribution::default();
+        let mut s = with(sample(T0 + 1000, 50.0, phases(500, 500, 0)), &samples, &timeline);
+        a.update(&mut s);
+        let x = &s.gpus.as_ref().unwrap().idle[0];
+        assert!(x.aligned);
+        assert_eq!(x.window_ms, 1000, "the sample ending at 0 covers time before the timeline");
+        assert!((x.idle_by_phase_pct.data_loading - 50.0).abs() < 1e-9, "{x:?}");
+        assert_eq!(x.idle_by_phase_pct.gpu_compute, 0.0, "{x:?}");
+
+        // The proportional estimate of the same second blurs it over both phases.
+        let mut b = IdleAttribution::default();
+        b.update(&mut sample(T0, 50.0, phases(0, 0, 0)));
+        let mut p = sample(T0 + 1000, 50.0, phases(500, 500, 0));
+        b.update(&mut p);
+        let y = &p.gpus.as_ref().unwrap().idle[0];
+        assert!(!y.aligned);
+        assert_eq!((y.idle_by_phase_pct.data_loading, y.idle_by_phase_pct.gpu_compute), (25.0, 25.0));
+    }
+
+    #[test]
+    fn each_sample_counts_once_and_only_once_the_timeline_covers_it() {
+        let mut a = IdleAttribution::default();
+        // Samples up to 1.5 s, the timeline only to 1 s: the last two wait.
+        let samples = [(0, 0.0), (500, 0.0), (1000, 0.0), (1250, 0.0), (1500, 0.0)];
+        let mut s = with(sample(T0 + 1500, 0.0, phases(1000, 0, 0)), &samples, &[(Phase::DataLoading, 0, 1000)]);
+        a.update(&mut s);
+        assert_eq!(s.gpus.as_ref().unwrap().idle[0].window_ms, 1000);
+        // Next tick: NVML still returns the old samples (it keeps seconds of them) and a new
+        // one; the timeline now reaches 2 s, the last second in the optimizer step.
+        let samples = [(500, 0.0), (1000, 0.0), (1250, 0.0), (1500, 0.0), (2000, 100.0)];
+        let timeline = [(Phase::DataLoading, 0, 1000), (Phase::OptimizerStep, 1000, 2000)];
+        let mut s = with(sample(T0 + 2500, 0.0, phases(1000, 0, 1000)), &samples, &timeline);
+        a.update(&mut s);
+        let x = &s.gpus.as_ref().unwrap().idle[0];
+        assert_eq!(x.window_ms, 2000, "every millisecond once: {x:?}");
+        assert!((x.idle_by_phase_pct.data_loading - 50.0).abs() < 1e-9, "{x:?}");
+        assert!((x.idle_by_phase_pct.optimizer_step - 25.0).abs() < 1e-9, "idle 1.0-1.5 s, busy 1.5-2 s: {x:?}");
+    }
+
+    #[test]
+    fn a_gap_in_the_samples_counts_as_at_most_a_second() {
+        let mut a = IdleAttribution::default();
+        let samples = [(0, 0.0), (5000, 0.0)];
+        let mut s = with(sample(T0 + 5000, 0.0, phases(5000, 0, 0)), &samples, &[(Phase::DataLoading, 0, 5000)]);
+        a.update(&mut s);
+        assert_eq!(s.gpus.as_ref().unwrap().idle[0].window_ms, 1000);
     }
 }

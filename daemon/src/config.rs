@@ -365,6 +365,20 @@ fn check_thresholds(t: &Thresholds) -> Result<(), ConfigError> {
             why: "must be in (0, 150) °C".into(),
         });
     }
+    if !(t.gpu_temperature_margin_c >= 0.0 && t.gpu_temperature_margin_c < 100.0) {
+        return Err(ConfigError::Invalid {
+            key: "thresholds.gpu_temperature_margin_c",
+            value: t.gpu_temperature_margin_c.to_string(),
+            why: "must be in [0, 100) °C".into(),
+        });
+    }
+    if !(t.gpu_throttle_sustained_s >= 0.0 && t.gpu_throttle_sustained_s <= 86_400.0) {
+        return Err(ConfigError::Invalid {
+            key: "thresholds.gpu_throttle_sustained_s",
+            value: t.gpu_throttle_sustained_s.to_string(),
+            why: "must be in [0, 86400] s".into(),
+        });
+    }
     if !(t.memory_stall_pct_warning > 0.0 && t.memory_stall_pct_warning <= 100.0) {
         return Err(ConfigError::Invalid {
             key: "thresholds.memory_stall_pct_warning",

@@ -9,20 +9,23 @@
 //! reason under the field's name, never 0. A node without the NVIDIA driver has nothing to
 //! watch: with `[gpu] mode = "auto"` (the default) the component is `absent`, not a fault.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{
-    Clock, ComputeMode, EccCounter, MemoryError, PcieUtilCounter, PerformanceState, RetirementCause, TemperatureSensor,
+    Clock, ComputeMode, EccCounter, MemoryError, PcieUtilCounter, PerformanceState, RetirementCause, Sampling,
+    TemperatureSensor, TemperatureThreshold,
 };
+use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::sys_exports::field_id::{NVML_FI_DEV_MEMORY_TEMP, NVML_FI_DEV_NVLINK_LINK_COUNT};
 use nvml_wrapper::{Device, Nvml};
-use ringside_shared::{GpuDevice, GpuTelemetry};
+use ringside_shared::{GpuDevice, GpuTelemetry, GpuUtilizationSample};
 use serde::Deserialize;
 
 use crate::pipeline::{MetricsSource, Sample, SourceError, SourceStatus};
@@ -154,10 +157,11 @@ fn sample(interval: Duration, out: Arc<Mutex<Option<Published>>>, stop: Arc<Atom
         *out.lock().unwrap_or_else(|e| e.into_inner()) = Some(Published { telemetry, at: Instant::now(), no_driver });
     };
     let mut xids = XidLog::default();
+    let mut continuity = Continuity::default();
     while !stop.load(Ordering::Relaxed) {
         let started = Instant::now();
         let (failed, retry) = match Nvml::init() {
-            Ok(nvml) => match session(&nvml, interval, &publish, &stop, &mut xids) {
+            Ok(nvml) => match session(&nvml, interval, &publish, &stop, &mut xids, &mut continuity) {
                 None => return,
                 // The last reading stays on show, each lost GPU saying so.
                 Some(last) => {
@@ -200,14 +204,18 @@ fn session(
     publish: &impl Fn(GpuTelemetry, bool),
     stop: &AtomicBool,
     xids: &mut XidLog,
+    continuity: &mut Continuity,
 ) -> Option<GpuTelemetry> {
     let events = register_events(nvml);
     loop {
         let tick = Instant::now();
-        let mut telemetry = read_all(nvml);
+        let mut telemetry = read_all(nvml, continuity);
         xids.attach(&mut telemetry);
         telemetry.xid_events = events.is_some();
+        // A GPU whose handle answers "lost" ends the session (NVML is started afresh); one
+        // that left the driver's list does not (a new start would not bring it back).
         let lost = telemetry.devices.iter().any(|d| d.unsupported.contains_key("gpu"));
+        continuity.missing(&mut telemetry);
         publish(telemetry.clone(), false);
         if lost {
             return Some(telemetry);
@@ -364,7 +372,7 @@ fn why(error: &NvmlError) -> String {
     }
 }
 
-fn read_all(nvml: &Nvml) -> GpuTelemetry {
+fn read_all(nvml: &Nvml, continuity: &mut Continuity) -> GpuTelemetry {
     let mut telemetry = GpuTelemetry {
         available: true,
         driver_version: nvml.sys_driver_version().ok(),
@@ -388,7 +396,11 @@ fn read_all(nvml: &Nvml) -> GpuTelemetry {
     }
     for index in 0..count.min(MAX_GPUS) {
         telemetry.devices.push(match nvml.device_by_index(index) {
-            Ok(device) => read_device(nvml, &device, index),
+            Ok(device) => {
+                let mut gpu = read_device(nvml, &device, index);
+                continuity.follow(&device, &mut gpu);
+                gpu
+            }
             Err(e) => GpuDevice {
                 index,
                 unsupported: [("gpu".to_string(), format!("cannot open the GPU: {}", why(&e)))].into(),
@@ -458,6 +470,7 @@ fn read_device(nvml: &Nvml, device: &Device, index: u32) -> GpuDevice {
             .map(|c| format!("{}.{}", c.major, c.minor)),
         utilization_gpu_pct: utilization.as_ref().map(|u| f64::from(u.gpu)),
         utilization_memory_pct: utilization.as_ref().map(|u| f64::from(u.memory)),
+        utilization_samples: Vec::new(),
         sm_clock_mhz: f.get("sm_clock_mhz", device.clock_info(Clock::SM)),
         sm_clock_max_mhz: f.get("sm_clock_max_mhz", device.max_clock_info(Clock::SM)),
         memory_clock_mhz: f.get("memory_clock_mhz", device.clock_info(Clock::Memory)),
@@ -467,6 +480,8 @@ fn read_device(nvml: &Nvml, device: &Device, index: u32) -> GpuDevice {
         memory_total_bytes: memory.as_ref().map(|m| m.total),
         temperature_gpu_c: f.get("temperature_gpu_c", device.temperature(TemperatureSensor::Gpu)),
         temperature_memory_c: f.get("temperature_memory_c", memory_temperature(device)),
+        temperature_slowdown_c: f
+            .get("temperature_slowdown_c", device.temperature_threshold(TemperatureThreshold::Slowdown)),
         power_draw_w: f.get("power_draw_w", device.power_usage()).map(|mw| f64::from(mw) / 1000.0),
         power_limit_w: f.get("power_limit_w", device.enforced_power_limit()).map(|mw| f64::from(mw) / 1000.0),
         energy_j: f.get("energy_j", device.total_energy_consumption()).map(|mj| mj as f64 / 1000.0),
@@ -478,6 +493,7 @@ fn read_device(nvml: &Nvml, device: &Device, index: u32) -> GpuDevice {
         nvlink_tx_bytes: None,
         nvlink_rx_bytes: None,
         throttle_reasons: f.get("throttle_reasons", device.current_throttle_reasons()).map(throttle_names),
+        hw_throttled_since_ms: None,
         ecc_corrected_volatile: f.get("ecc_corrected_volatile", ecc(MemoryError::Corrected)),
         ecc_uncorrected_volatile: f.get("ecc_uncorrected_volatile", ecc(MemoryError::Uncorrected)),
         retired_pages: f.get("retired_pages", retired),
@@ -530,6 +546,7 @@ fn processes(device: &Device) -> Result<Vec<ringside_shared::GpuProcess>, NvmlEr
             let latest = samples.iter().filter(|s| s.pid == p.pid).max_by_key(|s| s.timestamp);
             ringside_shared::GpuProcess {
                 pid: p.pid,
+                namespace_pid: namespace_pid(Path::new("/proc"), p.pid),
                 gpu_memory_bytes: match p.used_gpu_memory {
                     UsedGpuMemory::Used(bytes) => Some(bytes),
                     UsedGpuMemory::Unavailable => None,
@@ -539,6 +556,131 @@ fn processes(device: &Device) -> Result<Vec<ringside_shared::GpuProcess>, NvmlEr
             }
         })
         .collect())
+}
+
+/// The pid of `pid` inside its own PID namespace (the last `NSpid` entry of its
+/// `/proc/<pid>/status`), where that is not this one's. `None` for a process in this
+/// namespace, and for a pid this `/proc` does not show (the daemon in a container of its own).
+fn namespace_pid(proc_root: &Path, pid: u32) -> Option<u32> {
+    let status = crate::sched::trust::read_bounded(&proc_root.join(pid.to_string()).join("status"), 8192)?;
+    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+    let pids: Vec<u32> = line.split_whitespace().take(64).filter_map(|p| p.parse().ok()).collect();
+    (pids.len() > 1).then(|| pids.last().copied()).flatten()
+}
+
+/// NVML's utilisation samples are kept this long (the idle attribution consumes them within a
+/// few ticks of their arrival), and at most this many per GPU.
+const SAMPLES_KEPT_US: u64 = 10_000_000;
+const MAX_SAMPLES_KEPT: usize = 256;
+
+/// The clock throttle reasons that mean the hardware protects itself (not a setting or idling).
+pub const HARDWARE_THROTTLES: [&str; 4] =
+    ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake", "sw_thermal_slowdown"];
+
+/// What the sampler carries from one reading to the next, across NVML restarts: each GPU's
+/// recent utilisation samples, since when its clocks have been held down, and the GPUs it has
+/// seen (one that leaves the driver's list is reported lost, not forgotten). Every map is
+/// keyed by UUID and bounded by [`MAX_GPUS`].
+#[derive(Default)]
+struct Continuity {
+    samples: BTreeMap<String, VecDeque<GpuUtilizationSample>>,
+    throttled_since: BTreeMap<String, u64>,
+    /// UUID → (index, name) of every GPU seen.
+    roster: BTreeMap<String, (u32, String)>,
+}
+
+impl Continuity {
+    /// Adds what the previous readings know to `gpu`, read just now from `device`.
+    fn follow(&mut self, device: &Device, gpu: &mut GpuDevice) {
+        if gpu.uuid.is_empty() || gpu.unsupported.contains_key("gpu") {
+            return;
+        }
+        let fits = |map_len: usize, has: bool| has || map_len < MAX_GPUS as usize;
+        if fits(self.roster.len(), self.roster.contains_key(&gpu.uuid)) {
+            self.roster.insert(gpu.uuid.clone(), (gpu.index, gpu.name.clone()));
+        }
+        let now_us = crate::clock::now_ms() * 1000;
+        if fits(self.samples.len(), self.samples.contains_key(&gpu.uuid)) {
+            let kept = self.samples.entry(gpu.uuid.clone()).or_default();
+            let last = kept.back().map(|s| s.at_us);
+            match device.samples(Sampling::GpuUtilization, last) {
+                Ok(new) => add_samples(kept, new.into_iter().map(|s| (s.timestamp, sample_value(&s.value)))),
+                // Nothing newer than `last`.
+                Err(NvmlError::NotFound) => {}
+                Err(e) => {
+                    gpu.unsupported.insert("utilization_samples".into(), why(&e));
+                }
+            }
+            while kept.front().is_some_and(|s| s.at_us + SAMPLES_KEPT_US < now_us) || kept.len() > MAX_SAMPLES_KEPT {
+                kept.pop_front();
+            }
+            gpu.utilization_samples = kept.iter().copied().collect();
+        }
+        let held = gpu.throttle_reasons.iter().flatten().any(|r| HARDWARE_THROTTLES.contains(&r.as_str()));
+        if !held {
+            self.throttled_since.remove(&gpu.uuid);
+        } else if fits(self.throttled_since.len(), self.throttled_since.contains_key(&gpu.uuid)) {
+            gpu.hw_throttled_since_ms = Some(*self.throttled_since.entry(gpu.uuid.clone()).or_insert(now_us / 1000));
+        }
+    }
+
+    /// Lists each GPU seen before that the driver no longer lists (its count dropped: a GPU
+    /// that fell off the bus), as lost.
+    fn missing(&mut self, telemetry: &mut GpuTelemetry) {
+        if !telemetry.available {
+            return;
+        }
+        let listed = telemetry.devices.len();
+        let absent: Vec<(String, u32, String)> = self
+            .roster
+            .iter()
+            // A listed GPU that could not be read has no UUID: it may be this one, at its index.
+            .filter(|(uuid, (index, _))| {
+                !telemetry.devices.iter().any(|d| &d.uuid == *uuid || (d.uuid.is_empty() && d.index == *index))
+            })
+            .map(|(uuid, (index, name))| (uuid.clone(), *index, name.clone()))
+            .collect();
+        for (uuid, index, name) in absent {
+            let why = format!(
+                "the driver no longer lists this GPU ({listed} listed, {} seen before): it fell off the bus or was \
+                 removed",
+                self.roster.len()
+            );
+            self.samples.remove(&uuid);
+            self.throttled_since.remove(&uuid);
+            telemetry.devices.push(GpuDevice {
+                index,
+                name,
+                uuid,
+                unsupported: [("gpu".to_string(), why)].into(),
+                ..GpuDevice::default()
+            });
+        }
+        telemetry.devices.sort_by_key(|d| d.index);
+    }
+}
+
+/// Appends NVML samples newer than the newest kept, in time order.
+fn add_samples(kept: &mut VecDeque<GpuUtilizationSample>, new: impl Iterator<Item = (u64, Option<f64>)>) {
+    let mut new: Vec<GpuUtilizationSample> = new
+        .filter_map(|(at_us, busy)| busy.map(|b| GpuUtilizationSample { at_us, busy_pct: b.clamp(0.0, 100.0) }))
+        .take(MAX_SAMPLES_KEPT)
+        .collect();
+    new.sort_by_key(|s| s.at_us);
+    for sample in new {
+        if kept.back().is_none_or(|last| sample.at_us > last.at_us) {
+            kept.push_back(sample);
+        }
+    }
+}
+
+fn sample_value(value: &SampleValue) -> Option<f64> {
+    match *value {
+        SampleValue::U32(v) => Some(f64::from(v)),
+        SampleValue::U64(v) => Some(v as f64),
+        SampleValue::I64(v) => Some(v as f64),
+        SampleValue::F64(v) => v.is_finite().then_some(v),
+    }
 }
 
 fn kb(per_s: u32) -> u64 {
@@ -681,6 +823,66 @@ fn performance_state_name(state: PerformanceState) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_container_pid_comes_from_nspid_and_hostile_status_files_give_nothing() {
+        let root = std::env::temp_dir().join(format!("ringside-nspid-{}", std::process::id()));
+        let status = |pid: u32, text: &str| {
+            std::fs::create_dir_all(root.join(pid.to_string())).unwrap();
+            std::fs::write(root.join(pid.to_string()).join("status"), text).unwrap();
+        };
+        status(100, "Name:\tpython\nNSpid:\t100\t7\nUid:\t0\n");
+        status(101, "Name:\tpython\nNSpid:\t101\n");
+        status(102, "NSpid:\tx y\n");
+        status(103, &format!("{}\nNSpid:\t103\t9\n", "x".repeat(10_000)));
+        assert_eq!(namespace_pid(&root, 100), Some(7), "a process in a container");
+        assert_eq!(namespace_pid(&root, 101), None, "one in the daemon's namespace");
+        assert_eq!(namespace_pid(&root, 102), None);
+        assert_eq!(namespace_pid(&root, 103), None, "the line lies beyond what is read");
+        assert_eq!(namespace_pid(&root, 104), None, "gone");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn samples_are_kept_in_order_once_each() {
+        let mut kept = VecDeque::new();
+        add_samples(&mut kept, [(200, Some(50.0)), (100, Some(150.0)), (300, None)].into_iter());
+        add_samples(&mut kept, [(200, Some(10.0)), (400, Some(-3.0))].into_iter());
+        let got: Vec<(u64, f64)> = kept.iter().map(|s| (s.at_us, s.busy_pct)).collect();
+        assert_eq!(got, [(100, 100.0), (200, 50.0), (400, 0.0)], "clamped, sorted, no repeats");
+        assert_eq!(sample_value(&SampleValue::F64(f64::NAN)), None);
+    }
+
+    #[test]
+    fn a_gpu_that_leaves_the_list_is_reported_lost_not_forgotten() {
+        let gpu = |index: u32, uuid: &str| GpuDevice {
+            index,
+            uuid: uuid.into(),
+            name: "H200".into(),
+            ..GpuDevice::default()
+        };
+        let mut c = Continuity::default();
+        for g in [gpu(0, "GPU-a"), gpu(1, "GPU-b"), gpu(2, "GPU-c")] {
+            c.roster.insert(g.uuid.clone(), (g.index, g.name.clone()));
+        }
+        c.throttled_since.insert("GPU-b".into(), 5);
+        let mut t =
+            GpuTelemetry { available: true, devices: vec![gpu(0, "GPU-a"), gpu(1, "GPU-c")], ..Default::default() };
+        c.missing(&mut t);
+        // GPU-c moved down to index 1 when GPU-b went: GPU-b is the one missing.
+        let lost: Vec<(u32, &str)> = t
+            .devices
+            .iter()
+            .filter(|d| d.unsupported.contains_key("gpu"))
+            .map(|d| (d.index, d.uuid.as_str()))
+            .collect();
+        assert_eq!(lost, [(1, "GPU-b")], "{:?}", t.devices);
+        assert!(t.devices.iter().any(|d| d.unsupported.get("gpu").is_some_and(|w| w.contains("2 listed, 3 seen"))));
+        assert!(c.throttled_since.is_empty());
+        let mut none = GpuTelemetry { available: false, ..Default::default() };
+        c.missing(&mut none);
+        assert!(none.devices.is_empty(), "no driver: nothing to compare with");
+    }
 
     #[test]
     fn throttle_reasons_are_decoded_by_name() {

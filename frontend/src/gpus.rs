@@ -122,7 +122,10 @@ fn gpu_card(gpu: GpuDevice, idle: Vec<String>) -> impl IntoView {
                 </div>
                 <div>
                     <span class="stat-label">"Temperature · HBM"</span>
-                    {figure(&gpu, "temperature_gpu_c", gpu.temperature_gpu_c, |c| format!("{c} °C"))}
+                    {figure(&gpu, "temperature_gpu_c", gpu.temperature_gpu_c, |c| match gpu.temperature_slowdown_c {
+                        Some(slowdown) => format!("{c} °C, slows at {slowdown}"),
+                        None => format!("{c} °C"),
+                    })}
                     {figure(&gpu, "temperature_memory_c", gpu.temperature_memory_c, |c| format!("HBM {c} °C"))}
                 </div>
                 <div>
@@ -166,7 +169,7 @@ fn gpu_card(gpu: GpuDevice, idle: Vec<String>) -> impl IntoView {
                             .map(|p| {
                                 view! {
                                     <tr data-pid=p.pid.to_string()>
-                                        <td>{p.pid.to_string()}</td>
+                                        <td>{process_pid(&p)}</td>
                                         <td>{p.gpu_memory_bytes.map(bytes).unwrap_or_else(|| "–".into())}</td>
                                         <td>{p.sm_utilization_pct.map(|s| format!("{s:.0} %")).unwrap_or_else(|| "–".into())}</td>
                                     </tr>
@@ -199,7 +202,7 @@ pub fn GpusPanel() -> impl IntoView {
             );
             view! {
                 <p class="muted">{versions}</p>
-                <div class="kernel-cards">
+                <div class="gpu-cards">
                     {t.devices
                         .into_iter()
                         .map(|gpu| {
@@ -227,6 +230,14 @@ pub fn GpusPanel() -> impl IntoView {
     }
 }
 
+/// "4242", or "4242 (7 in its container)" for a process in a PID namespace of its own.
+pub fn process_pid(p: &ringside_shared::GpuProcess) -> String {
+    match p.namespace_pid {
+        Some(inner) => format!("{} ({inner} in its container)", p.pid),
+        None => p.pid.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,6 +250,7 @@ mod tests {
             gpu_memory_bytes: memory,
             sm_utilization_pct: sm,
             memory_utilization_pct: None,
+            namespace_pid: None,
         };
         let gpus = GpuTelemetry {
             devices: vec![
@@ -258,6 +270,11 @@ mod tests {
         assert_eq!(gpu_use_of(7, &gpus).as_deref(), Some("GPU 0: 552 MiB, SM 72 %; GPU 1: 1.0 GiB"));
         assert_eq!(gpu_use_of(9, &gpus).as_deref(), Some("GPU 1: memory unknown"));
         assert_eq!(gpu_use_of(8, &gpus), None);
+        assert_eq!(process_pid(&process(7, None, None)), "7");
+        assert_eq!(
+            process_pid(&GpuProcess { namespace_pid: Some(1), ..process(7, None, None) }),
+            "7 (1 in its container)"
+        );
     }
 
     #[test]

@@ -808,6 +808,11 @@ pub struct GpuDevice {
     pub compute_capability: Option<String>,
     /// Busy share of the last sample period, 0-100.
     pub utilization_gpu_pct: Option<f64>,
+    /// NVML's own utilisation samples of the last seconds (oldest first), each the busy share
+    /// of the period that ended at its time. The idle attribution aligns them with the
+    /// scheduler's phase timeline; they stay in the daemon (not sent to clients).
+    #[serde(skip)]
+    pub utilization_samples: Vec<GpuUtilizationSample>,
     /// Share of the last sample period the memory was read or written, 0-100.
     pub utilization_memory_pct: Option<f64>,
     pub sm_clock_mhz: Option<u32>,
@@ -819,6 +824,10 @@ pub struct GpuDevice {
     pub memory_total_bytes: Option<u64>,
     pub temperature_gpu_c: Option<u32>,
     pub temperature_memory_c: Option<u32>,
+    /// The temperature at which the GPU starts to slow itself down (NVML's slowdown
+    /// threshold); the `temperature` alert fires a margin below it.
+    #[serde(default)]
+    pub temperature_slowdown_c: Option<u32>,
     pub power_draw_w: Option<f64>,
     /// The limit the driver enforces now.
     pub power_limit_w: Option<f64>,
@@ -837,6 +846,10 @@ pub struct GpuDevice {
     /// `sw_thermal_slowdown`, `hw_thermal_slowdown`, `hw_power_brake`, `sync_boost`,
     /// `applications_clocks`, `display_clocks`, `gpu_idle`. Empty: running free.
     pub throttle_reasons: Option<Vec<String>>,
+    /// Since when the hardware has held the clocks down without a break (thermal or HW
+    /// slowdown, power brake), as seen by the daemon's readings; absent while running free.
+    #[serde(default)]
+    pub hw_throttled_since_ms: Option<UnixMillis>,
     /// ECC errors since the driver was loaded.
     pub ecc_corrected_volatile: Option<u64>,
     pub ecc_uncorrected_volatile: Option<u64>,
@@ -878,11 +891,20 @@ pub struct GpuIdleAttribution {
     pub uuid: String,
     /// How much of the window the figures cover (the job's observed time).
     pub window_ms: u64,
+    /// The end of the time they cover: the newest NVML sample laid over the timeline (aligned),
+    /// or the latest tick.
+    #[serde(default)]
+    pub until_ms: UnixMillis,
     /// Share of that time the GPU was idle, 0-100.
     pub idle_pct: f64,
     /// Share of that time the GPU was idle while the job was in each phase, 0-100; they add
     /// up to `idle_pct`.
     pub idle_by_phase_pct: PhaseValues<f64>,
+    /// Whether NVML's own utilisation samples were laid over the job's phase timeline (true),
+    /// or each tick's utilisation spread over the tick's phase times (false: the GPU or
+    /// driver keeps no samples).
+    #[serde(default)]
+    pub aligned: bool,
 }
 
 impl GpuIdleAttribution {
@@ -906,6 +928,15 @@ impl GpuIdleAttribution {
     }
 }
 
+/// One of NVML's utilisation samples: the GPU's busy share of the period that ended at `at_us`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GpuUtilizationSample {
+    /// The end of the sample's period, Unix µs (NVML's CPU timestamp).
+    pub at_us: u64,
+    /// 0-100.
+    pub busy_pct: f64,
+}
+
 /// An XID error: the driver's code for what went wrong with a GPU.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct GpuXid {
@@ -920,6 +951,10 @@ pub struct GpuXid {
 pub struct GpuProcess {
     /// The pid NVML gives (the host's, for processes in containers too).
     pub pid: u32,
+    /// Its pid inside its own PID namespace (a container's), from `/proc/<pid>/status`
+    /// `NSpid`, where that differs from `pid`.
+    #[serde(default)]
+    pub namespace_pid: Option<u32>,
     /// GPU memory the process holds; absent where the driver does not say (MIG, WDDM).
     pub gpu_memory_bytes: Option<u64>,
     /// Its share of the GPU's SMs and of memory bandwidth over the last seconds, 0-100;

@@ -143,6 +143,8 @@ fn gpus() -> GpuTelemetry {
             window_ms: 60_000,
             idle_pct: 38.0,
             idle_by_phase_pct: PhaseValues { data_loading: 30.0, optimizer_step: 8.0, ..PhaseValues::default() },
+            until_ms: 1_700_000_002_700,
+            aligned: true,
         }],
         devices: vec![GpuDevice {
             index: 0,

@@ -26,6 +26,17 @@
  *     lost 1                        every call about this GPU answers GPU_IS_LOST
  *     xid CODE                      a critical XID event (repeatable, at most 16): each is
  *                                   delivered once, in order, through nvmlEventSetWait
+ *     slowdown C                    the slowdown temperature threshold (default 87; 0: not
+ *                                   supported)
+ *     busy_log PATH                 utilisation samples (nvmlDeviceGetSamples) follow an
+ *                                   `ml-workload --log` file: the model is a GPU busy exactly
+ *                                   while the workload is in `gpu_compute`, so each sample is
+ *                                   the share of its period covered by `gpu_compute` intervals;
+ *                                   only periods the log already covers are answered. Without
+ *                                   it, every sample is the `util` value.
+ *
+ * Utilisation samples are on a 1/6 s grid (the period of NVML's own on data-centre GPUs) over
+ * the last 10 s, as NVML's ring buffer keeps them.
  *
  * Lines it does not understand are ignored. Everything else has plausible defaults.
  */
@@ -67,6 +78,8 @@ struct gpu {
     int lost;
     unsigned long long xids[16];
     unsigned xid_count;
+    unsigned slowdown;
+    char busy_log[256];
 };
 
 /* XIDs of each GPU delivered so far: kept across reloads of the control file. */
@@ -95,6 +108,7 @@ static void defaults(void) {
         g->sm_max = 1980;
         g->mem_clock = 3201;
         g->mem_max = 3201;
+        g->slowdown = 87;
     }
 }
 
@@ -151,6 +165,10 @@ static void load(void) {
                 g->xids[g->xid_count++] = strtoull(rest, NULL, 10);
             } else if (!strcmp(key, "lost")) {
                 g->lost = atoi(rest);
+            } else if (!strcmp(key, "slowdown")) {
+                g->slowdown = (unsigned)strtoul(rest, NULL, 10);
+            } else if (!strcmp(key, "busy_log")) {
+                sscanf(rest, "%255s", g->busy_log);
             }
         }
     }
@@ -325,6 +343,106 @@ nvmlReturn_t nvmlDeviceGetTemperature(void *device, int sensor, unsigned *celsiu
     (void)sensor;
     *celsius = g->temp_gpu;
     return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTemperatureThreshold(void *device, int type, unsigned *celsius) {
+    CHECK(device, "temperature");
+    enum { SHUTDOWN = 0, SLOWDOWN = 1 };
+    if (g->slowdown == 0 || (type != SHUTDOWN && type != SLOWDOWN)) {
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    *celsius = type == SLOWDOWN ? g->slowdown : g->slowdown + 8;
+    return NVML_SUCCESS;
+}
+
+#define SAMPLE_PERIOD_US 166667ULL
+#define SAMPLES_KEPT_US 10000000ULL
+#define MAX_INTERVALS 4096
+
+/* The `gpu_compute` intervals of an ml-workload log (Unix µs) and the end of the last phase
+ * logged; 0 intervals and end 0 when it cannot be read. */
+static unsigned long long busy_from[MAX_INTERVALS], busy_to[MAX_INTERVALS];
+static unsigned busy_count;
+static unsigned long long read_busy_log(const char *path) {
+    unsigned long long logged = 0;
+    busy_count = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        return 0;
+    }
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        const char *start = strstr(line, "\"start_ms\":"), *end = strstr(line, "\"end_ms\":");
+        if (!start || !end || !strchr(line, '\n')) {
+            continue; /* not a phase line, or one still being written */
+        }
+        unsigned long long from = strtoull(start + 11, NULL, 10) * 1000, to = strtoull(end + 9, NULL, 10) * 1000;
+        if (to > logged) {
+            logged = to;
+        }
+        if (strstr(line, "\"phase\":\"gpu_compute\"") && busy_count < MAX_INTERVALS) {
+            busy_from[busy_count] = from;
+            busy_to[busy_count++] = to;
+        }
+    }
+    fclose(f);
+    return logged;
+}
+
+struct sample {
+    unsigned long long timestamp;
+    union {
+        double d;
+        unsigned ui;
+        unsigned long long ull;
+    } value;
+};
+
+nvmlReturn_t nvmlDeviceGetSamples(void *device, int type, unsigned long long last_seen, int *value_type,
+                                  unsigned *count, struct sample *samples) {
+    CHECK(device, "samples");
+    enum { GPU_UTILIZATION_SAMPLES = 1, VALUE_TYPE_UNSIGNED_INT = 1 };
+    if (type != GPU_UTILIZATION_SAMPLES) {
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    const unsigned most = (unsigned)(SAMPLES_KEPT_US / SAMPLE_PERIOD_US);
+    *value_type = VALUE_TYPE_UNSIGNED_INT;
+    if (samples == NULL) {
+        *count = most;
+        return NVML_SUCCESS;
+    }
+    struct timespec now_ts;
+    clock_gettime(CLOCK_REALTIME, &now_ts);
+    unsigned long long now = (unsigned long long)now_ts.tv_sec * 1000000ULL + now_ts.tv_nsec / 1000;
+    unsigned long long newest = now;
+    if (g->busy_log[0]) {
+        unsigned long long logged = read_busy_log(g->busy_log);
+        newest = logged < now ? logged : now;
+    }
+    unsigned long long oldest = now - SAMPLES_KEPT_US;
+    if (last_seen > oldest) {
+        oldest = last_seen;
+    }
+    unsigned n = 0;
+    for (unsigned long long t = (oldest / SAMPLE_PERIOD_US + 1) * SAMPLE_PERIOD_US; t <= newest && n < *count && n < most;
+         t += SAMPLE_PERIOD_US) {
+        unsigned busy = g->util_gpu;
+        if (g->busy_log[0]) {
+            unsigned long long covered = 0, from = t - SAMPLE_PERIOD_US;
+            for (unsigned i = 0; i < busy_count; i++) {
+                unsigned long long a = busy_from[i] > from ? busy_from[i] : from;
+                unsigned long long b = busy_to[i] < t ? busy_to[i] : t;
+                covered += b > a ? b - a : 0;
+            }
+            busy = (unsigned)(covered * 100 / SAMPLE_PERIOD_US);
+        }
+        samples[n].timestamp = t;
+        samples[n].value.ull = 0;
+        samples[n].value.ui = busy;
+        n++;
+    }
+    *count = n;
+    return n == 0 ? NVML_ERROR_NOT_FOUND : NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetPowerUsage(void *device, unsigned *mw) {

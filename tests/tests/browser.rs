@@ -189,6 +189,12 @@ async fn console_flow(client: &Client, daemon: &Daemon, downloads: &Path) -> Res
             let code = gpu["xids"].as_array().and_then(|x| x.last()).map(|x| x["code"].to_string()).unwrap_or_default();
             assert!(shown.starts_with(&format!("XID {code} (")), "{shown}");
         }
+        // The whole panel in one picture (an element's screenshot is cut at the window).
+        let (width, height) = client.get_window_size().await?;
+        client.set_window_size(width as u32, 4000).await?;
+        let panel = client.find(Locator::Css("#gpus-panel")).await?;
+        std::fs::write(artifacts().join("gpus.png"), panel.screenshot().await?)?;
+        client.set_window_size(width as u32, height as u32).await?;
     } else {
         let reason = gpus["reason"].as_str().unwrap_or("NVML did not answer").to_string();
         let shown =

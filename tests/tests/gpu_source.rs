@@ -118,9 +118,10 @@ async fn nine_gpus_reach_the_snapshot_metrics_and_dcgm_names_one_answering_nothi
         assert_eq!(gpu(3)["unsupported"][field], "not supported by this GPU or driver", "{field}");
     }
     assert_eq!(gpu(3)["temperature_gpu_c"], 40, "its other fields are read");
-    // GPU 8 answers nothing at all: every field null with the reason, and the rest goes on.
+    // GPU 8 answers nothing at all: every field null with the reason (but the daemon's own
+    // "held down since", null while running free), and the rest goes on.
     for (field, value) in gpu(8).as_object().context("GPU 8")? {
-        if value.is_null() {
+        if value.is_null() && field != "hw_throttled_since_ms" {
             assert_eq!(gpu(8)["unsupported"][field], "not supported by this GPU or driver", "{field}");
         }
     }
@@ -265,5 +266,97 @@ async fn a_driver_that_does_not_start_or_is_missing_leaves_the_daemon_running() 
     let snapshot = daemon.get_json("/api/snapshot").await?;
     assert!(snapshot.get("gpus").is_none_or(Value::is_null), "{}", snapshot["gpus"]);
     assert!(component(&snapshot).is_null());
+    Ok(())
+}
+
+#[tokio::test]
+async fn heat_throttling_containers_and_a_gpu_that_leaves_the_bus() -> Result<()> {
+    let scratch = Scratch::new("nvml-health");
+    // GPU 1 slows itself down at 80 °C and is at 77: over slowdown - 5 °C, under the fixed
+    // 85 °C a GPU without a threshold is judged by. GPU 2's power brake holds its clocks.
+    let control = control_file(
+        &scratch,
+        "gpus 3\ngpu 1 slowdown 80\ngpu 1 temperature 77 70\ngpu 2 throttle 0x80\ngpu 0 temperature 81 70\n",
+    )?;
+    let daemon = with_double(&control, "[thresholds]\ngpu_throttle_sustained_s = 3.0\n")?;
+    let alert = |alerts: &Value, source: &str| {
+        alerts.as_array().and_then(|a| a.iter().find(|a| a["source"] == source).cloned()).unwrap_or_default()
+    };
+    let first =
+        gpus_when(&daemon, "GPU 2 held down", |s| s["gpus"]["devices"][2]["hw_throttled_since_ms"].is_u64()).await?;
+    let since = first["gpus"]["devices"][2]["hw_throttled_since_ms"].as_u64().unwrap_or(0);
+    assert_eq!(first["gpus"]["devices"][1]["temperature_slowdown_c"], 80);
+    assert_eq!(first["gpus"]["devices"][0]["temperature_slowdown_c"], 87, "the double's default");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (heat, throttle) = loop {
+        let alerts = daemon.get_json("/api/alerts").await?;
+        let (heat, throttle) = (alert(&alerts, "gpu:1/temperature"), alert(&alerts, "gpu:2/throttle"));
+        if !heat.is_null() && !throttle.is_null() {
+            assert!(alert(&alerts, "gpu:0/temperature").is_null(), "81 °C is under 87 - 5 °C: {alerts}");
+            break (heat, throttle);
+        }
+        ensure!(Instant::now() < deadline, "heat and throttle alerts within 15 s: {alerts}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!((heat["value"].as_f64(), heat["threshold"].as_f64()), (Some(77.0), Some(75.0)), "{heat}");
+    assert!(
+        heat["message"].as_str().unwrap_or_default().contains("over 75 °C; it slows itself down at 80 °C"),
+        "{heat}"
+    );
+    let raised = throttle["raised_at_ms"].as_u64().unwrap_or(0);
+    assert!(raised >= since + 3000, "raised {raised} ms, held since {since} ms: only once sustained");
+    assert_eq!(throttle["severity"], "error", "{throttle}");
+
+    // A process in a PID namespace of its own (a container's): NVML gives the host pid, the
+    // console shows both.
+    let mut container = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "sleep", "60"])
+        .spawn()
+        .context("unshare --pid (needs root)")?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let inner = loop {
+        let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", container.id()))?;
+        if let Some(pid) = children.split_whitespace().next() {
+            break pid.to_string();
+        }
+        ensure!(Instant::now() < deadline, "unshare started no child");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let text = std::fs::read_to_string(&control)? + &format!("gpu 0 process {inner} 1048576 10\n");
+    std::fs::write(&control, text)?;
+    let listed = gpus_when(&daemon, "the contained process", |s| {
+        s["gpus"]["devices"][0]["processes"][0]["namespace_pid"].is_u64()
+    })
+    .await;
+    let _ = container.kill();
+    let _ = std::process::Command::new("pkill").args(["-KILL", "-P", &container.id().to_string()]).status();
+    let _ = container.wait();
+    let process = &listed?["gpus"]["devices"][0]["processes"][0];
+    assert_eq!((process["pid"].to_string(), process["namespace_pid"].as_u64()), (inner, Some(1)), "{process}");
+
+    // The driver's count drops to 2: GPU 2 left the bus. It is reported lost (not silently
+    // gone), a critical alert is raised, and the other GPUs keep being read.
+    std::fs::write(&control, "gpus 2\ngpu 0 util 33 10\n")?;
+    let dropped = gpus_when(&daemon, "GPU 2 lost and GPU 0 read afresh", |s| {
+        s["gpus"]["devices"][2]["unsupported"]["gpu"].is_string()
+            && s["gpus"]["devices"][0]["utilization_gpu_pct"] == 33.0
+    })
+    .await?;
+    let why = dropped["gpus"]["devices"][2]["unsupported"]["gpu"].as_str().unwrap_or_default();
+    assert!(why.contains("no longer lists") && why.contains("2 listed, 3 seen"), "{why}");
+    assert_eq!(dropped["gpus"]["devices"][2]["uuid"], "GPU-00000000-0000-0000-0000-000000000002");
+    assert_eq!(component(&dropped)["status"], "degraded");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let lost = alert(&daemon.get_json("/api/alerts").await?, "gpu:2/lost");
+        if lost["severity"] == "critical" {
+            break;
+        }
+        ensure!(Instant::now() < deadline, "a critical lost alert within 15 s: {lost}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Readings go on: the count drop does not stop the sampler.
+    std::fs::write(&control, "gpus 2\ngpu 0 util 34 10\n")?;
+    gpus_when(&daemon, "GPU 0 still read", |s| s["gpus"]["devices"][0]["utilization_gpu_pct"] == 34.0).await?;
     Ok(())
 }

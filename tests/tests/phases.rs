@@ -62,10 +62,24 @@ async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
     let _one = ONE_DAEMON.lock().await;
     // A `stats` ring kernel fed the run-queue latencies the probe samples.
     let config = scheduler_config("observe") + "\n[[kernels]]\nid = \"runq\"\nkernel = \"stats\"\n";
-    let daemon = Daemon::start(DaemonOptions { config, ..DaemonOptions::default() })?;
+    // A GPU from the NVML test double (no GPU here), busy exactly while the workload is in
+    // `gpu_compute` (its samples follow the workload's own log): the idle attribution is
+    // scored against that ground truth below.
+    let nvml = Scratch::new("phases-nvml");
+    let control = nvml.0.join("nvml-double.conf");
+    let daemon = Daemon::start(DaemonOptions {
+        config,
+        env: vec![
+            ("LD_LIBRARY_PATH".into(), env!("RINGSIDE_NVML_DOUBLE_DIR").into()),
+            ("RINGSIDE_NVML_DOUBLE".into(), control.display().to_string()),
+        ],
+        ..DaemonOptions::default()
+    })?;
     let dir = Scratch::new("phases");
     let workload = Workload::start(&dir.0, 1500, 3)?;
     let pid = workload.pid();
+    let truth_path = dir.0.join("truth.jsonl");
+    std::fs::write(&control, format!("gpu 0 process {pid} 1073741824 50\ngpu 0 busy_log {}\n", truth_path.display()))?;
 
     // Detected, tracked, its libraries probed, its DataLoader worker part of the job.
     let snapshot = daemon
@@ -91,6 +105,7 @@ async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
 
     // Keep the latest timeline until the workload ends (an exited process leaves the snapshot).
     let mut timeline = Vec::new();
+    let mut idle = Value::Null;
     let mut main_nice = Vec::new();
     let mut workload = workload;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -100,6 +115,8 @@ async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
         if let Some(p) = ml_process(&snapshot, pid) {
             timeline = p["timeline"].as_array().cloned().unwrap_or_default();
         }
+        let attribution = snapshot["gpus"]["idle"].as_array().and_then(|a| a.iter().find(|x| x["job"] == pid).cloned());
+        idle = attribution.unwrap_or(idle);
         if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             main_nice.extend(stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(16)).map(String::from));
         }
@@ -129,6 +146,40 @@ async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
         assert!(covered >= 2000, "{phase}: only {covered} ms observed\n{report}");
         assert!(agree as f64 >= covered as f64 * 0.9, "{phase} below 90%\n{report}timeline: {timeline:?}");
     }
+
+    // Why the GPU sat idle, against the truth: it was idle exactly while the workload was out
+    // of `gpu_compute`, three phases of four of equal length. NVML's samples laid over the
+    // phase timeline put that idle time in those phases; a per-tick estimate could not (the
+    // double's tick utilisation is a flat 50 %: it would say 50 % idle, an eighth while
+    // computing).
+    let pct = |phase: &str| idle["idle_by_phase_pct"][phase].as_f64().unwrap_or(f64::NAN);
+    println!("idle attribution: {idle}");
+    assert_eq!(idle["aligned"], true, "{idle}");
+    let (window, until) = (idle["window_ms"].as_u64().unwrap_or(0), idle["until_ms"].as_u64().unwrap_or(0));
+    assert!(window >= 10_000, "{idle}");
+    // The truth over the span the figures cover: each phase's share of it.
+    let share = |phase: &str| {
+        let from = until.saturating_sub(window);
+        let ms: u64 = truth
+            .iter()
+            .filter(|t| t.phase == phase)
+            .map(|t| t.end_ms.min(until).saturating_sub(t.start_ms.max(from)))
+            .sum();
+        ms as f64 * 100.0 / window as f64
+    };
+    let truly_idle = 100.0 - share("gpu_compute");
+    println!(
+        "truth over the same span: idle {truly_idle:.1}%, data_loading {:.1}%, nccl_collective {:.1}%, optimizer_step {:.1}%",
+        share("data_loading"),
+        share("nccl_collective"),
+        share("optimizer_step")
+    );
+    assert!((idle["idle_pct"].as_f64().unwrap_or(0.0) - truly_idle).abs() <= 5.0, "truly {truly_idle:.1}%: {idle}");
+    for phase in ["data_loading", "nccl_collective", "optimizer_step"] {
+        let truth = share(phase);
+        assert!((pct(phase) - truth).abs() <= 5.0, "{phase}: idle through the whole phase, {truth:.1}%: {idle}");
+    }
+    assert!(pct("gpu_compute") <= 5.0, "busy while computing: {idle}");
 
     let snapshot = daemon.get_json("/api/snapshot").await?;
     let scheduler = &snapshot["scheduler"];

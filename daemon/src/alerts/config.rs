@@ -28,8 +28,14 @@ pub struct Thresholds {
     pub memory_stall_pct_warning: f64,
     /// A GPU's framebuffer in use, in percent, that raises a `gpu_health` warning.
     pub gpu_memory_used_pct_warning: f64,
-    /// A GPU's temperature (°C) that raises a `gpu_health` warning.
+    /// A GPU's temperature (°C) that raises a `gpu_health` warning, for a GPU that does not
+    /// say at what temperature it slows itself down.
     pub gpu_temperature_c_warning: f64,
+    /// For a GPU that does say: the warning comes this many °C below its slowdown threshold.
+    pub gpu_temperature_margin_c: f64,
+    /// How long (s) the hardware must hold a GPU's clocks down without a break before a
+    /// `throttle` alert: brief power-brake or thermal blips are normal under load.
+    pub gpu_throttle_sustained_s: f64,
 }
 
 impl Thresholds {
@@ -49,6 +55,8 @@ impl Thresholds {
             ("memory_stall_pct_warning", self.memory_stall_pct_warning),
             ("gpu_memory_used_pct_warning", self.gpu_memory_used_pct_warning),
             ("gpu_temperature_c_warning", self.gpu_temperature_c_warning),
+            ("gpu_temperature_margin_c", self.gpu_temperature_margin_c),
+            ("gpu_throttle_sustained_s", self.gpu_throttle_sustained_s),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -72,6 +80,8 @@ impl Default for Thresholds {
             memory_stall_pct_warning: 10.0,
             gpu_memory_used_pct_warning: 95.0,
             gpu_temperature_c_warning: 85.0,
+            gpu_temperature_margin_c: 5.0,
+            gpu_throttle_sustained_s: 10.0,
         }
     }
 }

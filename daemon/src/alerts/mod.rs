@@ -35,9 +35,6 @@ fn level(value: f64, levels: [(f64, Severity); 3]) -> Option<(Severity, f64)> {
     levels.iter().rev().find(|(threshold, _)| value > *threshold).map(|(t, s)| (*s, *t))
 }
 
-/// The clock throttle reasons that mean the hardware protects itself (not a setting or idling).
-const HARDWARE_THROTTLES: [&str; 4] = ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake", "sw_thermal_slowdown"];
-
 /// An XID keeps its GPU's `xid` alert raised this long; quiet that long, the alert resolves.
 const XID_WINDOW_MS: u64 = 5 * 60 * 1000;
 
@@ -93,15 +90,17 @@ fn gpu_conditions(t: &Thresholds, gpus: &ringside_shared::GpuTelemetry, now_ms: 
             .iter()
             .flatten()
             .map(String::as_str)
-            .filter(|r| HARDWARE_THROTTLES.contains(r))
+            .filter(|r| crate::gpu::HARDWARE_THROTTLES.contains(r))
             .collect();
-        if !held.is_empty() {
+        let held_s = gpu.hw_throttled_since_ms.map(|since| now_ms.saturating_sub(since) as f64 / 1000.0);
+        if !held.is_empty() && held_s.is_some_and(|s| s >= t.gpu_throttle_sustained_s) {
             let severity = if held.contains(&"hw_power_brake") || held.contains(&"hw_thermal_slowdown") {
                 Severity::Error
             } else {
                 Severity::Warning
             };
-            add("throttle", severity, held.len() as f64, 0.0, format!("clocks held down by {}", held.join(", ")));
+            let (s, threshold) = (held_s.unwrap_or(0.0), t.gpu_throttle_sustained_s);
+            add("throttle", severity, s, threshold, format!("clocks held down by {} for {s:.0} s", held.join(", ")));
         }
         if let (Some(used), Some(total)) = (gpu.memory_used_bytes, gpu.memory_total_bytes.filter(|t| *t > 0)) {
             let pct = used as f64 * 100.0 / total as f64;
@@ -116,9 +115,15 @@ fn gpu_conditions(t: &Thresholds, gpus: &ringside_shared::GpuTelemetry, now_ms: 
                 );
             }
         }
-        if let Some(c) = gpu.temperature_gpu_c.map(f64::from).filter(|c| *c > t.gpu_temperature_c_warning) {
-            let threshold = t.gpu_temperature_c_warning;
-            add("temperature", Severity::Warning, c, threshold, format!("{c:.0} °C (threshold {threshold} °C)"));
+        let (threshold, against) = match gpu.temperature_slowdown_c {
+            Some(slowdown) => {
+                let threshold = f64::from(slowdown) - t.gpu_temperature_margin_c;
+                (threshold, format!("over {threshold} °C; it slows itself down at {slowdown} °C"))
+            }
+            None => (t.gpu_temperature_c_warning, format!("threshold {} °C", t.gpu_temperature_c_warning)),
+        };
+        if let Some(c) = gpu.temperature_gpu_c.map(f64::from).filter(|c| *c > threshold) {
+            add("temperature", Severity::Warning, c, threshold, format!("{c:.0} °C ({against})"));
         }
     }
 }
@@ -381,6 +386,7 @@ mod tests {
             memory_total_bytes: Some(100),
             temperature_gpu_c: Some(91),
             throttle_reasons: Some(vec!["hw_thermal_slowdown".into()]),
+            hw_throttled_since_ms: Some(5_000),
             ecc_uncorrected_volatile: Some(2),
             remapped_rows_pending: Some(true),
             ..GpuDevice::default()
@@ -391,7 +397,7 @@ mod tests {
             unsupported: [("gpu".to_string(), "the GPU is lost".to_string())].into(),
             ..GpuDevice::default()
         };
-        let mut sample = Sample::new(1);
+        let mut sample = Sample::new(20_000);
         sample.gpus =
             Some(GpuTelemetry { available: true, devices: vec![healthy, troubled, lost], ..GpuTelemetry::default() });
         let found = conditions(&t, &sample, &WindowAggregates::default(), &[]);
@@ -432,6 +438,43 @@ mod tests {
         let ecc = found.iter().find(|c| c.source == "gpu:1/ecc").unwrap();
         assert_eq!(ecc.labels["uuid"], "GPU-1");
         assert!(ecc.message.contains("2 uncorrectable ECC errors"), "{}", ecc.message);
+    }
+
+    #[test]
+    fn gpu_heat_is_judged_against_its_own_slowdown_and_throttling_must_last() {
+        use ringside_shared::{GpuDevice, GpuTelemetry};
+        let t = Thresholds::default();
+        let alerts = |gpu: GpuDevice, now_ms: u64| -> Vec<(String, f64, f64)> {
+            let mut sample = Sample::new(now_ms);
+            sample.gpus = Some(GpuTelemetry { available: true, devices: vec![gpu], ..GpuTelemetry::default() });
+            conditions(&t, &sample, &WindowAggregates::default(), &[])
+                .into_iter()
+                .filter(|c| c.alert_type == AlertType::GpuHealth)
+                .map(|c| (c.source, c.value, c.threshold))
+                .collect()
+        };
+        let gpu = |temp, slowdown| GpuDevice {
+            uuid: "GPU-0".into(),
+            temperature_gpu_c: Some(temp),
+            temperature_slowdown_c: slowdown,
+            ..GpuDevice::default()
+        };
+        // Slowdown at 80 °C: the warning starts above 75 (default margin 5), below the fixed 85.
+        assert_eq!(alerts(gpu(75, Some(80)), 1), []);
+        assert_eq!(alerts(gpu(77, Some(80)), 1), [("gpu:0/temperature".to_string(), 77.0, 75.0)]);
+        // A GPU that slows down only at 95 °C is fine at 86 °C; without a threshold, 85 applies.
+        assert_eq!(alerts(gpu(86, Some(95)), 1), []);
+        assert_eq!(alerts(gpu(86, None), 1), [("gpu:0/temperature".to_string(), 86.0, 85.0)]);
+
+        let throttled = |since| GpuDevice {
+            uuid: "GPU-0".into(),
+            throttle_reasons: Some(vec!["hw_power_brake".into()]),
+            hw_throttled_since_ms: since,
+            ..GpuDevice::default()
+        };
+        assert_eq!(alerts(throttled(Some(100_000)), 109_000), [], "9 s of power brake is a blip");
+        assert_eq!(alerts(throttled(Some(100_000)), 110_000), [("gpu:0/throttle".to_string(), 10.0, 10.0)]);
+        assert_eq!(alerts(throttled(None), 110_000), [], "no start seen: not yet sustained");
     }
 
     #[test]

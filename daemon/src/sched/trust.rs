@@ -20,7 +20,7 @@ use super::library::Mapping;
 const CAP_SYS_NICE: u32 = 23;
 
 /// Reads at most `limit` bytes of a `/proc` file.
-fn read_bounded(path: &Path, limit: u64) -> Option<String> {
+pub(crate) fn read_bounded(path: &Path, limit: u64) -> Option<String> {
     let mut text = String::new();
     File::open(path).and_then(|f| f.take(limit).read_to_string(&mut text)).ok()?;
     Some(text)
