@@ -12,6 +12,9 @@
 //!
 //!   `idle_ms[phase] += (1 - busy / 100) * overlap(period, span of that phase)`
 //!
+//!   Spans in which a thread of the job waited for a CPU for a quarter of the time or more go
+//!   to their own bucket, "waiting for a CPU", whatever their phase: the job was starved.
+//!
 //! - **Proportional** (a GPU or driver without samples): the tick's idle share `1 - util / 100`
 //!   is spread over the phases in proportion to the time the main process spent in each since
 //!   the previous tick. The grain is the tick, so short alternations blur.
@@ -40,6 +43,8 @@ struct Slice {
     at_ms: u64,
     observed_ms: f64,
     idle_ms: PhaseValues<f64>,
+    /// Idle time while a thread of the job waited for a CPU (not in `idle_ms`).
+    cpu_wait_idle_ms: f64,
     aligned: bool,
 }
 
@@ -128,6 +133,8 @@ impl IdleAttribution {
                     let idle: f64 = s.slices.iter().map(|x| x.idle_ms.get(phase)).sum();
                     *by_phase.get_mut(phase) = if observed > 0.0 { idle * 100.0 / observed } else { 0.0 };
                 }
+                let cpu_wait: f64 = s.slices.iter().map(|x| x.cpu_wait_idle_ms).sum();
+                let cpu_wait_pct = if observed > 0.0 { cpu_wait * 100.0 / observed } else { 0.0 };
                 GpuIdleAttribution {
                     job: *job,
                     comm: s.comm.clone(),
@@ -135,7 +142,8 @@ impl IdleAttribution {
                     uuid: uuid.clone(),
                     window_ms: observed as u64,
                     until_ms: s.until_ms,
-                    idle_pct: Phase::ALL.iter().map(|ph| by_phase.get(*ph)).sum(),
+                    idle_pct: Phase::ALL.iter().map(|ph| by_phase.get(*ph)).sum::<f64>() + cpu_wait_pct,
+                    idle_waiting_for_cpu_pct: cpu_wait_pct,
                     idle_by_phase_pct: by_phase,
                     aligned: s.slices.back().is_some_and(|x| x.aligned),
                 }
@@ -155,14 +163,15 @@ fn proportional(util: f64, delta: &PhaseValues<u64>) -> Option<Slice> {
     for phase in Phase::ALL {
         *idle_ms.get_mut(phase) = idle * delta.get(phase) as f64;
     }
-    Some(Slice { at_ms: 0, observed_ms: observed as f64, idle_ms, aligned: false })
+    Some(Slice { at_ms: 0, observed_ms: observed as f64, idle_ms, cpu_wait_idle_ms: 0.0, aligned: false })
 }
 
 /// Lays each of the GPU's samples newer than `cursor_us` that `timeline` already covers over
 /// it, and moves the cursor past them.
 fn aligned(gpu: &GpuDevice, timeline: &[PhaseSpan], cursor_us: &mut u64) -> Option<Slice> {
     let covered_us = timeline.last()?.end_ms.saturating_mul(1000);
-    let mut slice = Slice { at_ms: 0, observed_ms: 0.0, idle_ms: PhaseValues::default(), aligned: true };
+    let mut slice =
+        Slice { at_ms: 0, observed_ms: 0.0, idle_ms: PhaseValues::default(), cpu_wait_idle_ms: 0.0, aligned: true };
     let mut previous: Option<u64> = None;
     for sample in &gpu.utilization_samples {
         let end = sample.at_us;
@@ -181,7 +190,11 @@ fn aligned(gpu: &GpuDevice, timeline: &[PhaseSpan], cursor_us: &mut u64) -> Opti
             if to > from {
                 let ms = (to - from) as f64 / 1000.0;
                 slice.observed_ms += ms;
-                *slice.idle_ms.get_mut(span.phase) += idle * ms;
+                if span.waiting_for_cpu {
+                    slice.cpu_wait_idle_ms += idle * ms;
+                } else {
+                    *slice.idle_ms.get_mut(span.phase) += idle * ms;
+                }
             }
         }
     }
@@ -293,7 +306,7 @@ mod aligned_tests {
             .collect();
         s.scheduler.as_mut().unwrap().processes[0].timeline = timeline
             .iter()
-            .map(|&(phase, from, to)| PhaseSpan { phase, start_ms: T0 + from, end_ms: T0 + to })
+            .map(|&(phase, from, to)| PhaseSpan { phase, start_ms: T0 + from, end_ms: T0 + to, waiting_for_cpu: false })
             .collect();
         s
     }
@@ -341,6 +354,22 @@ mod aligned_tests {
         assert_eq!(x.window_ms, 2000, "every millisecond once: {x:?}");
         assert!((x.idle_by_phase_pct.data_loading - 50.0).abs() < 1e-9, "{x:?}");
         assert!((x.idle_by_phase_pct.optimizer_step - 25.0).abs() < 1e-9, "idle 1.0-1.5 s, busy 1.5-2 s: {x:?}");
+    }
+
+    #[test]
+    fn idle_time_while_starved_of_cpu_has_its_own_bucket() {
+        let mut a = IdleAttribution::default();
+        let samples = [(0, 0.0), (500, 0.0), (1000, 0.0)];
+        let timeline = [(Phase::DataLoading, 0, 250), (Phase::DataLoading, 250, 1000)];
+        let mut s = with(sample(T0 + 1000, 0.0, phases(1000, 0, 0)), &samples, &timeline);
+        s.scheduler.as_mut().unwrap().processes[0].timeline[1].waiting_for_cpu = true;
+        a.update(&mut s);
+        let x = &s.gpus.as_ref().unwrap().idle[0];
+        assert_eq!(x.window_ms, 1000);
+        assert!((x.idle_by_phase_pct.data_loading - 25.0).abs() < 1e-9, "{x:?}");
+        assert!((x.idle_waiting_for_cpu_pct - 75.0).abs() < 1e-9, "{x:?}");
+        assert!((x.idle_pct - 100.0).abs() < 1e-9, "{x:?}");
+        assert_eq!(x.describe(), "GPU 0 idle 100% of the last minute: 75% waiting for a CPU, 25% waiting for data");
     }
 
     #[test]

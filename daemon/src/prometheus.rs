@@ -375,6 +375,14 @@ pub fn render(state: &NodeState) -> String {
                     ];
                     e.sample("ringside_job_gpu_idle_ratio", &labels, a.idle_by_phase_pct.get(phase) / 100.0);
                 }
+                let labels = [
+                    ("job", job.as_str()),
+                    ("comm", a.comm.as_str()),
+                    ("gpu", gpu.as_str()),
+                    ("uuid", a.uuid.as_str()),
+                    ("phase", "waiting_for_cpu"),
+                ];
+                e.sample("ringside_job_gpu_idle_ratio", &labels, a.idle_waiting_for_cpu_pct / 100.0);
             }
         }
     }

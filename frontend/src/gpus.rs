@@ -4,7 +4,7 @@
 //! report shows "–" with the reason on hover, never 0.
 
 use leptos::prelude::*;
-use ringside_shared::{GpuDevice, GpuTelemetry};
+use ringside_shared::{GpuDevice, GpuIdleAttribution, GpuTelemetry, Phase};
 
 use crate::chart::{Series, TimeSeriesChart};
 use crate::format::bytes;
@@ -78,7 +78,7 @@ pub fn gpu_use_of(pid: u32, gpus: &GpuTelemetry) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 
-fn gpu_card(gpu: GpuDevice, idle: Vec<String>) -> impl IntoView {
+fn gpu_card(gpu: GpuDevice, idle: Vec<GpuIdleAttribution>) -> impl IntoView {
     let memory_pct = ratio(gpu.memory_used_bytes.map(|b| b as f64), gpu.memory_total_bytes.map(|b| b as f64));
     let power_pct = ratio(gpu.power_draw_w, gpu.power_limit_w);
     let throttled = gpu.throttle_reasons.as_ref().is_some_and(|r| r.iter().any(|r| r != "gpu_idle"));
@@ -156,7 +156,7 @@ fn gpu_card(gpu: GpuDevice, idle: Vec<String>) -> impl IntoView {
                     {figure(&gpu, "pcie_rx_bytes_per_s", gpu.pcie_rx_bytes_per_s, |b| format!(" · {}/s", bytes(b)))}
                 </div>
             </div>
-            {idle.into_iter().map(|line| view! { <div class="gpu-idle small">{line}</div> }).collect_view()}
+            {idle.into_iter().map(idle_view).collect_view()}
             {history_chart(gpu.index)}
             <table class="gpu-processes">
                 <thead><tr><th>"pid"</th><th>"GPU memory"</th><th>"SM"</th></tr></thead>
@@ -207,12 +207,7 @@ pub fn GpusPanel() -> impl IntoView {
                         .into_iter()
                         .map(|gpu| {
                             // Why this GPU sat idle, per job on it, from the daemon's attribution.
-                            let idle = t
-                                .idle
-                                .iter()
-                                .filter(|a| a.uuid == gpu.uuid)
-                                .map(|a| format!("{} (pid {}): {}", a.comm, a.job, a.describe()))
-                                .collect();
+                            let idle = t.idle.iter().filter(|a| a.uuid == gpu.uuid).cloned().collect();
                             gpu_card(gpu, idle)
                         })
                         .collect_view()}
@@ -227,6 +222,30 @@ pub fn GpusPanel() -> impl IntoView {
             <h2>"GPUs"</h2>
             {body}
         </section>
+    }
+}
+
+/// Why the GPU sat idle for one job: the words, and a bar of the window (idle time by what the
+/// job was doing, coloured as the scheduler's phases; the rest, busy, left blank).
+fn idle_view(a: GpuIdleAttribution) -> impl IntoView {
+    let mut parts: Vec<(String, &str, f64)> = Phase::ALL
+        .iter()
+        .map(|p| (format!("phase phase-{}", p.as_str()), p.as_str(), a.idle_by_phase_pct.get(*p)))
+        .collect();
+    parts.push(("phase phase-cpu_wait".into(), "waiting_for_cpu", a.idle_waiting_for_cpu_pct));
+    let method = if a.aligned { "NVML samples laid over the phase timeline" } else { "per-tick estimate" };
+    let words = format!("{} (pid {}): {}", a.comm, a.job, a.describe());
+    view! {
+        <div class="gpu-idle small" title=method>{words}</div>
+        <div class="phase-bar idle-bar" aria-label="idle time by what the job was doing">
+            {parts
+                .into_iter()
+                .filter(|(_, _, pct)| *pct > 0.0)
+                .map(|(class, name, pct)| view! {
+                    <span class=class data-phase=name style=format!("width: {pct:.2}%") title=format!("idle, {name}: {pct:.1} %")></span>
+                })
+                .collect_view()}
+        </div>
     }
 }
 

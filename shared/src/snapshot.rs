@@ -550,6 +550,14 @@ pub struct PhaseSpan {
     pub phase: Phase,
     pub start_ms: UnixMillis,
     pub end_ms: UnixMillis,
+    /// Whether one of its threads waited for a CPU (runnable, not running) for a quarter of
+    /// the time or more: the process was starved of CPU whatever its phase. Absent: false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub waiting_for_cpu: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// An ML process.
@@ -900,6 +908,10 @@ pub struct GpuIdleAttribution {
     /// Share of that time the GPU was idle while the job was in each phase, 0-100; they add
     /// up to `idle_pct`.
     pub idle_by_phase_pct: PhaseValues<f64>,
+    /// Share of that time the GPU was idle while a thread of the job waited for a CPU (see
+    /// [`PhaseSpan::waiting_for_cpu`]), 0-100; counted here, not under its phase.
+    #[serde(default)]
+    pub idle_waiting_for_cpu_pct: f64,
     /// Whether NVML's own utilisation samples were laid over the job's phase timeline (true),
     /// or each tick's utilisation spread over the tick's phase times (false: the GPU or
     /// driver keeps no samples).
@@ -917,13 +929,12 @@ impl GpuIdleAttribution {
             Phase::OptimizerStep => "in the optimizer step",
             Phase::Unknown => "unknown",
         };
-        let mut parts: Vec<(f64, Phase)> = Phase::ALL.iter().map(|p| (self.idle_by_phase_pct.get(*p), *p)).collect();
+        let mut parts: Vec<(f64, &str)> =
+            Phase::ALL.iter().map(|p| (self.idle_by_phase_pct.get(*p), words(*p))).collect();
+        parts.push((self.idle_waiting_for_cpu_pct, "waiting for a CPU"));
         parts.sort_by(|x, y| y.0.total_cmp(&x.0));
-        let parts: Vec<String> = parts
-            .into_iter()
-            .filter(|(pct, _)| *pct >= 0.5)
-            .map(|(pct, p)| format!("{pct:.0}% {}", words(p)))
-            .collect();
+        let parts: Vec<String> =
+            parts.into_iter().filter(|(pct, _)| *pct >= 0.5).map(|(pct, w)| format!("{pct:.0}% {w}")).collect();
         format!("GPU {} idle {:.0}% of the last minute: {}", self.gpu, self.idle_pct, parts.join(", "))
     }
 }

@@ -143,6 +143,7 @@ fn gpus() -> GpuTelemetry {
             window_ms: 60_000,
             idle_pct: 38.0,
             idle_by_phase_pct: PhaseValues { data_loading: 30.0, optimizer_step: 8.0, ..PhaseValues::default() },
+            idle_waiting_for_cpu_pct: 0.0,
             until_ms: 1_700_000_002_700,
             aligned: true,
         }],
@@ -247,6 +248,7 @@ pub(crate) fn snapshot() -> Snapshot {
                     phase: Phase::GpuCompute,
                     start_ms: 1_699_999_999_000,
                     end_ms: 1_700_000_000_000,
+                    waiting_for_cpu: false,
                 }],
             }],
             processes_not_shown: 0,
@@ -487,6 +489,7 @@ fn worst_case_scheduler_telemetry_fits_the_frame_budget() {
                 phase: Phase::NcclCollective,
                 start_ms: 1_800_000_000_000 + i as u64,
                 end_ms: 1_800_000_000_100 + i as u64,
+                waiting_for_cpu: true,
             })
             .collect(),
         ..base.processes[0].clone()

@@ -504,6 +504,18 @@ async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
         })
         .await?;
         assert!(idle.starts_with(&format!("ml-workload (pid {pid}): GPU 1 idle 60% of the last minute: ")), "{idle}");
+        // The bar beside the words: idle time by phase, as wide as its share of the window.
+        let segment = client
+            .find(Locator::Css("#gpus-panel .gpu-card[data-gpu-index='1'] .idle-bar span[data-phase='data_loading']"))
+            .await?;
+        let width = segment.attr("style").await?.unwrap_or_default();
+        let pct: f64 = width.trim_start_matches("width: ").trim_end_matches('%').parse().unwrap_or(0.0);
+        assert!(pct > 0.0 && pct <= 60.0, "the data-loading segment: {width}");
+        let (w, h) = client.get_window_size().await?;
+        client.set_window_size(w as u32, 4000).await?;
+        let card = client.find(Locator::Css("#gpus-panel .gpu-card[data-gpu-index='1']")).await?;
+        std::fs::write(artifacts().join("gpu-idle.png"), card.screenshot().await?)?;
+        client.set_window_size(w as u32, h as u32).await?;
         let metrics = daemon.get("/metrics").await?.text().await?;
         ringside_tests::promtool_check(&metrics)?;
         let series = format!("ringside_job_gpu_idle_ratio{{job=\"{pid}\",comm=\"ml-workload\",gpu=\"1\"");

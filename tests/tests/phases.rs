@@ -180,6 +180,8 @@ async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
         assert!((pct(phase) - truth).abs() <= 5.0, "{phase}: idle through the whole phase, {truth:.1}%: {idle}");
     }
     assert!(pct("gpu_compute") <= 5.0, "busy while computing: {idle}");
+    let starved = idle["idle_waiting_for_cpu_pct"].as_f64().unwrap_or(f64::NAN);
+    assert!(starved <= 5.0, "nothing else runs here: not starved of CPU: {idle}");
 
     let snapshot = daemon.get_json("/api/snapshot").await?;
     let scheduler = &snapshot["scheduler"];
@@ -234,6 +236,65 @@ async fn enforce_changes_real_scheduling_attributes_and_restores_them_at_stop() 
     for tid in tids {
         assert_eq!(nice_of(pid, tid), Some(0), "thread {tid} restored to nice 0");
     }
+    drop(workload);
+    Ok(())
+}
+
+/// CPU-bound loops pinned to one CPU, killed on drop.
+struct Hogs(Vec<std::process::Child>);
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for hog in &mut self.0 {
+            let _ = hog.kill();
+            let _ = hog.wait();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gpu_idle_while_the_job_is_starved_of_cpu_is_told_apart() -> Result<()> {
+    let _one = ONE_DAEMON.lock().await;
+    let nvml = Scratch::new("starved-nvml");
+    let control = nvml.0.join("nvml-double.conf");
+    let daemon = Daemon::start(DaemonOptions {
+        config: scheduler_config("observe"),
+        env: vec![
+            ("LD_LIBRARY_PATH".into(), env!("RINGSIDE_NVML_DOUBLE_DIR").into()),
+            ("RINGSIDE_NVML_DOUBLE".into(), control.display().to_string()),
+        ],
+        ..DaemonOptions::default()
+    })?;
+    let dir = Scratch::new("starved");
+    let workload = Workload::start(&dir.0, 1000, 4)?;
+    let pid = workload.pid();
+    // The job and three CPU hogs share CPU 0: its threads wait in the run queue.
+    let pin = |pid: u32| std::process::Command::new("taskset").args(["-a", "-p", "-c", "0", &pid.to_string()]).output();
+    pin(pid)?;
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+        pin(child)?;
+    }
+    let _hogs = Hogs(
+        (0..3)
+            .map(|_| std::process::Command::new("taskset").args(["-c", "0", "sh", "-c", "while :; do :; done"]).spawn())
+            .collect::<std::io::Result<_>>()?,
+    );
+    let truth = dir.0.join("truth.jsonl");
+    std::fs::write(&control, format!("gpu 0 process {pid} 1073741824 50\ngpu 0 busy_log {}\n", truth.display()))?;
+    let snapshot = daemon
+        .wait_for("10 s of idle attribution", 40, |s| {
+            s["gpus"]["idle"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x["job"] == pid && x["window_ms"].as_u64() >= Some(8000)))
+        })
+        .await?;
+    let idle = snapshot["gpus"]["idle"].as_array().and_then(|a| a.iter().find(|x| x["job"] == pid).cloned()).unwrap();
+    println!("idle attribution, starved: {idle}");
+    let starved = idle["idle_waiting_for_cpu_pct"].as_f64().unwrap_or(0.0);
+    assert!(starved >= 15.0, "a job sharing one CPU with three hogs waits for it: {idle}");
+    let spans = ml_process(&snapshot, pid).and_then(|p| p["timeline"].as_array().cloned()).unwrap_or_default();
+    assert!(spans.iter().any(|s| s["waiting_for_cpu"] == true), "the timeline says when: {spans:?}");
     drop(workload);
     Ok(())
 }

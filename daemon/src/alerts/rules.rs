@@ -51,10 +51,11 @@ pub enum Metric {
     JobGpuIdleDataLoadingPct,
     JobGpuIdleNcclCollectivePct,
     JobGpuIdleOptimizerStepPct,
+    JobGpuIdleWaitingForCpuPct,
 }
 
 impl Metric {
-    pub const ALL: [(Metric, &'static str); 25] = [
+    pub const ALL: [(Metric, &'static str); 26] = [
         (Metric::HostCpuUtilizationPct, "host.cpu_utilization_pct"),
         (Metric::HostIowaitPct, "host.iowait_pct"),
         (Metric::HostMemoryUsedPct, "host.memory_used_pct"),
@@ -80,6 +81,7 @@ impl Metric {
         (Metric::JobGpuIdleDataLoadingPct, "job.gpu_idle_data_loading_pct"),
         (Metric::JobGpuIdleNcclCollectivePct, "job.gpu_idle_nccl_collective_pct"),
         (Metric::JobGpuIdleOptimizerStepPct, "job.gpu_idle_optimizer_step_pct"),
+        (Metric::JobGpuIdleWaitingForCpuPct, "job.gpu_idle_waiting_for_cpu_pct"),
     ];
 
     pub fn parse(name: &str) -> Option<Metric> {
@@ -146,6 +148,7 @@ impl Metric {
             JobGpuIdleDataLoadingPct => idle(|a| a.idle_by_phase_pct.data_loading),
             JobGpuIdleNcclCollectivePct => idle(|a| a.idle_by_phase_pct.nccl_collective),
             JobGpuIdleOptimizerStepPct => idle(|a| a.idle_by_phase_pct.optimizer_step),
+            JobGpuIdleWaitingForCpuPct => idle(|a| a.idle_waiting_for_cpu_pct),
         }
     }
 }

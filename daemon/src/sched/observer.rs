@@ -32,6 +32,9 @@ const RUNQ_SAMPLES: usize = 512;
 /// bounded in time and in spans (a process flapping every window makes one span per window).
 const TIMELINE_MS: u64 = 2 * 60 * 1000;
 const MAX_SPANS: usize = 600;
+/// A window in which one of a process's threads was runnable but not running for this share
+/// of it or more marks the process as waiting for a CPU (the idle attribution's own bucket).
+const CPU_WAIT_SHARE: f64 = 0.25;
 /// CUDA/NCCL libraries looked at per process (the driver, the runtime and NCCL: a process
 /// mapping more is up to something).
 const MAX_LIBRARIES: usize = SchedulerTelemetry::MAX_LIBRARIES;
@@ -632,6 +635,8 @@ impl Observer {
                 .unwrap_or_default();
             budget -= tids.len();
             let mut evidence = Evidence::default();
+            // The longest any of its threads waited for a CPU this window.
+            let mut most_runq_ns = 0;
             for &tid in &tids {
                 seen_tids.insert(tid);
                 let now_ns = ringside_bpf::monotonic_ns();
@@ -663,6 +668,7 @@ impl Observer {
                 // cover its whole life.
                 let Some(before) = task.before.replace(counters) else { continue };
                 task.last = counters.since(&before);
+                most_runq_ns = most_runq_ns.max(task.last.runq_ns);
                 task.window_ns = window_ns;
                 task.evidence = Evidence::of(&task.last, window_ns, role);
                 evidence.add(&task.evidence);
@@ -682,9 +688,16 @@ impl Observer {
             }
             let phase = process.phase.phase;
             *process.phase_ms.get_mut(phase) += window_ms;
+            let waiting_for_cpu = most_runq_ns as f64 >= window_ns as f64 * CPU_WAIT_SHARE;
             match process.timeline.back_mut() {
-                Some(span) if span.phase == phase && span.end_ms >= start_ms.saturating_sub(1) => span.end_ms = end_ms,
-                _ => process.timeline.push_back(PhaseSpan { phase, start_ms, end_ms }),
+                Some(span)
+                    if span.phase == phase
+                        && span.waiting_for_cpu == waiting_for_cpu
+                        && span.end_ms >= start_ms.saturating_sub(1) =>
+                {
+                    span.end_ms = end_ms
+                }
+                _ => process.timeline.push_back(PhaseSpan { phase, start_ms, end_ms, waiting_for_cpu }),
             }
             while process.timeline.len() > MAX_SPANS
                 || process.timeline.front().is_some_and(|s| s.end_ms + TIMELINE_MS < end_ms)
