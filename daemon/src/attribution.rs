@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use ringside_shared::{GpuDevice, GpuIdleAttribution, MlProcessInfo, Phase, PhaseSpan, PhaseValues};
+use ringside_shared::{GpuDevice, GpuIdleAttribution, GpuStepIdle, MlProcessInfo, Phase, PhaseSpan, PhaseValues};
 
 use crate::pipeline::Sample;
 
@@ -57,6 +57,7 @@ struct Series {
     until_ms: u64,
     /// The newest NVML sample already laid over the timeline (Unix µs).
     cursor_us: u64,
+    last_step: Option<GpuStepIdle>,
 }
 
 /// Keeps the last minute of slices per (job, GPU UUID) and each job's phase times at the
@@ -104,6 +105,9 @@ impl IdleAttribution {
                 let slice = if gpu.utilization_samples.is_empty() || main.timeline.is_empty() {
                     gpu.utilization_gpu_pct.and_then(|util| proportional(util, delta))
                 } else {
+                    if let Some(step) = last_step(gpu, &main.timeline) {
+                        series.last_step = Some(step);
+                    }
                     aligned(gpu, &main.timeline, &mut series.cursor_us)
                 };
                 if let Some(slice) = slice {
@@ -146,6 +150,7 @@ impl IdleAttribution {
                     idle_waiting_for_cpu_pct: cpu_wait_pct,
                     idle_by_phase_pct: by_phase,
                     aligned: s.slices.back().is_some_and(|x| x.aligned),
+                    last_step: s.last_step.clone().filter(|step| step.end_ms + WINDOW_MS > now),
                 }
             })
             .collect();
@@ -166,17 +171,43 @@ fn proportional(util: f64, delta: &PhaseValues<u64>) -> Option<Slice> {
     Some(Slice { at_ms: 0, observed_ms: observed as f64, idle_ms, cpu_wait_idle_ms: 0.0, aligned: false })
 }
 
+/// Each of the GPU's samples as (period start, period end, idle share), times in Unix µs.
+fn periods(gpu: &GpuDevice) -> impl Iterator<Item = (u64, u64, f64)> + '_ {
+    let mut previous: Option<u64> = None;
+    gpu.utilization_samples.iter().map(move |sample| {
+        let end = sample.at_us;
+        let start = previous.map_or(end.saturating_sub(FIRST_PERIOD_US), |p| p.max(end.saturating_sub(MAX_PERIOD_US)));
+        previous = Some(end);
+        (start, end, (1.0 - sample.busy_pct / 100.0).clamp(0.0, 1.0))
+    })
+}
+
+/// Adds the idle share `idle` of `[start, end)` (µs) to the phases `timeline` gives that time.
+fn lay(slice: &mut Slice, timeline: &[PhaseSpan], start: u64, end: u64, idle: f64) {
+    for span in timeline {
+        let (from, to) = (span.start_ms.saturating_mul(1000).max(start), span.end_ms.saturating_mul(1000).min(end));
+        if to > from {
+            let ms = (to - from) as f64 / 1000.0;
+            slice.observed_ms += ms;
+            if span.waiting_for_cpu {
+                slice.cpu_wait_idle_ms += idle * ms;
+            } else {
+                *slice.idle_ms.get_mut(span.phase) += idle * ms;
+            }
+        }
+    }
+}
+
+fn empty_slice(aligned: bool) -> Slice {
+    Slice { at_ms: 0, observed_ms: 0.0, idle_ms: PhaseValues::default(), cpu_wait_idle_ms: 0.0, aligned }
+}
+
 /// Lays each of the GPU's samples newer than `cursor_us` that `timeline` already covers over
 /// it, and moves the cursor past them.
 fn aligned(gpu: &GpuDevice, timeline: &[PhaseSpan], cursor_us: &mut u64) -> Option<Slice> {
     let covered_us = timeline.last()?.end_ms.saturating_mul(1000);
-    let mut slice =
-        Slice { at_ms: 0, observed_ms: 0.0, idle_ms: PhaseValues::default(), cpu_wait_idle_ms: 0.0, aligned: true };
-    let mut previous: Option<u64> = None;
-    for sample in &gpu.utilization_samples {
-        let end = sample.at_us;
-        let start = previous.map_or(end.saturating_sub(FIRST_PERIOD_US), |p| p.max(end.saturating_sub(MAX_PERIOD_US)));
-        previous = Some(end);
+    let mut slice = empty_slice(true);
+    for (start, end, idle) in periods(gpu) {
         if end <= *cursor_us {
             continue;
         }
@@ -184,21 +215,72 @@ fn aligned(gpu: &GpuDevice, timeline: &[PhaseSpan], cursor_us: &mut u64) -> Opti
             break;
         }
         *cursor_us = end;
-        let idle = (1.0 - sample.busy_pct / 100.0).clamp(0.0, 1.0);
-        for span in timeline {
-            let (from, to) = (span.start_ms.saturating_mul(1000).max(start), span.end_ms.saturating_mul(1000).min(end));
-            if to > from {
-                let ms = (to - from) as f64 / 1000.0;
-                slice.observed_ms += ms;
-                if span.waiting_for_cpu {
-                    slice.cpu_wait_idle_ms += idle * ms;
-                } else {
-                    *slice.idle_ms.get_mut(span.phase) += idle * ms;
-                }
-            }
-        }
+        lay(&mut slice, timeline, start, end, idle);
     }
     (slice.observed_ms > 0.0).then_some(slice)
+}
+
+/// A run of one phase shorter than this does not start a step (a misread window or two).
+const MIN_ANCHOR_MS: u64 = 200;
+/// Spans of one phase this close together are one run.
+const RUN_GAP_MS: u64 = 250;
+
+/// Where the job's steps start: the starts of its runs of data loading (of GPU compute where
+/// data loading is not seen twice), each at least [`MIN_ANCHOR_MS`] long.
+fn step_starts(timeline: &[PhaseSpan]) -> Option<(Phase, Vec<u64>)> {
+    // Runs of one phase, whatever the CPU-wait marks split.
+    let mut runs: Vec<(Phase, u64, u64)> = Vec::new();
+    for span in timeline {
+        match runs.last_mut() {
+            Some(run) if run.0 == span.phase && span.start_ms <= run.2 + RUN_GAP_MS => run.2 = run.2.max(span.end_ms),
+            _ => runs.push((span.phase, span.start_ms, span.end_ms)),
+        }
+    }
+    [Phase::DataLoading, Phase::GpuCompute].into_iter().find_map(|anchor| {
+        let starts: Vec<u64> = runs
+            .iter()
+            .filter(|(phase, from, to)| *phase == anchor && to.saturating_sub(*from) >= MIN_ANCHOR_MS)
+            .map(|(_, from, _)| *from)
+            .collect();
+        (starts.len() >= 2).then_some((anchor, starts))
+    })
+}
+
+/// The GPU's idle time over the job's last complete step, where the steps are visible and the
+/// GPU's kept samples cover the whole step.
+fn last_step(gpu: &GpuDevice, timeline: &[PhaseSpan]) -> Option<GpuStepIdle> {
+    let (anchor, starts) = step_starts(timeline)?;
+    let (from, to) = (starts[starts.len() - 2], starts[starts.len() - 1]);
+    let (from_us, to_us) = (from * 1000, to * 1000);
+    let mut periods = periods(gpu).peekable();
+    if periods.peek().is_none_or(|(start, _, _)| *start > from_us)
+        || gpu.utilization_samples.last().is_none_or(|s| s.at_us < to_us)
+    {
+        return None;
+    }
+    let mut slice = empty_slice(true);
+    for (start, end, idle) in periods.filter(|(start, end, _)| *end > from_us && *start < to_us) {
+        lay(&mut slice, timeline, start.max(from_us), end.min(to_us), idle);
+    }
+    // A step the timeline does not cover (the process was not looked at) says nothing.
+    let length_ms = (to - from) as f64;
+    if slice.observed_ms < length_ms * 0.9 {
+        return None;
+    }
+    let pct = |ms: f64| ms * 100.0 / slice.observed_ms;
+    let mut by_phase = PhaseValues::<f64>::default();
+    for phase in Phase::ALL {
+        *by_phase.get_mut(phase) = pct(slice.idle_ms.get(phase));
+    }
+    let cpu = pct(slice.cpu_wait_idle_ms);
+    Some(GpuStepIdle {
+        start_ms: from,
+        end_ms: to,
+        anchor,
+        idle_pct: Phase::ALL.iter().map(|p| by_phase.get(*p)).sum::<f64>() + cpu,
+        idle_by_phase_pct: by_phase,
+        idle_waiting_for_cpu_pct: cpu,
+    })
 }
 
 #[cfg(test)]
@@ -370,6 +452,46 @@ mod aligned_tests {
         assert!((x.idle_waiting_for_cpu_pct - 75.0).abs() < 1e-9, "{x:?}");
         assert!((x.idle_pct - 100.0).abs() < 1e-9, "{x:?}");
         assert_eq!(x.describe(), "GPU 0 idle 100% of the last minute: 75% waiting for a CPU, 25% waiting for data");
+    }
+
+    #[test]
+    fn the_last_complete_step_is_split_on_its_own() {
+        // Two cycles: data 1 s (GPU idle), compute 1 s (busy), optimizer 1 s (idle); a 100 ms
+        // misread of data loading inside the compute is no new step.
+        let timeline = [
+            (Phase::DataLoading, 0, 1000),
+            (Phase::GpuCompute, 1000, 1500),
+            (Phase::DataLoading, 1500, 1600),
+            (Phase::GpuCompute, 1600, 2000),
+            (Phase::OptimizerStep, 2000, 3000),
+            (Phase::DataLoading, 3000, 4000),
+            (Phase::GpuCompute, 4000, 4500),
+        ];
+        // A sample covers the half second before its time.
+        let busy = |ms: u64| if (1500..=2000).contains(&ms) || ms >= 4500 { 100.0 } else { 0.0 };
+        let samples: Vec<(u64, f64)> = (0..=9).map(|i| (i * 500, busy(i * 500))).collect();
+        let mut a = IdleAttribution::default();
+        let mut s = with(sample(T0 + 4500, 0.0, phases(2000, 1500, 1000)), &samples, &timeline);
+        a.update(&mut s);
+        let step = s.gpus.as_ref().unwrap().idle[0].last_step.clone().expect("a step is visible");
+        assert_eq!((step.start_ms - T0, step.end_ms - T0, step.anchor), (0, 3000, Phase::DataLoading));
+        let third = 100.0 / 3.0;
+        assert!((step.idle_pct - 2.0 * third).abs() < 1e-9, "{step:?}");
+        assert!((step.idle_by_phase_pct.data_loading - third).abs() < 1e-9, "{step:?}");
+        assert!((step.idle_by_phase_pct.optimizer_step - third).abs() < 1e-9, "{step:?}");
+        assert_eq!(step.describe(), "last step 3.0 s, GPU idle 67%: 33% waiting for data, 33% in the optimizer step");
+
+        // Samples that do not reach back to the step's start: no figure rather than a partial one.
+        let mut b = IdleAttribution::default();
+        let late: Vec<(u64, f64)> = samples.iter().copied().filter(|(ms, _)| *ms >= 1000).collect();
+        let mut s = with(sample(T0 + 4500, 0.0, phases(2000, 1500, 1000)), &late, &timeline);
+        b.update(&mut s);
+        assert_eq!(s.gpus.as_ref().unwrap().idle[0].last_step, None);
+        // One cycle only: no step.
+        assert_eq!(
+            step_starts(&[PhaseSpan { phase: Phase::DataLoading, start_ms: 0, end_ms: 900, waiting_for_cpu: false }]),
+            None
+        );
     }
 
     #[test]

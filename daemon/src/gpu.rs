@@ -570,7 +570,7 @@ fn namespace_pid(proc_root: &Path, pid: u32) -> Option<u32> {
 
 /// NVML's utilisation samples are kept this long (the idle attribution consumes them within a
 /// few ticks of their arrival), and at most this many per GPU.
-const SAMPLES_KEPT_US: u64 = 10_000_000;
+const SAMPLES_KEPT_US: u64 = 30_000_000;
 const MAX_SAMPLES_KEPT: usize = 256;
 
 /// The clock throttle reasons that mean the hardware protects itself (not a setting or idling).

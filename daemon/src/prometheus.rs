@@ -6,7 +6,7 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-use ringside_shared::{ComponentStatus, Phase, Severity, StatsInput};
+use ringside_shared::{ComponentStatus, GpuIdleAttribution, Phase, PhaseValues, Severity, StatsInput};
 
 use crate::state::NodeState;
 
@@ -357,36 +357,64 @@ pub fn render(state: &NodeState) -> String {
     }
     if let Some(gpus) = &snapshot.gpus {
         gpu_families(&mut e, &gpus.devices);
-        if !gpus.idle.is_empty() {
-            e.family(
-                "ringside_job_gpu_idle_ratio",
-                "gauge",
-                "Share of the last minute a GPU an ML job uses was idle, by the job's phase meanwhile.",
-            );
-            for a in &gpus.idle {
-                let (job, gpu) = (a.job.to_string(), a.gpu.to_string());
-                for phase in Phase::ALL {
-                    let labels = [
-                        ("job", job.as_str()),
-                        ("comm", a.comm.as_str()),
-                        ("gpu", gpu.as_str()),
-                        ("uuid", a.uuid.as_str()),
-                        ("phase", phase.as_str()),
-                    ];
-                    e.sample("ringside_job_gpu_idle_ratio", &labels, a.idle_by_phase_pct.get(phase) / 100.0);
-                }
+        job_idle(&mut e, &gpus.idle);
+    }
+    e.out
+}
+
+/// The idle attribution: per job and GPU, the last minute's and the last step's idle shares
+/// by phase (and waiting for a CPU), and the step's length.
+fn job_idle(e: &mut Exposition, idle: &[GpuIdleAttribution]) {
+    let split = |by_phase: &PhaseValues<f64>, cpu: f64| {
+        Phase::ALL.iter().map(|p| (p.as_str(), by_phase.get(*p))).chain([("waiting_for_cpu", cpu)]).collect::<Vec<_>>()
+    };
+    type Split<'a> = fn(&'a GpuIdleAttribution) -> Option<(&'a PhaseValues<f64>, f64)>;
+    let families: [(&str, &str, Split); 2] = [
+        (
+            "ringside_job_gpu_idle_ratio",
+            "Share of the last minute a GPU an ML job uses was idle, by the job's phase meanwhile.",
+            |a| Some((&a.idle_by_phase_pct, a.idle_waiting_for_cpu_pct)),
+        ),
+        (
+            "ringside_job_gpu_step_idle_ratio",
+            "Share of an ML job's last complete step a GPU it uses was idle, by the job's phase meanwhile.",
+            |a| a.last_step.as_ref().map(|s| (&s.idle_by_phase_pct, s.idle_waiting_for_cpu_pct)),
+        ),
+    ];
+    for (family, help, of) in families {
+        let rows: Vec<_> = idle.iter().filter_map(|a| of(a).map(|(by_phase, cpu)| (a, split(by_phase, cpu)))).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        e.family(family, "gauge", help);
+        for (a, shares) in rows {
+            let (job, gpu) = (a.job.to_string(), a.gpu.to_string());
+            for (phase, pct) in shares {
                 let labels = [
                     ("job", job.as_str()),
                     ("comm", a.comm.as_str()),
                     ("gpu", gpu.as_str()),
                     ("uuid", a.uuid.as_str()),
-                    ("phase", "waiting_for_cpu"),
+                    ("phase", phase),
                 ];
-                e.sample("ringside_job_gpu_idle_ratio", &labels, a.idle_waiting_for_cpu_pct / 100.0);
+                e.sample(family, &labels, pct / 100.0);
             }
         }
     }
-    e.out
+    let steps: Vec<_> = idle.iter().filter_map(|a| a.last_step.as_ref().map(|s| (a, s))).collect();
+    if !steps.is_empty() {
+        e.family(
+            "ringside_job_step_seconds",
+            "gauge",
+            "Length of an ML job's last complete step, as seen from a GPU it uses.",
+        );
+        for (a, step) in steps {
+            let (job, gpu) = (a.job.to_string(), a.gpu.to_string());
+            let labels =
+                [("job", job.as_str()), ("comm", a.comm.as_str()), ("gpu", gpu.as_str()), ("uuid", a.uuid.as_str())];
+            e.sample("ringside_job_step_seconds", &labels, step.end_ms.saturating_sub(step.start_ms) as f64 / 1000.0);
+        }
+    }
 }
 
 /// The GPUs under the names and labels dcgm-exporter uses by default (`gpu`, `UUID`,

@@ -235,8 +235,10 @@ fn idle_view(a: GpuIdleAttribution) -> impl IntoView {
     parts.push(("phase phase-cpu_wait".into(), "waiting_for_cpu", a.idle_waiting_for_cpu_pct));
     let method = if a.aligned { "NVML samples laid over the phase timeline" } else { "per-tick estimate" };
     let words = format!("{} (pid {}): {}", a.comm, a.job, a.describe());
+    let step = a.last_step.as_ref().map(|s| view! { <div class="gpu-step-idle small muted">{s.describe()}</div> });
     view! {
         <div class="gpu-idle small" title=method>{words}</div>
+        {step}
         <div class="phase-bar idle-bar" aria-label="idle time by what the job was doing">
             {parts
                 .into_iter()

@@ -912,6 +912,9 @@ pub struct GpuIdleAttribution {
     /// [`PhaseSpan::waiting_for_cpu`]), 0-100; counted here, not under its phase.
     #[serde(default)]
     pub idle_waiting_for_cpu_pct: f64,
+    /// The job's last complete training step where steps are visible (aligned only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_step: Option<GpuStepIdle>,
     /// Whether NVML's own utilisation samples were laid over the job's phase timeline (true),
     /// or each tick's utilisation spread over the tick's phase times (false: the GPU or
     /// driver keeps no samples).
@@ -922,20 +925,60 @@ pub struct GpuIdleAttribution {
 impl GpuIdleAttribution {
     /// "GPU 0 idle 38% of the last minute: 30% waiting for data, 8% in the optimizer step".
     pub fn describe(&self) -> String {
-        let words = |phase: Phase| match phase {
-            Phase::DataLoading => "waiting for data",
-            Phase::GpuCompute => "while computing",
-            Phase::NcclCollective => "in a collective",
-            Phase::OptimizerStep => "in the optimizer step",
-            Phase::Unknown => "unknown",
-        };
-        let mut parts: Vec<(f64, &str)> =
-            Phase::ALL.iter().map(|p| (self.idle_by_phase_pct.get(*p), words(*p))).collect();
-        parts.push((self.idle_waiting_for_cpu_pct, "waiting for a CPU"));
-        parts.sort_by(|x, y| y.0.total_cmp(&x.0));
-        let parts: Vec<String> =
-            parts.into_iter().filter(|(pct, _)| *pct >= 0.5).map(|(pct, w)| format!("{pct:.0}% {w}")).collect();
-        format!("GPU {} idle {:.0}% of the last minute: {}", self.gpu, self.idle_pct, parts.join(", "))
+        format!(
+            "GPU {} idle {:.0}% of the last minute{}",
+            self.gpu,
+            self.idle_pct,
+            split_words(&self.idle_by_phase_pct, self.idle_waiting_for_cpu_pct)
+        )
+    }
+}
+
+/// A GPU's idle time over one training step of a job: from one start of the phase that begins
+/// each of its cycles (data loading, or GPU compute for a job whose data loading is hidden) to
+/// the next.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GpuStepIdle {
+    pub start_ms: UnixMillis,
+    pub end_ms: UnixMillis,
+    /// The phase whose starts delimit the steps.
+    pub anchor: Phase,
+    /// Share of the step the GPU was idle, 0-100, and split as in [`GpuIdleAttribution`].
+    pub idle_pct: f64,
+    pub idle_by_phase_pct: PhaseValues<f64>,
+    pub idle_waiting_for_cpu_pct: f64,
+}
+
+impl GpuStepIdle {
+    /// "last step 6.0 s, GPU idle 75%: 26% waiting for data, ...".
+    pub fn describe(&self) -> String {
+        format!(
+            "last step {:.1} s, GPU idle {:.0}%{}",
+            self.end_ms.saturating_sub(self.start_ms) as f64 / 1000.0,
+            self.idle_pct,
+            split_words(&self.idle_by_phase_pct, self.idle_waiting_for_cpu_pct)
+        )
+    }
+}
+
+/// ": 30% waiting for data, 8% in the optimizer step" (shares of 0.5 % or more, largest first).
+fn split_words(by_phase: &PhaseValues<f64>, waiting_for_cpu: f64) -> String {
+    let words = |phase: Phase| match phase {
+        Phase::DataLoading => "waiting for data",
+        Phase::GpuCompute => "while computing",
+        Phase::NcclCollective => "in a collective",
+        Phase::OptimizerStep => "in the optimizer step",
+        Phase::Unknown => "unknown",
+    };
+    let mut parts: Vec<(f64, &str)> = Phase::ALL.iter().map(|p| (by_phase.get(*p), words(*p))).collect();
+    parts.push((waiting_for_cpu, "waiting for a CPU"));
+    parts.sort_by(|x, y| y.0.total_cmp(&x.0));
+    let parts: Vec<String> =
+        parts.into_iter().filter(|(pct, _)| *pct >= 0.5).map(|(pct, w)| format!("{pct:.0}% {w}")).collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", parts.join(", "))
     }
 }
 

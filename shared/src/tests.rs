@@ -145,6 +145,14 @@ fn gpus() -> GpuTelemetry {
             idle_by_phase_pct: PhaseValues { data_loading: 30.0, optimizer_step: 8.0, ..PhaseValues::default() },
             idle_waiting_for_cpu_pct: 0.0,
             until_ms: 1_700_000_002_700,
+            last_step: Some(GpuStepIdle {
+                start_ms: 1_700_000_000_000,
+                end_ms: 1_700_000_002_000,
+                anchor: Phase::DataLoading,
+                idle_pct: 40.0,
+                idle_by_phase_pct: PhaseValues { data_loading: 35.0, ..PhaseValues::default() },
+                idle_waiting_for_cpu_pct: 5.0,
+            }),
             aligned: true,
         }],
         devices: vec![GpuDevice {

@@ -511,6 +511,11 @@ async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
         let width = segment.attr("style").await?.unwrap_or_default();
         let pct: f64 = width.trim_start_matches("width: ").trim_end_matches('%').parse().unwrap_or(0.0);
         assert!(pct > 0.0 && pct <= 60.0, "the data-loading segment: {width}");
+        // Its steps are visible (a cycle of four 0.7 s phases): the last one on its own line.
+        let step_line = "#gpus-panel .gpu-card[data-gpu-index='1'] .gpu-step-idle";
+        let step =
+            eventually("the last step's idle line", WAIT, || async { text_of(&client, step_line).await }).await?;
+        assert!(step.starts_with("last step 2.") && step.contains("GPU idle 60%"), "{step}");
         let (w, h) = client.get_window_size().await?;
         client.set_window_size(w as u32, 4000).await?;
         let card = client.find(Locator::Css("#gpus-panel .gpu-card[data-gpu-index='1']")).await?;

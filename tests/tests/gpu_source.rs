@@ -306,6 +306,18 @@ async fn heat_throttling_containers_and_a_gpu_that_leaves_the_bus() -> Result<()
     let raised = throttle["raised_at_ms"].as_u64().unwrap_or(0);
     assert!(raised >= since + 3000, "raised {raised} ms, held since {since} ms: only once sustained");
     assert_eq!(throttle["severity"], "error", "{throttle}");
+    // GPU 1 cools down and GPU 2 runs free: both alerts resolve after the quiet window.
+    std::fs::write(&control, "gpus 3\ngpu 1 slowdown 80\ngpu 1 temperature 70 70\ngpu 0 temperature 81 70\n")?;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let alerts = daemon.get_json("/api/alerts").await?;
+        let resolved = |source: &str| alert(&alerts, source)["resolved_at_ms"].is_u64();
+        if resolved("gpu:1/temperature") && resolved("gpu:2/throttle") {
+            break;
+        }
+        ensure!(Instant::now() < deadline, "heat and throttle alerts resolve within 15 s: {alerts}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // A process in a PID namespace of its own (a container's): NVML gives the host pid, the
     // console shows both.
@@ -358,5 +370,21 @@ async fn heat_throttling_containers_and_a_gpu_that_leaves_the_bus() -> Result<()
     // Readings go on: the count drop does not stop the sampler.
     std::fs::write(&control, "gpus 2\ngpu 0 util 34 10\n")?;
     gpus_when(&daemon, "GPU 0 still read", |s| s["gpus"]["devices"][0]["utilization_gpu_pct"] == 34.0).await?;
+    // The GPU comes back (reseated, or the driver reloaded): read again, the component healthy,
+    // the lost alert resolved.
+    std::fs::write(&control, "gpus 3\ngpu 2 util 12 10\n")?;
+    let back = gpus_when(&daemon, "GPU 2 back", |s| s["gpus"]["devices"][2]["utilization_gpu_pct"] == 12.0).await?;
+    assert!(back["gpus"]["devices"][2]["unsupported"]["gpu"].is_null(), "{}", back["gpus"]);
+    assert_eq!(back["gpus"]["devices"].as_array().map(Vec::len), Some(3), "listed once");
+    assert_eq!(component(&back)["status"], "up", "{}", component(&back));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let lost = alert(&daemon.get_json("/api/alerts").await?, "gpu:2/lost");
+        if lost["resolved_at_ms"].is_u64() {
+            break;
+        }
+        ensure!(Instant::now() < deadline, "the lost alert resolves within 15 s: {lost}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     Ok(())
 }

@@ -106,6 +106,7 @@ async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
     // Keep the latest timeline until the workload ends (an exited process leaves the snapshot).
     let mut timeline = Vec::new();
     let mut idle = Value::Null;
+    let mut step = Value::Null;
     let mut main_nice = Vec::new();
     let mut workload = workload;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -116,6 +117,9 @@ async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
             timeline = p["timeline"].as_array().cloned().unwrap_or_default();
         }
         let attribution = snapshot["gpus"]["idle"].as_array().and_then(|a| a.iter().find(|x| x["job"] == pid).cloned());
+        if attribution.as_ref().is_some_and(|a| a["last_step"].is_object()) {
+            step = attribution.as_ref().map(|a| a["last_step"].clone()).unwrap_or_default();
+        }
         idle = attribution.unwrap_or(idle);
         if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             main_nice.extend(stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(16)).map(String::from));
@@ -182,6 +186,26 @@ async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
     assert!(pct("gpu_compute") <= 5.0, "busy while computing: {idle}");
     let starved = idle["idle_waiting_for_cpu_pct"].as_f64().unwrap_or(f64::NAN);
     assert!(starved <= 5.0, "nothing else runs here: not starved of CPU: {idle}");
+    // The last complete step (one cycle of four 1.5 s phases, from one data loading to the
+    // next), against the truth over the same span.
+    println!("last step: {step}");
+    let (from, to) = (step["start_ms"].as_u64().unwrap_or(0), step["end_ms"].as_u64().unwrap_or(0));
+    assert_eq!(step["anchor"], "data_loading", "{step}");
+    assert!(to.saturating_sub(from).abs_diff(6000) <= 400, "a 6 s step: {step}");
+    let step_share = |phase: &str| {
+        let ms: u64 = truth
+            .iter()
+            .filter(|t| t.phase == phase)
+            .map(|t| t.end_ms.min(to).saturating_sub(t.start_ms.max(from)))
+            .sum();
+        ms as f64 * 100.0 / to.saturating_sub(from).max(1) as f64
+    };
+    let step_pct = |phase: &str| step["idle_by_phase_pct"][phase].as_f64().unwrap_or(f64::NAN);
+    for phase in ["data_loading", "nccl_collective", "optimizer_step"] {
+        let truth = step_share(phase);
+        assert!((step_pct(phase) - truth).abs() <= 8.0, "{phase} in the step: truly {truth:.1}%: {step}");
+    }
+    assert!((step["idle_pct"].as_f64().unwrap_or(0.0) - (100.0 - step_share("gpu_compute"))).abs() <= 8.0, "{step}");
 
     let snapshot = daemon.get_json("/api/snapshot").await?;
     let scheduler = &snapshot["scheduler"];
@@ -198,6 +222,9 @@ async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
     daemon.wait_for("the exited workload leaving the table", 5, |s| ml_process(s, pid).is_none()).await?;
     let metrics = daemon.get("/metrics").await?.text().await?;
     assert!(metrics.contains("zernel_scheduler_phase_time_pct{phase=\"gpu_compute\"}"), "{metrics}");
+    let step_series = format!("ringside_job_step_seconds{{job=\"{pid}\",comm=\"ml-workload\",gpu=\"0\"");
+    assert!(metrics.contains(&step_series), "{step_series} in {metrics}");
+    assert!(metrics.contains("ringside_job_gpu_step_idle_ratio{"), "{metrics}");
     assert!(metrics.contains("ringside_kernel_stats_runq_latency_seconds{kernel=\"runq\",stat=\"p99\"}"), "{metrics}");
     ringside_tests::promtool_check(&metrics)?;
     Ok(())
