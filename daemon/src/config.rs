@@ -263,11 +263,19 @@ pub struct ServerConfig {
     pub header_read_timeout_ms: u64,
     /// WebSocket sessions at most.
     pub max_ws_sessions: usize,
+    /// Failed authentications one client address may make per 10 s; beyond them it is
+    /// answered 429 until the 10 s have passed (valid tokens are never held back).
+    pub auth_failures_per_address: u32,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig { max_connections: 256, header_read_timeout_ms: 10_000, max_ws_sessions: 64 }
+        ServerConfig {
+            max_connections: 256,
+            header_read_timeout_ms: 10_000,
+            max_ws_sessions: 64,
+            auth_failures_per_address: 30,
+        }
     }
 }
 
@@ -281,6 +289,12 @@ impl ServerConfig {
         }
         if !(1..=4096).contains(&self.max_ws_sessions) {
             return Err(format!("max_ws_sessions = {}: must be 1 to 4096", self.max_ws_sessions));
+        }
+        if !(1..=1_000_000).contains(&self.auth_failures_per_address) {
+            return Err(format!(
+                "auth_failures_per_address = {}: must be 1 to 1000000",
+                self.auth_failures_per_address
+            ));
         }
         Ok(())
     }

@@ -152,6 +152,12 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         allowed_origins: config.allowed_origins.clone(),
         shutdown: stop_rx.clone(),
         max_ws_sessions: config.server.max_ws_sessions,
+        sessions: server::session::Sessions::load(
+            Some(config.data_dir.join(server::session::FILE)),
+            local.port(),
+            clock::now_ms(),
+        ),
+        auth_failures: server::throttle::AuthFailures::new(config.server.auth_failures_per_address),
     });
     let served = app.state.clone();
     tokio::spawn(async move {
@@ -159,8 +165,14 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         tracing::info!("stopping");
         let _ = stop_tx.send(true);
     });
-    server::listen::serve(listener, server::router(app), &config.server, served, stop_rx).await;
+    server::listen::serve(listener, server::router(app), &config.server, served.clone(), stop_rx).await;
     let _ = collector.await;
+    // The last alert changes reach the disk before the process ends.
+    let flushed =
+        tokio::task::spawn_blocking(move || served.flush_alert_store(std::time::Duration::from_secs(5))).await;
+    if !matches!(flushed, Ok(true)) {
+        tracing::error!("alert changes of the last seconds could not be written before stopping");
+    }
     tracing::info!("stopped");
     Ok(())
 }

@@ -98,6 +98,12 @@ pub fn render(state: &NodeState) -> String {
             "Requests refused for a missing or wrong token, or a cookie-authenticated change from another origin.",
             read(&stats.auth_failures_total),
         ),
+        (
+            "ringside_auth_throttled_total",
+            "counter",
+            "Failed authentications answered 429: their client address was over its budget.",
+            read(&stats.auth_throttled_total),
+        ),
         ("ringside_http_connections_open", "gauge", "Open HTTP connections.", read(&stats.http_connections_open)),
         (
             "ringside_http_connections_total",

@@ -25,6 +25,9 @@ pub type Frame = Arc<str>;
 /// Frames a client may fall behind by before it is resynchronised with a full snapshot.
 pub const BROADCAST_CAPACITY: usize = 64;
 
+/// How long an acknowledgement waits for the alert store to write it.
+pub const ACK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Counters about the daemon itself, for `/metrics`.
 #[derive(Debug, Default)]
 pub struct DaemonStats {
@@ -35,6 +38,8 @@ pub struct DaemonStats {
     pub ws_error_frames_total: AtomicU64,
     /// Requests refused: no or a wrong token, or a cookie-authenticated change from elsewhere.
     pub auth_failures_total: AtomicU64,
+    /// Failed authentications answered 429: their address was over its budget.
+    pub auth_throttled_total: AtomicU64,
     /// Connections accepted, and refused because the cap was reached.
     pub http_connections_total: AtomicU64,
     pub http_connections_refused_total: AtomicU64,
@@ -264,6 +269,11 @@ impl NodeState {
         self.set_health("alert-store", status, detail);
     }
 
+    /// Waits (at stop) until the alert store has written every change, at most `limit`.
+    pub fn flush_alert_store(&self, limit: std::time::Duration) -> bool {
+        self.alerting.lock().unwrap_or_else(|e| e.into_inner()).store.flush(limit)
+    }
+
     /// Says, with the alert store's health, what happened to it at start.
     pub fn set_store_note(&self, note: String) {
         *self.store_note.lock().unwrap_or_else(|e| e.into_inner()) = Some(note);
@@ -329,8 +339,9 @@ impl NodeState {
     }
 
     /// Acknowledges an alert as `identity` (shown under the name the person gave, if any) once
-    /// it is stored, then tells every client.
-    pub fn acknowledge(
+    /// it is stored, then tells every client. The write is waited for (without a lock) at most
+    /// [`ACK_WAIT`]; one that fails or takes longer is taken back and the caller told why.
+    pub async fn acknowledge(
         &self,
         id: u64,
         identity: &Identity,
@@ -341,12 +352,36 @@ impl NodeState {
             return Err(AckError::Forbidden { token: identity.name.clone(), role: identity.role.as_str() });
         }
         let by = by.map(|b| b.trim().to_string()).filter(|b| !b.is_empty()).unwrap_or_else(|| identity.name.clone());
-        let (alert, changed) = {
+        let (alert, changed, confirmation) = {
             let mut alerting = self.alerting.lock().unwrap_or_else(|e| e.into_inner());
             let outcome = alerting.store.acknowledge(id, by, identity.name.clone(), note, crate::clock::now_ms());
             self.note_store_health(&alerting.store);
             outcome?
         };
+        if let Some(confirmation) = confirmation {
+            let why = match tokio::time::timeout(ACK_WAIT, confirmation).await {
+                Ok(Ok(Ok(()))) => None,
+                Ok(Ok(Err(why))) => Some(why),
+                Ok(Err(_)) => Some("the alert store's writer stopped".to_string()),
+                Err(_) => Some(format!(
+                    "not written within {} s ({})",
+                    ACK_WAIT.as_secs(),
+                    self.alerting
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .store
+                        .db_error()
+                        .unwrap_or_else(|| "the disk is slow".into())
+                )),
+            };
+            if let Some(why) = why {
+                let at_ms = alert.acknowledgement.as_ref().map_or(0, |a| a.at_ms);
+                let mut alerting = self.alerting.lock().unwrap_or_else(|e| e.into_inner());
+                alerting.store.withdraw(id, at_ms);
+                self.note_store_health(&alerting.store);
+                return Err(AckError::Store(format!("{why}; not acknowledged, try again")));
+            }
+        }
         if changed {
             tracing::info!(id, token = identity.name, "alert acknowledged");
             self.forward(&alert);

@@ -249,6 +249,16 @@ pub fn memory_rules(count: usize, labels: &str) -> String {
         .collect()
 }
 
+/// The environment that makes a daemon load the NVML test double (`tests/doubles/
+/// nvml_test_double.c`, built by this crate's build script) in place of `libnvidia-ml.so.1`,
+/// driven by the control file `control`.
+pub fn nvml_double(control: &Path) -> Vec<(String, String)> {
+    vec![
+        ("LD_LIBRARY_PATH".into(), env!("RINGSIDE_NVML_DOUBLE_DIR").into()),
+        ("RINGSIDE_NVML_DOUBLE".into(), control.display().to_string()),
+    ]
+}
+
 /// A running `ringsided`; stopped (SIGTERM, then SIGKILL) on drop.
 pub struct Daemon {
     child: Child,
@@ -257,6 +267,7 @@ pub struct Daemon {
     pub token: String,
     /// The console URL printed at start-up.
     pub console_url: String,
+    data_dir: PathBuf,
     _scratch: Scratch,
 }
 
@@ -275,12 +286,13 @@ impl Daemon {
             }
             None => Command::new(daemon_binary()),
         };
+        let data_dir = options.data_dir.clone().unwrap_or_else(|| scratch.0.join("data"));
         command
             .args(["--listen", &options.listen, "--interval-ms", &options.interval_ms.to_string()])
             .arg("--config")
             .arg(&config)
             .arg("--data-dir")
-            .arg(options.data_dir.clone().unwrap_or_else(|| scratch.0.join("data")))
+            .arg(&data_dir)
             .env_remove("RINGSIDE_TOKEN")
             .env("RINGSIDE_LOG", std::env::var("RINGSIDE_TEST_LOG").unwrap_or_else(|_| "error".into()))
             .envs(options.env.iter().map(|(k, v)| (k, v)))
@@ -336,7 +348,12 @@ impl Daemon {
             }
         };
         let addr = base.trim_start_matches("http://").to_string();
-        Ok(Daemon { child, base, addr, token, console_url, _scratch: scratch })
+        Ok(Daemon { child, base, addr, token, console_url, data_dir, _scratch: scratch })
+    }
+
+    /// Its data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
     }
 
     pub fn pid(&self) -> u32 {
@@ -382,6 +399,14 @@ impl Daemon {
     }
 
     /// GET with the bearer token.
+    /// A console session, as a browser gets it on its first visit: the `name=value` pair of
+    /// the cookie the daemon sets for `/?token=`.
+    pub async fn session_cookie(&self) -> Result<String> {
+        let landing = self.http().get(format!("{}/?token={}", self.base, self.token)).send().await?;
+        let set = landing.headers().get("set-cookie").context("the first visit sets no cookie")?.to_str()?;
+        Ok(set.split(';').next().unwrap_or_default().to_string())
+    }
+
     pub async fn get(&self, path: &str) -> Result<reqwest::Response> {
         Ok(self.http().get(format!("{}{path}", self.base)).bearer_auth(&self.token).send().await?)
     }

@@ -65,6 +65,22 @@ async fn first_visit_with_token_sets_a_strict_http_only_cookie() -> anyhow::Resu
     let cookie = landing.headers()["set-cookie"].to_str()?.to_string();
     assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
     let pair = cookie.split(';').next().unwrap().to_string();
+    // A session of its own, named after the daemon's port; never the token itself.
+    let port = daemon.base.rsplit(':').next().unwrap_or_default();
+    let (name, id) = pair.split_once('=').unwrap_or_default();
+    assert_eq!(name, format!("ringside_session_{port}"));
+    assert!(id.len() == 64 && !cookie.contains(&daemon.token), "{cookie}");
+    let sessions = std::fs::read_to_string(daemon.data_dir().join("sessions"))?;
+    assert!(!sessions.contains(id) && !sessions.contains(&daemon.token), "digests only: {sessions}");
+    // The token as a cookie, or the session under another daemon's name, opens nothing.
+    for forged in [
+        format!("ringside_token={}", daemon.token),
+        format!("ringside_session_1={id}"),
+        format!("{name}={}", daemon.token),
+    ] {
+        let refused = http.get(format!("{}/api/alerts", daemon.base)).header("cookie", &forged).send().await?;
+        assert_eq!(refused.status(), 401, "{forged}");
+    }
 
     let console = http.get(format!("{}/", daemon.base)).header("cookie", &pair).send().await?;
     assert_eq!(console.status(), 200);

@@ -276,10 +276,7 @@ async fn console_shows_live_data_acknowledges_and_downloads() -> Result<()> {
         token: None,
         interval_ms: 500,
         config: format!("{LOW_MEMORY_THRESHOLDS}\n{KERNELS}"),
-        env: vec![
-            ("LD_LIBRARY_PATH".into(), env!("RINGSIDE_NVML_DOUBLE_DIR").into()),
-            ("RINGSIDE_NVML_DOUBLE".into(), control.display().to_string()),
-        ],
+        env: ringside_tests::nvml_double(&control),
         ..DaemonOptions::default()
     })?;
     let driver = Driver::start()?;
@@ -451,10 +448,7 @@ async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
         token: None,
         interval_ms: 500,
         config: "[scheduler]\nwindow_ms = 100\nscan_interval_ms = 200\n".into(),
-        env: vec![
-            ("LD_LIBRARY_PATH".into(), env!("RINGSIDE_NVML_DOUBLE_DIR").into()),
-            ("RINGSIDE_NVML_DOUBLE".into(), control.display().to_string()),
-        ],
+        env: ringside_tests::nvml_double(&control),
         ..DaemonOptions::default()
     })?;
     let workload_dir = Scratch::new("workload");

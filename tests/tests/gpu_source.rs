@@ -18,10 +18,7 @@ const GIB: u64 = 1 << 30;
 fn with_double(control: &std::path::Path, config: &str) -> Result<Daemon> {
     Daemon::start(DaemonOptions {
         config: format!("[scheduler]\nenabled = false\n{config}"),
-        env: vec![
-            ("LD_LIBRARY_PATH".into(), env!("RINGSIDE_NVML_DOUBLE_DIR").into()),
-            ("RINGSIDE_NVML_DOUBLE".into(), control.display().to_string()),
-        ],
+        env: ringside_tests::nvml_double(control),
         ..DaemonOptions::default()
     })
 }

@@ -69,10 +69,7 @@ async fn phases_of_a_labelled_training_loop_are_detected() -> Result<()> {
     let control = nvml.0.join("nvml-double.conf");
     let daemon = Daemon::start(DaemonOptions {
         config,
-        env: vec![
-            ("LD_LIBRARY_PATH".into(), env!("RINGSIDE_NVML_DOUBLE_DIR").into()),
-            ("RINGSIDE_NVML_DOUBLE".into(), control.display().to_string()),
-        ],
+        env: ringside_tests::nvml_double(&control),
         ..DaemonOptions::default()
     })?;
     let dir = Scratch::new("phases");
@@ -286,10 +283,7 @@ async fn gpu_idle_while_the_job_is_starved_of_cpu_is_told_apart() -> Result<()> 
     let control = nvml.0.join("nvml-double.conf");
     let daemon = Daemon::start(DaemonOptions {
         config: scheduler_config("observe"),
-        env: vec![
-            ("LD_LIBRARY_PATH".into(), env!("RINGSIDE_NVML_DOUBLE_DIR").into()),
-            ("RINGSIDE_NVML_DOUBLE".into(), control.display().to_string()),
-        ],
+        env: ringside_tests::nvml_double(&control),
         ..DaemonOptions::default()
     })?;
     let dir = Scratch::new("starved");

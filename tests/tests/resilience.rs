@@ -104,7 +104,7 @@ async fn the_cookie_changes_nothing_from_another_origin() -> Result<()> {
     let daemon =
         Daemon::start(DaemonOptions { config: "[scheduler]\nenabled = false\n".into(), ..DaemonOptions::default() })?;
     let own_origin = daemon.base.clone();
-    let cookie = format!("ringside_token={}", daemon.token);
+    let cookie = daemon.session_cookie().await?;
     let post = |origin: Option<&str>, json: bool, bearer: bool| {
         let mut request = daemon.http().post(format!("{}/api/alerts/999999/ack", daemon.base));
         if bearer {
@@ -182,5 +182,127 @@ async fn a_corrupt_alert_database_is_moved_aside_and_the_daemon_serves() -> Resu
     assert_eq!(std::fs::read(aside[0].path())?, garbage);
     assert_eq!(daemon.get("/api/alerts").await?.status(), 200);
     assert!(data_dir.join("alerts.db").exists());
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_address_guessing_tokens_is_held_back_and_the_right_token_is_not() -> Result<()> {
+    let daemon = Daemon::start(DaemonOptions {
+        config: "[scheduler]\nenabled = false\n[server]\nauth_failures_per_address = 5\n".into(),
+        ..DaemonOptions::default()
+    })?;
+    let wrong =
+        |path: &str| daemon.http().get(format!("{}{path}", daemon.base)).bearer_auth("wrong-wrong-wrong").send();
+    for _ in 0..5 {
+        assert_eq!(wrong("/api/alerts").await?.status(), 401);
+    }
+    let held = wrong("/api/snapshot").await?;
+    assert_eq!(held.status(), 429, "the 6th failure within 10 s");
+    let wait: u64 = held.headers()["retry-after"].to_str()?.parse()?;
+    assert!((1..=10).contains(&wait), "Retry-After {wait}");
+    let landing = daemon.http().get(format!("{}/?token=guess-guess-guess", daemon.base)).send().await?;
+    assert_eq!(landing.status(), 429, "the console's landing page counts too");
+    // The node's own users share the address: a valid token goes through meanwhile.
+    assert_eq!(daemon.get("/api/alerts").await?.status(), 200);
+    let metrics = daemon.get("/metrics").await?.text().await?;
+    let value =
+        |name: &str| metrics.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok()).unwrap_or(0.0);
+    assert_eq!(value("ringside_auth_failures_total "), 7.0, "{metrics}");
+    assert_eq!(value("ringside_auth_throttled_total "), 2.0, "{metrics}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_locked_alert_database_delays_nothing_and_acks_say_so() -> Result<()> {
+    use ringside_shared::ServerMessage;
+    let daemon = Daemon::start(DaemonOptions {
+        config: format!("[scheduler]\nenabled = false\n{}", ringside_tests::memory_rules(2, "")),
+        ..DaemonOptions::default()
+    })?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let ids: Vec<u64> = loop {
+        let list = daemon.get_json("/api/alerts").await?;
+        let ids: Vec<u64> = list.as_array().into_iter().flatten().filter_map(|a| a["id"].as_u64()).collect();
+        if ids.len() == 2 {
+            break ids;
+        }
+        ensure!(Instant::now() < deadline, "two alerts within 10 s: {list}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Another process takes the database and keeps it.
+    let mut sqlite = std::process::Command::new("sqlite3")
+        .arg(daemon.data_dir().join("alerts.db"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut stdin = sqlite.stdin.take().expect("piped");
+    writeln!(stdin, "BEGIN EXCLUSIVE;\nSELECT 'locked';")?;
+    let mut stdout = sqlite.stdout.take().expect("piped");
+    let mut seen = [0u8; 6];
+    stdout.read_exact(&mut seen)?;
+    ensure!(&seen == b"locked", "sqlite3 took the lock");
+
+    // Updates keep their pace and /healthz answers at once meanwhile.
+    let mut ws = daemon.ws(None).await?;
+    let mut arrivals = Vec::new();
+    let watch_until = Instant::now() + Duration::from_secs(2);
+    let ack = {
+        let http = daemon.http();
+        let url = format!("{}/api/alerts/{}/ack", daemon.base, ids[0]);
+        let token = daemon.token.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let response = http.post(url).bearer_auth(token).send().await;
+            (started.elapsed(), response)
+        })
+    };
+    let mut health_ms: Vec<u128> = Vec::new();
+    while Instant::now() < watch_until {
+        if let ServerMessage::Update(_) = ws.next(Duration::from_secs(2)).await? {
+            arrivals.push(Instant::now());
+        }
+        let started = Instant::now();
+        daemon.get("/healthz").await?;
+        health_ms.push(started.elapsed().as_millis());
+    }
+    let gaps: Vec<u128> = arrivals.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+    let worst_gap = gaps.iter().copied().max().unwrap_or(u128::MAX);
+    let worst_health = health_ms.iter().copied().max().unwrap_or(u128::MAX);
+    println!("while locked: update gaps {gaps:?} ms, /healthz worst {worst_health} ms");
+    ensure!(worst_gap <= 200 + 250, "updates every 200 ms kept their pace: gaps {gaps:?} ms");
+    ensure!(worst_health <= 250, "/healthz answered at once: {health_ms:?} ms");
+    // The acknowledgement is refused after a bounded wait, with the reason, and not kept.
+    let (took, response) = ack.await?;
+    let response = response?;
+    let status = response.status();
+    let text = response.text().await?;
+    println!("ack while locked: {status} after {took:?}: {text}");
+    ensure!(status == 503 && text.contains("not acknowledged"), "{status} {text}");
+    ensure!(took <= Duration::from_secs(4), "answered within the bounded wait: {took:?}");
+    let store: serde_json::Value = daemon.get("/healthz").await?.json().await?;
+    let health = store["components"].as_array().and_then(|c| c.iter().find(|c| c["name"] == "alert-store").cloned());
+    ensure!(health.as_ref().is_some_and(|h| h["status"] == "degraded"), "{health:?}");
+    let listed = daemon.get_json("/api/alerts").await?;
+    let first = listed.as_array().and_then(|a| a.iter().find(|a| a["id"] == ids[0]).cloned()).unwrap_or_default();
+    ensure!(first["acknowledgement"].is_null(), "a refused ack is not shown: {first}");
+
+    // The lock goes away: the store recovers and acknowledgements are written again.
+    writeln!(stdin, "COMMIT;")?;
+    drop(stdin);
+    let _ = sqlite.wait();
+    let acked = daemon
+        .http()
+        .post(format!("{}/api/alerts/{}/ack", daemon.base, ids[1]))
+        .bearer_auth(&daemon.token)
+        .send()
+        .await?;
+    ensure!(acked.status() == 200, "{}", acked.text().await?);
+    daemon
+        .wait_for("the alert store up again", 10, |s| {
+            s["components"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["name"] == "alert-store" && c["status"] == "up"))
+        })
+        .await?;
     Ok(())
 }

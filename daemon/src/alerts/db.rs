@@ -81,7 +81,8 @@ impl AlertDb {
         conn.pragma_update(None, "journal_mode", "WAL").map_err(open_error)?;
         conn.pragma_update(None, "synchronous", "FULL").map_err(open_error)?;
         conn.pragma_update(None, "foreign_keys", "ON").map_err(open_error)?;
-        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(open_error)?;
+        // Short: the writer thread tries again on its own schedule (a locked database is retried).
+        conn.busy_timeout(std::time::Duration::from_secs(1)).map_err(open_error)?;
         let mut db = AlertDb { conn };
         db.migrate()?;
         db.conn.execute(
@@ -346,10 +347,13 @@ mod tests {
         {
             let mut store = AlertStore::open(lifecycle.clone(), Some(AlertDb::open(&path).unwrap())).unwrap();
             store.apply(vec![cond("host"), cond("kernel:a")], 1000);
-            store.acknowledge(1, "ana".into(), "ops".into(), Some("on it".into()), 2000).unwrap();
+            let (_, _, confirmation) =
+                store.acknowledge(1, "ana".into(), "ops".into(), Some("on it".into()), 2000).unwrap();
+            assert_eq!(confirmation.expect("a database confirms").blocking_recv().unwrap(), Ok(()));
             // kernel:a clears and resolves; host stays.
             store.apply(vec![cond("host")], 3000);
             store.apply(vec![cond("host")], 4500);
+            assert!(store.flush(std::time::Duration::from_secs(10)), "written before it is closed");
         }
         let mut store = AlertStore::open(lifecycle, Some(AlertDb::open(&path).unwrap())).unwrap();
         let alerts = store.list();

@@ -8,6 +8,7 @@ pub mod config;
 pub mod db;
 pub mod rules;
 pub mod store;
+pub mod writer;
 
 use std::collections::BTreeMap;
 

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use ringside_shared::{Acknowledgement, Alert, AlertTransition, AlertType, Severity, TransitionKind};
 
 use super::db::AlertDb;
+use super::writer::{Confirmation, Writer};
 use super::Condition;
 
 /// Transitions kept per alert in memory (the database keeps all of them).
@@ -79,9 +80,8 @@ pub struct AlertStore {
     standing: HashMap<Key, Standing>,
     resolved: VecDeque<Alert>,
     lifecycle: Lifecycle,
-    db: Option<AlertDb>,
-    /// The latest write failure, shown as the alert store's health until a write succeeds.
-    db_error: Option<String>,
+    /// The database's writer thread; `None`: kept in memory only.
+    writer: Option<Writer>,
 }
 
 fn push_transition(alert: &mut Alert, kind: TransitionKind, at_ms: u64, by: Option<String>, note: Option<String>) {
@@ -102,10 +102,9 @@ impl AlertStore {
             standing: HashMap::new(),
             resolved: VecDeque::new(),
             lifecycle,
-            db,
-            db_error: None,
+            writer: None,
         };
-        if let Some(db) = &store.db {
+        if let Some(db) = db {
             let loaded = db.load(store.lifecycle.resolved_kept, TRANSITIONS_KEPT).map_err(|e| e.to_string())?;
             store.next_id = loaded.next_id;
             for alert in loaded.alerts {
@@ -116,6 +115,7 @@ impl AlertStore {
                     store.resolved.push_back(alert);
                 }
             }
+            store.writer = Some(Writer::start(db));
         }
         Ok(store)
     }
@@ -127,32 +127,27 @@ impl AlertStore {
             standing: HashMap::new(),
             resolved: VecDeque::new(),
             lifecycle,
-            db: None,
-            db_error: None,
+            writer: None,
         }
     }
 
-    pub fn db_error(&self) -> Option<&str> {
-        self.db_error.as_deref()
+    /// Why the database could not be written, while changes wait to be written again.
+    pub fn db_error(&self) -> Option<String> {
+        self.writer.as_ref().and_then(Writer::error)
     }
 
     pub fn is_persistent(&self) -> bool {
-        self.db.is_some()
+        self.writer.is_some()
     }
 
-    fn persist(&mut self, alerts: &[&Alert]) -> Result<(), String> {
-        let Some(db) = &mut self.db else { return Ok(()) };
-        match db.save(alerts) {
-            Ok(()) => {
-                self.db_error = None;
-                Ok(())
-            }
-            Err(e) => {
-                let message = e.to_string();
-                tracing::error!("alert store write failed: {message}");
-                self.db_error = Some(message.clone());
-                Err(message)
-            }
+    /// Waits until every change is written, at most `limit` (at stop, and in tests).
+    pub fn flush(&self, limit: std::time::Duration) -> bool {
+        self.writer.as_ref().is_none_or(|w| w.flush(limit))
+    }
+
+    fn persist(&mut self, alerts: &[&Alert]) {
+        if let Some(writer) = &self.writer {
+            writer.save(alerts);
         }
     }
 
@@ -261,7 +256,7 @@ impl AlertStore {
         if !changes.is_empty() {
             let changed: Vec<Alert> = changes.iter().map(|c| c.alert().clone()).collect();
             // A failed write is reported as the store's health; the tick's alerts still stand.
-            let _ = self.persist(&changed.iter().collect::<Vec<_>>());
+            self.persist(&changed.iter().collect::<Vec<_>>());
         }
         changes
     }
@@ -281,7 +276,8 @@ impl AlertStore {
     }
 
     /// Acknowledges an alert, active or resolved; idempotent (a second acknowledgement keeps the
-    /// first). Confirmed only once written to the database.
+    /// first). With a database, the confirmation answers once it is written: a caller that
+    /// hears of a failure (or waits too long) takes it back with [`AlertStore::withdraw`].
     pub fn acknowledge(
         &mut self,
         id: u64,
@@ -289,21 +285,34 @@ impl AlertStore {
         token: String,
         note: Option<String>,
         now_ms: u64,
-    ) -> Result<(Alert, bool), AckError> {
+    ) -> Result<(Alert, bool, Option<Confirmation>), AckError> {
         let current = self.find_mut(id).ok_or(AckError::NotFound(id))?;
         if current.acknowledgement.is_some() {
-            return Ok((current.clone(), false));
+            return Ok((current.clone(), false, None));
         }
         let note = note.map(|n| n.trim().to_string()).filter(|n| !n.is_empty());
         let mut acked = current.clone();
         acked.acknowledgement = Some(Acknowledgement { by: by.clone(), token, at_ms: now_ms, note: note.clone() });
         acked.updated_at_ms = now_ms;
         push_transition(&mut acked, TransitionKind::Acknowledged, now_ms, Some(by), note);
-        self.persist(&[&acked]).map_err(AckError::Store)?;
         if let Some(slot) = self.find_mut(id) {
             *slot = acked.clone();
         }
-        Ok((acked, true))
+        let confirmation = self.writer.as_ref().map(|w| w.save_confirmed(&acked));
+        Ok((acked, true, confirmation))
+    }
+
+    /// Takes back an acknowledgement that could not be written (the one made at `at_ms`), and
+    /// queues the alert without it, so that memory and database agree again.
+    pub fn withdraw(&mut self, id: u64, at_ms: u64) {
+        let Some(alert) = self.find_mut(id) else { return };
+        if alert.acknowledgement.as_ref().is_none_or(|a| a.at_ms != at_ms) {
+            return;
+        }
+        alert.acknowledgement = None;
+        alert.transitions.retain(|t| !(t.kind == TransitionKind::Acknowledged && t.at_ms == at_ms));
+        let alert = alert.clone();
+        self.persist(&[&alert]);
     }
 
     /// Active alerts (most severe, then newest first), then resolved ones (newest first).
@@ -359,7 +368,7 @@ mod tests {
             assert!(store.apply(vec![cond(Severity::Warning)], t * 1000).is_empty(), "tick {t} raised again");
         }
         assert_eq!(store.list().len(), 1);
-        let (acked, changed) =
+        let (acked, changed, _) =
             store.acknowledge(1, "ana".into(), "ops".into(), Some(" looking ".into()), 11_000).unwrap();
         assert!(changed);
         let ack = acked.acknowledgement.as_ref().unwrap();
@@ -386,7 +395,7 @@ mod tests {
         assert_eq!(kinds(alert), vec![Raised, Acknowledged, Deescalated, Escalated, Resolved]);
         assert_eq!(store.active().count(), 0);
         assert_eq!(store.list()[0].id, 1, "resolved alerts stay listed");
-        assert_eq!(store.acknowledge(99, "x".into(), "ops".into(), None, 22_000), Err(AckError::NotFound(99)));
+        assert!(matches!(store.acknowledge(99, "x".into(), "ops".into(), None, 22_000), Err(AckError::NotFound(99))));
     }
 
     #[test]

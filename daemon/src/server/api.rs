@@ -29,7 +29,7 @@ pub async fn healthz(State(app): State<SharedApp>, headers: axum::http::HeaderMa
         "degraded"
     };
     let code = if status == "ok" { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    if super::auth::authenticate(&headers, &app.credentials).is_none() {
+    if super::auth::authenticate(&app, &headers).is_none() {
         return (code, Json(serde_json::json!({ "status": status }))).into_response();
     }
     let started = app.state.node().daemon_started_at_ms;
@@ -115,9 +115,9 @@ pub async fn acknowledge(
     };
     check_ack_fields(body.note.as_deref(), body.by.as_deref())
         .map_err(|why| ApiError::new(StatusCode::BAD_REQUEST, why))?;
-    app.state.acknowledge(id, &identity, body.by, body.note).map(Json).map_err(|e| match e {
+    app.state.acknowledge(id, &identity, body.by, body.note).await.map(Json).map_err(|e| match e {
         AckError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, e.to_string()),
-        AckError::Store(_) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        AckError::Store(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
         AckError::Forbidden { .. } => ApiError::new(StatusCode::FORBIDDEN, e.to_string()),
     })
 }

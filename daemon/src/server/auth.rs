@@ -1,23 +1,23 @@
 //! Token check and WebSocket origin check.
 //!
-//! A request is authorised by `Authorization: Bearer <token>` or by the `ringside_token` cookie,
-//! which the console's landing page sets (HttpOnly, SameSite=Strict) from `?token=` on the first
-//! visit. The token found names an [`Identity`] (its name and role), which the middleware puts
-//! in the request's extensions for the routes. Comparison takes the same time whatever the
-//! input, so timing does not leak a token.
+//! A request is authorised by `Authorization: Bearer <token>` or by the console's session cookie
+//! (`ringside_session_<port>`, see [`super::session`]), which the landing page sets (HttpOnly,
+//! SameSite=Strict) in exchange for `?token=` on the first visit. The token found names an
+//! [`Identity`] (its name and role), which the middleware puts in the request's extensions for
+//! the routes. Comparison takes the same time whatever the input, so timing does not leak a
+//! token.
 
-use axum::extract::{Request, State};
+use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::{ApiError, SharedApp};
+use super::session::Sessions;
+use super::{ApiError, App, SharedApp};
 use crate::identity::Credential;
 pub use crate::identity::Identity;
-
-pub const COOKIE_NAME: &str = "ringside_token";
-/// How long the browser keeps the cookie: 30 days.
-const COOKIE_MAX_AGE_S: u64 = 30 * 24 * 3600;
 
 /// Equal-time comparison of two byte strings.
 pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
@@ -34,15 +34,6 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-fn cookie(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|pair| pair.trim().strip_prefix(COOKIE_NAME)?.strip_prefix('='))
-}
-
 /// The credential whose secret `given` is; every credential is compared, so the time taken does
 /// not tell which one matched.
 pub fn credential_for<'a>(given: &str, credentials: &'a [Credential]) -> Option<&'a Credential> {
@@ -55,8 +46,8 @@ pub fn credential_for<'a>(given: &str, credentials: &'a [Credential]) -> Option<
     found
 }
 
-pub fn authenticate(headers: &HeaderMap, credentials: &[Credential]) -> Option<Identity> {
-    authenticate_how(headers, credentials).map(|(identity, _)| identity)
+pub fn authenticate(app: &App, headers: &HeaderMap) -> Option<Identity> {
+    authenticate_how(&app.credentials, &app.sessions, headers).map(|(identity, _)| identity)
 }
 
 /// How a request proved who it is.
@@ -69,11 +60,16 @@ pub enum Proof {
     Cookie,
 }
 
-pub fn authenticate_how(headers: &HeaderMap, credentials: &[Credential]) -> Option<(Identity, Proof)> {
-    [(bearer(headers), Proof::Bearer), (cookie(headers), Proof::Cookie)]
-        .into_iter()
-        .filter_map(|(given, proof)| Some((given?, proof)))
-        .find_map(|(given, proof)| credential_for(given, credentials).map(|c| (c, proof)))
+pub fn authenticate_how(
+    credentials: &[Credential],
+    sessions: &Sessions,
+    headers: &HeaderMap,
+) -> Option<(Identity, Proof)> {
+    let by_bearer = || bearer(headers).and_then(|given| credential_for(given, credentials));
+    let by_cookie = || sessions.credential(headers, credentials, crate::clock::now_ms());
+    by_bearer()
+        .map(|c| (c, Proof::Bearer))
+        .or_else(|| by_cookie().map(|c| (c, Proof::Cookie)))
         .map(|(c, proof)| (Identity { name: c.name.clone(), role: c.role }, proof))
 }
 
@@ -101,14 +97,8 @@ pub fn cross_site_refusal(method: &axum::http::Method, headers: &HeaderMap, allo
         .then(|| format!("a {method} authenticated by the console's cookie must send Content-Type: application/json"))
 }
 
-pub fn session_cookie(token: &str) -> HeaderValue {
-    let cookie = format!("{COOKIE_NAME}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={COOKIE_MAX_AGE_S}");
-    // The token is checked to be printable ASCII without separators at start-up.
-    HeaderValue::from_str(&cookie).unwrap_or_else(|_| HeaderValue::from_static("ringside_token=invalid; Path=/"))
-}
-
 pub async fn require_token(State(app): State<SharedApp>, mut request: Request, next: Next) -> Response {
-    if let Some((identity, proof)) = authenticate_how(request.headers(), &app.credentials) {
+    if let Some((identity, proof)) = authenticate_how(&app.credentials, &app.sessions, request.headers()) {
         if proof == Proof::Cookie {
             if let Some(why) = cross_site_refusal(request.method(), request.headers(), &app.allowed_origins) {
                 app.state.stats.auth_failures_total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -118,9 +108,12 @@ pub async fn require_token(State(app): State<SharedApp>, mut request: Request, n
         request.extensions_mut().insert(identity);
         return next.run(request).await;
     }
-    app.state.stats.auth_failures_total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if request.uri().path() == "/ws" {
         app.state.stats.ws_refused_total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    let address = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|info| info.0.ip());
+    if let Some(response) = failed(&app, address, request.uri().path()) {
+        return response;
     }
     let mut response = ApiError::new(
         StatusCode::UNAUTHORIZED,
@@ -129,6 +122,26 @@ pub async fn require_token(State(app): State<SharedApp>, mut request: Request, n
     .into_response();
     response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"ringside\""));
     response
+}
+
+/// Counts a failed authentication from `address` on `path`; `Some` (a 429) when the address is
+/// over its budget.
+pub fn failed(app: &App, address: Option<IpAddr>, path: &str) -> Option<Response> {
+    use std::sync::atomic::Ordering::Relaxed;
+    app.state.stats.auth_failures_total.fetch_add(1, Relaxed);
+    match app.auth_failures.failed(address, path, std::time::Instant::now()) {
+        super::throttle::Verdict::Refuse => None,
+        super::throttle::Verdict::Throttle(wait) => {
+            app.state.stats.auth_throttled_total.fetch_add(1, Relaxed);
+            let mut response = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("too many failed authentications from this address: try again in {} s", wait.as_secs()),
+            )
+            .into_response();
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs()));
+            Some(response)
+        }
+    }
 }
 
 /// Whether a WebSocket handshake's `Origin` may connect: the daemon's own origin (same host
@@ -174,18 +187,22 @@ mod tests {
     }
 
     #[test]
-    fn token_from_bearer_or_cookie_names_the_identity() {
+    fn token_from_bearer_or_session_cookie_names_the_identity() {
         let credentials = vec![
             Credential { name: "ana".into(), secret: "0123456789abcdef".into(), role: Role::Operator },
             Credential { name: "wall".into(), secret: "fedcba9876543210".into(), role: Role::Viewer },
         ];
-        let who = |pairs: &[(header::HeaderName, &str)]| authenticate(&headers(pairs), &credentials).map(|i| i.name);
+        let sessions = Sessions::load(None, 9650, 0);
+        let id = sessions.create(&credentials[1], crate::clock::now_ms()).unwrap();
+        let authenticate = |h: &HeaderMap| authenticate_how(&credentials, &sessions, h).map(|(identity, _)| identity);
+        let who = |pairs: &[(header::HeaderName, &str)]| authenticate(&headers(pairs)).map(|i| i.name);
         assert_eq!(who(&[(header::AUTHORIZATION, "Bearer 0123456789abcdef")]).as_deref(), Some("ana"));
         assert_eq!(who(&[(header::AUTHORIZATION, "bearer 0123456789abcdef")]).as_deref(), Some("ana"));
-        assert_eq!(who(&[(header::COOKIE, "a=b; ringside_token=fedcba9876543210")]).as_deref(), Some("wall"));
-        let viewer = authenticate(&headers(&[(header::COOKIE, "ringside_token=fedcba9876543210")]), &credentials);
+        let session = format!("a=b; ringside_session_9650={id}");
+        assert_eq!(who(&[(header::COOKIE, &session)]).as_deref(), Some("wall"));
+        let viewer = authenticate(&headers(&[(header::COOKIE, &session)]));
         assert_eq!(viewer.map(|i| i.role), Some(Role::Viewer));
-        assert_eq!(who(&[(header::COOKIE, "ringside_tokenx=0123456789abcdef")]), None);
+        assert_eq!(who(&[(header::COOKIE, "ringside_token=fedcba9876543210")]), None, "the token is no cookie");
         assert_eq!(who(&[(header::AUTHORIZATION, "Basic 0123456789abcdef")]), None);
         assert_eq!(who(&[(header::AUTHORIZATION, "Bearer wrong")]), None);
         assert_eq!(who(&[]), None);

@@ -1,9 +1,12 @@
 //! The console's files, embedded at build time (see `build.rs`), served with their content
 //! type, an ETag, and the gzip copy when the browser accepts it.
 
-use axum::extract::{Query, State};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::Extension;
 
 use super::auth;
 use super::SharedApp;
@@ -82,9 +85,17 @@ pub struct IndexQuery {
 
 /// `GET /`: with a valid `?token=` sets the session cookie and redirects to `/` (so the token
 /// leaves the address bar and history); with the cookie serves the console.
-pub async fn index(State(app): State<SharedApp>, Query(query): Query<IndexQuery>, headers: HeaderMap) -> Response {
+pub async fn index(
+    State(app): State<SharedApp>,
+    Query(query): Query<IndexQuery>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
+) -> Response {
     if let Some(given) = query.token {
         let Some(credential) = auth::credential_for(&given, &app.credentials) else {
+            if let Some(throttled) = auth::failed(&app, peer.map(|p| p.0 .0.ip()), "/") {
+                return throttled;
+            }
             return page(
                 StatusCode::UNAUTHORIZED,
                 "Wrong token",
@@ -92,11 +103,27 @@ pub async fn index(State(app): State<SharedApp>, Query(query): Query<IndexQuery>
                  or the one built from <code>RINGSIDE_TOKEN</code> / <code>--token-file</code>.</p>",
             );
         };
+        // The token is exchanged for a session (a file write, off the async workers).
+        let (credential, sessions_app) = (credential.clone(), app.clone());
+        let created =
+            tokio::task::spawn_blocking(move || sessions_app.sessions.create(&credential, crate::clock::now_ms()))
+                .await;
+        let id = match created {
+            Ok(Ok(id)) => id,
+            Ok(Err(e)) => {
+                return page(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "No session",
+                    &format!("<p>No session could be made: {e}.</p>"),
+                );
+            }
+            Err(_) => return page(StatusCode::INTERNAL_SERVER_ERROR, "No session", "<p>No session could be made.</p>"),
+        };
         let mut response = Redirect::to("/").into_response();
-        response.headers_mut().insert(header::SET_COOKIE, auth::session_cookie(&credential.secret));
+        response.headers_mut().insert(header::SET_COOKIE, app.sessions.cookie(&id));
         return response;
     }
-    if auth::authenticate(&headers, &app.credentials).is_none() {
+    if auth::authenticate(&app, &headers).is_none() {
         return page(
             StatusCode::UNAUTHORIZED,
             "Sign-in needed",

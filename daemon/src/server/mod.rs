@@ -6,6 +6,8 @@ mod api;
 pub mod auth;
 pub mod console;
 pub mod listen;
+pub mod session;
+pub mod throttle;
 mod ws;
 
 use std::sync::Arc;
@@ -32,6 +34,10 @@ pub struct App {
     pub shutdown: watch::Receiver<bool>,
     /// WebSocket sessions at most (`[server] max_ws_sessions`).
     pub max_ws_sessions: usize,
+    /// The console's sign-in sessions.
+    pub sessions: session::Sessions,
+    /// Failed authentications per client address.
+    pub auth_failures: throttle::AuthFailures,
 }
 
 pub type SharedApp = Arc<App>;

@@ -169,7 +169,7 @@ async fn run_session(
                         "more than {COMMANDS_PER_S} commands per second; this one was dropped"
                     ))),
                     Some(Ok(Message::Binary(_))) => Some(error(ErrorCode::BinaryNotSupported, "send commands as JSON text frames".into())),
-                    Some(Ok(Message::Text(text))) => handle_command(app, identity, text.as_str()),
+                    Some(Ok(Message::Text(text))) => handle_command(app, identity, text.as_str()).await,
                 };
                 if let Some(reply) = reply {
                     if matches!(reply, ServerMessage::Error { .. }) {
@@ -193,14 +193,14 @@ fn error(code: ErrorCode, message: String) -> ServerMessage {
 
 /// The reply to one command, if it has one (an acknowledgement is answered by the broadcast
 /// `alert_updated` every client receives).
-fn handle_command(app: &SharedApp, identity: &Identity, text: &str) -> Option<ServerMessage> {
+async fn handle_command(app: &SharedApp, identity: &Identity, text: &str) -> Option<ServerMessage> {
     let command = match ClientCommand::parse(text) {
         Ok(command) => command,
         Err(e) => return Some(e.into_message()),
     };
     match command {
         ClientCommand::Ping { nonce } => Some(ServerMessage::Pong { nonce, server_time_ms: crate::clock::now_ms() }),
-        ClientCommand::AckAlert { id, note, by } => match app.state.acknowledge(id, identity, by, note) {
+        ClientCommand::AckAlert { id, note, by } => match app.state.acknowledge(id, identity, by, note).await {
             Ok(_) => None,
             Err(e @ AckError::NotFound(_)) => Some(error(ErrorCode::AlertNotFound, e.to_string())),
             Err(e @ AckError::Store(_)) => Some(error(ErrorCode::Internal, e.to_string())),

@@ -1,0 +1,230 @@
+//! The alert database's only writer: a thread of its own, so that neither the collector tick
+//! nor an HTTP or WebSocket handler ever waits on the disk, and no lock is held across I/O.
+//!
+//! Changes are queued by alert id, the newest version of each alert superseding older ones not
+//! yet written, and written in one transaction per batch. A batch that fails stays queued and
+//! is tried again (after 100 ms, doubling to 5 s) until it succeeds; meanwhile [`Writer::error`]
+//! says why, which keeps the `alert-store` component degraded. A caller that must know its
+//! change is on disk (an acknowledgement) gets a confirmation, answered when a batch holding
+//! that version, or a newer one, commits, or fails.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use ringside_shared::Alert;
+use tokio::sync::oneshot;
+
+use super::db::AlertDb;
+
+/// What a confirmation says: written, or why not.
+pub type Confirmation = oneshot::Receiver<Result<(), String>>;
+type Reply = oneshot::Sender<Result<(), String>>;
+
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const LAST_RETRY: Duration = Duration::from_secs(5);
+
+#[derive(Default)]
+struct Queue {
+    /// Alert id → (version, alert): what is still to be written.
+    alerts: BTreeMap<u64, (u64, Alert)>,
+    version: u64,
+    /// (alert id, version, whom to tell).
+    waiters: Vec<(u64, u64, Reply)>,
+    /// Set while a batch is being written (for [`Writer::flush`]).
+    writing: bool,
+    stop: bool,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    error: Mutex<Option<String>>,
+}
+
+pub struct Writer {
+    shared: Arc<Shared>,
+}
+
+impl Writer {
+    /// Starts the thread that owns `db`.
+    pub fn start(db: AlertDb) -> Writer {
+        let shared =
+            Arc::new(Shared { queue: Mutex::new(Queue::default()), wake: Condvar::new(), error: Mutex::new(None) });
+        let for_thread = shared.clone();
+        let started = std::thread::Builder::new().name("alert-db".into()).spawn(move || run(db, &for_thread));
+        if let Err(e) = started {
+            *shared.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("no writer thread: {e}"));
+        }
+        Writer { shared }
+    }
+
+    /// Queues `alerts` to be written; returns at once.
+    pub fn save(&self, alerts: &[&Alert]) {
+        let mut queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        for alert in alerts {
+            queue.version += 1;
+            let version = queue.version;
+            queue.alerts.insert(alert.id, (version, (*alert).clone()));
+        }
+        self.shared.wake.notify_all();
+    }
+
+    /// Queues `alert` and returns a confirmation that answers once it is written (or failed to
+    /// be: it stays queued and is tried again, but the caller is told).
+    pub fn save_confirmed(&self, alert: &Alert) -> Confirmation {
+        let (tx, rx) = oneshot::channel();
+        let mut queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        queue.version += 1;
+        let version = queue.version;
+        queue.alerts.insert(alert.id, (version, alert.clone()));
+        queue.waiters.push((alert.id, version, tx));
+        self.shared.wake.notify_all();
+        rx
+    }
+
+    /// Why the last write failed, while changes wait to be written again.
+    pub fn error(&self) -> Option<String> {
+        self.shared.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Waits until everything queued is written, at most `limit`; whether it was.
+    pub fn flush(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        let mut queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        while !queue.alerts.is_empty() || queue.writing {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            queue = self
+                .shared
+                .wake
+                .wait_timeout(queue, left.min(Duration::from_millis(50)))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
+    }
+}
+
+impl Drop for Writer {
+    /// The thread writes what is queued (trying for a few seconds at most), then ends.
+    fn drop(&mut self) {
+        self.shared.queue.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
+        self.shared.wake.notify_all();
+    }
+}
+
+fn run(mut db: AlertDb, shared: &Shared) {
+    let mut retry = FIRST_RETRY;
+    let mut failures_at_stop = 0;
+    loop {
+        let batch: Vec<(u64, u64, Alert)> = {
+            let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+            while queue.alerts.is_empty() && !queue.stop {
+                queue = shared.wake.wait(queue).unwrap_or_else(|e| e.into_inner());
+            }
+            if queue.alerts.is_empty() {
+                return;
+            }
+            queue.writing = true;
+            queue.alerts.iter().map(|(id, (version, alert))| (*id, *version, alert.clone())).collect()
+        };
+        let result = db.save(&batch.iter().map(|(_, _, a)| a).collect::<Vec<_>>()).map_err(|e| e.to_string());
+        let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        queue.writing = false;
+        // Tell each waiter whose version (or a newer one) was in this batch.
+        let covered = |id: u64, version: u64| batch.iter().any(|(i, v, _)| *i == id && *v >= version);
+        let (answered, waiting): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut queue.waiters).into_iter().partition(|(id, version, _)| covered(*id, *version));
+        queue.waiters = waiting;
+        for (_, _, tx) in answered {
+            let _ = tx.send(result.clone());
+        }
+        match &result {
+            Ok(()) => {
+                for (id, version, _) in &batch {
+                    if queue.alerts.get(id).is_some_and(|(v, _)| v == version) {
+                        queue.alerts.remove(id);
+                    }
+                }
+                *shared.error.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                retry = FIRST_RETRY;
+                shared.wake.notify_all();
+            }
+            Err(why) => {
+                let first = shared.error.lock().unwrap_or_else(|e| e.into_inner()).replace(why.clone()).is_none();
+                if first {
+                    tracing::error!("alert store write failed: {why}; kept and tried again");
+                }
+                shared.wake.notify_all();
+                if queue.stop {
+                    failures_at_stop += 1;
+                    if failures_at_stop >= 3 {
+                        tracing::error!(
+                            "{} alert changes could not be written before stopping: {why}",
+                            queue.alerts.len()
+                        );
+                        return;
+                    }
+                }
+                // Wait before trying again; new changes join the next batch meanwhile.
+                let _unused = shared.wake.wait_timeout(queue, retry).unwrap_or_else(|e| e.into_inner());
+                retry = (retry * 2).min(LAST_RETRY);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringside_shared::{AlertType, Severity};
+
+    fn alert(id: u64, message: &str) -> Alert {
+        Alert {
+            id,
+            alert_type: AlertType::Rule,
+            rule: Some("r".into()),
+            severity: Severity::Warning,
+            source: "host".into(),
+            labels: Default::default(),
+            message: message.into(),
+            value: 1.0,
+            threshold: 0.0,
+            raised_at_ms: 1,
+            updated_at_ms: 1,
+            resolved_at_ms: None,
+            acknowledgement: None,
+            occurrence: 1,
+            flapping: false,
+            transitions: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_locked_database_fails_the_confirmation_then_the_change_is_written_when_it_frees() {
+        let dir = crate::test_support::ScratchDir::new("writer-test");
+        let path = dir.path().join("alerts.db");
+        let writer = Writer::start(AlertDb::open(&path).unwrap());
+        // Another process holds the database.
+        let other = rusqlite::Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        let started = Instant::now();
+        let confirmation = writer.save_confirmed(&alert(1, "first"));
+        let answer = confirmation.blocking_recv().unwrap();
+        assert!(answer.as_ref().is_err_and(|e| e.contains("locked")), "{answer:?}");
+        assert!(started.elapsed() < Duration::from_secs(3), "answered after the busy timeout: {:?}", started.elapsed());
+        assert!(writer.error().is_some_and(|e| e.contains("locked")));
+        // A newer version queued meanwhile supersedes the first.
+        writer.save(&[&alert(1, "second")]);
+        assert!(!writer.flush(Duration::from_millis(300)), "still locked");
+        other.execute_batch("COMMIT").unwrap();
+        assert!(writer.flush(Duration::from_secs(10)), "written once the lock is gone");
+        assert_eq!(writer.error(), None, "healthy again");
+        drop(writer);
+        let loaded = AlertDb::open(&path).unwrap().load(10, 10).unwrap();
+        assert_eq!(loaded.alerts.iter().map(|a| a.message.as_str()).collect::<Vec<_>>(), ["second"]);
+    }
+}
