@@ -129,3 +129,108 @@ async fn an_unreachable_alertmanager_is_a_degraded_component_not_a_failure() -> 
     assert!(!daemon.get_json("/api/alerts").await?.as_array().unwrap().is_empty());
     Ok(())
 }
+
+/// A stand-in for Alertmanager's `POST /api/v2/alerts` (not Alertmanager): it refuses the first
+/// `refuse` requests with 500, then takes every one and keeps its body.
+async fn fake_alertmanager(
+    refuse: usize,
+) -> Result<(String, std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let taken = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = taken.clone();
+    tokio::spawn(async move {
+        let mut served = 0;
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut request = Vec::new();
+            let mut buf = [0u8; 65536];
+            let body = loop {
+                let Ok(n) = stream.read(&mut buf).await else { break None };
+                if n == 0 {
+                    break None;
+                }
+                request.extend_from_slice(&buf[..n]);
+                let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") else { continue };
+                let head = String::from_utf8_lossy(&request[..end]).to_ascii_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                if request.len() >= end + 4 + length {
+                    break Some(request[end + 4..end + 4 + length].to_vec());
+                }
+            };
+            served += 1;
+            let status = if served <= refuse { "500 Internal Server Error" } else { "200 OK" };
+            if status.starts_with("200") {
+                if let Some(value) = body.and_then(|b| serde_json::from_slice(&b).ok()) {
+                    keep.lock().unwrap().push(value);
+                }
+            }
+            let reply = format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            let _ = stream.write_all(reply.as_bytes()).await;
+        }
+    });
+    Ok((url, taken))
+}
+
+#[tokio::test]
+async fn a_resolution_sent_during_an_outage_arrives_once_alertmanager_is_back() -> Result<()> {
+    let (url, taken) = fake_alertmanager(3).await?;
+    let scratch = Scratch::new("am-retry");
+    let control = scratch.0.join("nvml.conf");
+    std::fs::write(&control, "gpu 0 temperature 95 70\n")?;
+    let config = format!(
+        "[scheduler]\nenabled = false\n[alerts]\nclear_for_ms = 500\n[alertmanager]\nurl = \"{url}\"\nresend_interval_ms = 60000\n"
+    );
+    let daemon = Daemon::start(DaemonOptions {
+        config,
+        env: ringside_tests::nvml_double(&control),
+        ..DaemonOptions::default()
+    })?;
+    // GPU 0 runs hot, then cools down: its alert is raised and resolved while Alertmanager
+    // refuses what it is sent.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !daemon.get_json("/api/alerts").await?.to_string().contains("gpu:0/temperature") {
+        ensure!(Instant::now() < deadline, "no heat alert within 10 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    std::fs::write(&control, "gpu 0 temperature 40 40\n")?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let resolved_ms = loop {
+        let alerts = daemon.get_json("/api/alerts").await?;
+        let heat = alerts.as_array().and_then(|a| a.iter().find(|a| a["source"] == "gpu:0/temperature").cloned());
+        if let Some(at) = heat.and_then(|h| h["resolved_at_ms"].as_u64()) {
+            break at;
+        }
+        ensure!(Instant::now() < deadline, "the heat alert did not resolve within 10 s: {alerts}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Its resolution reaches Alertmanager once it takes requests again, ending when it resolved
+    // (the time of day is enough to tell it from the active version's end, minutes ahead).
+    let ends = format!(
+        "T{:02}:{:02}:{:02}.{:03}Z",
+        resolved_ms / 3_600_000 % 24,
+        resolved_ms / 60_000 % 60,
+        resolved_ms / 1000 % 60,
+        resolved_ms % 1000
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let resolution = loop {
+        let found = taken.lock().unwrap().iter().flat_map(|b| b.as_array().cloned().unwrap_or_default()).find(|a| {
+            a["labels"]["source"] == "gpu:0/temperature" && a["endsAt"].as_str().is_some_and(|e| e.ends_with(&ends))
+        });
+        if let Some(found) = found {
+            break found;
+        }
+        ensure!(Instant::now() < deadline, "the resolution did not arrive within 30 s: {:?}", taken.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(resolution["labels"]["alertname"], "gpu_health", "{resolution}");
+    let health = daemon.health().await?;
+    let am = health["components"].as_array().and_then(|c| c.iter().find(|c| c["name"] == "alertmanager").cloned());
+    assert_eq!(am.map(|c| c["status"].clone()), Some("up".into()), "{health}");
+    Ok(())
+}

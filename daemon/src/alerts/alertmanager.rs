@@ -2,9 +2,13 @@
 //! a fleet routes, groups and silences Ringside's alerts with the engine it already runs.
 //!
 //! Every change is sent as it happens; active alerts are sent again every
-//! `resend_interval_ms` (Alertmanager resolves an alert it has not heard of for its
-//! `resolve_timeout`), and a resolved alert is sent with its `endsAt`.
+//! `resend_interval_ms`, each with an `endsAt` four resend intervals ahead (as Prometheus does),
+//! so that Alertmanager neither resolves a standing alert after its own `resolve_timeout` nor
+//! keeps one forever if this node goes away; a resolved alert is sent with its `endsAt`. A batch
+//! that Alertmanager does not take is kept (the newest version of each alert) and sent again
+//! with backoff until it is, so resolutions are not lost to an outage.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,8 +23,15 @@ pub const COMPONENT: &str = "alertmanager";
 /// Changes queued for sending; beyond it they are dropped (the next resend carries the state).
 pub const QUEUE: usize = 1024;
 
-/// One alert in Alertmanager's v2 format.
-pub fn payload(alert: &Alert, instance: &str, generator_url: &str) -> serde_json::Value {
+/// Unsent alerts kept at most for the next try; beyond it the oldest are dropped (active ones
+/// are sent again with every resend anyway).
+const UNSENT_KEPT: usize = QUEUE;
+/// The first wait before sending a failed batch again; it doubles up to the last.
+const FIRST_RETRY: Duration = Duration::from_millis(500);
+const LAST_RETRY: Duration = Duration::from_secs(60);
+
+/// One alert in Alertmanager's v2 format; an active one ends at `ends_ms` unless sent again.
+pub fn payload(alert: &Alert, instance: &str, generator_url: &str, ends_ms: u64) -> serde_json::Value {
     let mut labels = serde_json::Map::new();
     for (k, v) in &alert.labels {
         labels.insert(k.clone(), v.clone().into());
@@ -44,9 +55,7 @@ pub fn payload(alert: &Alert, instance: &str, generator_url: &str) -> serde_json
         "startsAt": crate::clock::utc_rfc3339(alert.raised_at_ms),
         "generatorURL": generator_url,
     });
-    if let Some(resolved) = alert.resolved_at_ms {
-        value["endsAt"] = crate::clock::utc_rfc3339(resolved).into();
-    }
+    value["endsAt"] = crate::clock::utc_rfc3339(alert.resolved_at_ms.unwrap_or(ends_ms)).into();
     value
 }
 
@@ -62,12 +71,15 @@ impl Forwarder {
         Ok(Forwarder { url: Url::parse(&config.url)?, config, state, generator_url })
     }
 
-    async fn post(&self, alerts: &[Alert]) {
+    /// Sends `alerts`; whether Alertmanager took them.
+    async fn post(&self, alerts: &[Alert]) -> bool {
         if alerts.is_empty() {
-            return;
+            return true;
         }
         let instance = self.state.node().hostname.clone();
-        let body: Vec<serde_json::Value> = alerts.iter().map(|a| payload(a, &instance, &self.generator_url)).collect();
+        let ends_ms = crate::clock::now_ms() + 4 * self.config.resend_interval_ms;
+        let body: Vec<serde_json::Value> =
+            alerts.iter().map(|a| payload(a, &instance, &self.generator_url, ends_ms)).collect();
         let body = serde_json::to_vec(&body).unwrap_or_default();
         let request =
             Request { method: "POST", path: "/api/v2/alerts", bearer: None, body: Some(("application/json", &body)) };
@@ -88,6 +100,7 @@ impl Forwarder {
                     .alertmanager_sent_total
                     .fetch_add(alerts.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 self.state.set_health(COMPONENT, ComponentStatus::Up, None);
+                true
             }
             Err(e) => {
                 tracing::warn!("forwarding alerts to Alertmanager failed: {e}");
@@ -97,6 +110,7 @@ impl Forwarder {
                     ComponentStatus::Degraded,
                     Some(format!("cannot forward alerts: {e}")),
                 );
+                false
             }
         }
     }
@@ -104,19 +118,58 @@ impl Forwarder {
     pub async fn run(self, mut changes: mpsc::Receiver<Alert>, mut shutdown: watch::Receiver<bool>) {
         let mut resend = tokio::time::interval(Duration::from_millis(self.config.resend_interval_ms));
         resend.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // What Alertmanager has not taken yet, by alert id (the newest version of each).
+        let mut unsent: BTreeMap<u64, Alert> = BTreeMap::new();
+        let mut retry = FIRST_RETRY;
+        let mut retry_at: Option<tokio::time::Instant> = None;
         loop {
-            tokio::select! {
-                Some(first) = changes.recv() => {
-                    let mut batch = vec![first];
-                    while let Ok(more) = changes.try_recv() {
-                        batch.push(more);
-                    }
-                    self.post(&batch).await;
+            let retry_due = async {
+                match retry_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
                 }
-                _ = resend.tick() => self.post(&self.state.active_alerts()).await,
+            };
+            let batch: Vec<Alert> = tokio::select! {
+                Some(first) = changes.recv() => {
+                    keep(&mut unsent, first);
+                    while let Ok(more) = changes.try_recv() {
+                        keep(&mut unsent, more);
+                    }
+                    unsent.values().cloned().collect()
+                }
+                _ = resend.tick() => {
+                    for alert in self.state.active_alerts() {
+                        keep(&mut unsent, alert);
+                    }
+                    unsent.values().cloned().collect()
+                }
+                _ = retry_due => unsent.values().cloned().collect(),
                 _ = shutdown.changed() => return,
+            };
+            if self.post(&batch).await {
+                for alert in &batch {
+                    if unsent.get(&alert.id).is_some_and(|kept| kept.updated_at_ms == alert.updated_at_ms) {
+                        unsent.remove(&alert.id);
+                    }
+                }
+                retry = FIRST_RETRY;
+                retry_at = None;
+            } else {
+                retry_at = Some(tokio::time::Instant::now() + retry);
+                retry = (retry * 2).min(LAST_RETRY);
             }
         }
+    }
+}
+
+/// Keeps `alert` for sending, over an older version of it; bounded by [`UNSENT_KEPT`].
+fn keep(unsent: &mut BTreeMap<u64, Alert>, alert: Alert) {
+    if unsent.get(&alert.id).is_some_and(|kept| kept.updated_at_ms > alert.updated_at_ms) {
+        return;
+    }
+    unsent.insert(alert.id, alert);
+    while unsent.len() > UNSENT_KEPT {
+        unsent.pop_first();
     }
 }
 
@@ -145,7 +198,7 @@ mod tests {
             flapping: false,
             transitions: vec![],
         };
-        let p = payload(&alert, "gpu-07", "http://127.0.0.1:9650/");
+        let p = payload(&alert, "gpu-07", "http://127.0.0.1:9650/", 500_000);
         assert_eq!(p["labels"]["alertname"], "cpu_saturated");
         assert_eq!(p["labels"]["severity"], "warning");
         assert_eq!(p["labels"]["team"], "ml");
@@ -153,5 +206,38 @@ mod tests {
         assert_eq!(p["annotations"]["summary"], "cpu high");
         assert_eq!(p["startsAt"], "1970-01-01T00:00:00.000Z");
         assert_eq!(p["endsAt"], "1970-01-01T00:01:01.000Z");
+        let active = Alert { resolved_at_ms: None, ..alert };
+        let p = payload(&active, "gpu-07", "http://127.0.0.1:9650/", 500_000);
+        assert_eq!(p["endsAt"], "1970-01-01T00:08:20.000Z", "an active alert ends unless sent again");
+    }
+
+    #[test]
+    fn the_newest_version_of_an_alert_is_kept_for_sending_and_the_kept_are_bounded() {
+        let alert = |id: u64, updated_at_ms: u64| Alert {
+            id,
+            alert_type: AlertType::Rule,
+            rule: None,
+            severity: Severity::Warning,
+            source: "host".into(),
+            labels: Default::default(),
+            message: String::new(),
+            value: 0.0,
+            threshold: 0.0,
+            raised_at_ms: 0,
+            updated_at_ms,
+            resolved_at_ms: None,
+            acknowledgement: None,
+            occurrence: 1,
+            flapping: false,
+            transitions: vec![],
+        };
+        let mut unsent = BTreeMap::new();
+        keep(&mut unsent, alert(1, 20));
+        keep(&mut unsent, alert(1, 10));
+        assert_eq!(unsent[&1].updated_at_ms, 20, "an older version does not replace a newer one");
+        for id in 2..(UNSENT_KEPT as u64 + 10) {
+            keep(&mut unsent, alert(id, 1));
+        }
+        assert_eq!(unsent.len(), UNSENT_KEPT);
     }
 }
