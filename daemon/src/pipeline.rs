@@ -111,14 +111,7 @@ pub fn collect_all(
         // A source that panics is that source's failure, not the end of collection: it is
         // reported down with the panic's message and asked again next tick.
         let collected = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| source.collect(&mut sample)))
-            .unwrap_or_else(|panic| {
-                let what = panic
-                    .downcast_ref::<String>()
-                    .map(String::as_str)
-                    .or_else(|| panic.downcast_ref::<&str>().copied())
-                    .unwrap_or("a panic without a message");
-                Err(SourceError(format!("panicked: {what}")))
-            });
+            .unwrap_or_else(|panic| Err(SourceError(format!("panicked: {}", panic_message(panic.as_ref())))));
         let (status, detail) = match collected {
             Ok(SourceStatus::Up) => (ComponentStatus::Up, None),
             Ok(SourceStatus::Degraded(why)) => (ComponentStatus::Degraded, Some(why)),
@@ -326,6 +319,15 @@ pub fn window_aggregates(records: &HistoryRing<CounterRecord>, window_ms: u64) -
     };
 
     WindowAggregates { window_ms, covered_ms, cpu_avg_pct, cpu_max_pct, context_switches_per_s, kernels, scheduler }
+}
+
+/// What a caught panic says.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("a panic without a message")
 }
 
 #[cfg(test)]

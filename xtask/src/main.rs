@@ -13,9 +13,10 @@
 //!   behaviour and data races and emulates weak memory, over several scheduling seeds.
 //! - `vm-test`: the sched_ext scheduler in a guest kernel under qemu (see [`vm`]).
 //! - `vm-header`: refreshes `bpf/src/bpf/vmlinux_scx.h` from the guest kernel build.
-//! - `bench [ring|gpu|daemon|sched|guest]`: the ring queue against rtrb and crossbeam-channel,
+//! - `bench [ring|gpu|daemon|fanout|sched|guest]`: the ring queue against rtrb and crossbeam-channel,
 //!   the persistent CUDA kernel against launches per message (skipped without a GPU), what
-//!   the idle daemon costs, the scheduler's probe overhead and effect, and the sched_ext
+//!   the idle daemon costs, WebSocket fan-out to 100 clients, the scheduler's probe overhead
+//!   and effect, and the sched_ext
 //!   scheduler against setattr and the kernel's default in the guest (see `docs/performance.md`).
 
 mod bench;
@@ -83,6 +84,19 @@ fn run() -> Result<()> {
                 cargo(&["build", "--release", "-p", "ringside-daemon"])?;
                 bench::run(&root)?;
             }
+            if matches!(which, "all" | "fanout") {
+                // 100 WebSocket clients and one that never reads (tests/benches/fanout.rs).
+                cargo(&["build", "--release", "-p", "ringside-daemon"])?;
+                let daemon = root.join("target/release/ringsided");
+                let status = Command::new(env!("CARGO"))
+                    .current_dir(&root)
+                    .args(["bench", "-p", "ringside-tests", "--bench", "fanout"])
+                    .env("RINGSIDED_BIN", &daemon)
+                    .status()?;
+                if !status.success() {
+                    bail!("the fan-out bench failed ({status})");
+                }
+            }
             if matches!(which, "all" | "sched") {
                 setup(false)?;
                 cargo(&["build", "--release", "-p", "ringside-daemon", "-p", "ringside-workload"])?;
@@ -95,7 +109,7 @@ fn run() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | miri | vm-test | vm-header | bench [ring|gpu|daemon|sched|guest]>"
+                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | miri | vm-test | vm-header | bench [ring|gpu|daemon|fanout|sched|guest]>"
             );
             std::process::exit(2);
         }

@@ -146,7 +146,21 @@ impl Forwarder {
                 _ = retry_due => unsent.values().cloned().collect(),
                 _ = shutdown.changed() => return,
             };
-            if self.post(&batch).await {
+            // A panic while sending (a bug in the client) is this batch's failure, not the end
+            // of forwarding: it is reported and the batch tried again.
+            let sent = futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(self.post(&batch)))
+                .await
+                .unwrap_or_else(|panic| {
+                    let what = crate::pipeline::panic_message(panic.as_ref()).to_string();
+                    tracing::error!("forwarding to Alertmanager panicked: {what}");
+                    self.state.set_health(
+                        COMPONENT,
+                        ComponentStatus::Down,
+                        Some(format!("forwarding panicked: {what}")),
+                    );
+                    false
+                });
+            if sent {
                 for alert in &batch {
                     if unsent.get(&alert.id).is_some_and(|kept| kept.updated_at_ms == alert.updated_at_ms) {
                         unsent.remove(&alert.id);

@@ -52,7 +52,21 @@ impl Writer {
         let shared =
             Arc::new(Shared { queue: Mutex::new(Queue::default()), wake: Condvar::new(), error: Mutex::new(None) });
         let for_thread = shared.clone();
-        let started = std::thread::Builder::new().name("alert-db".into()).spawn(move || run(db, &for_thread));
+        let started = std::thread::Builder::new().name("alert-db".into()).spawn(move || {
+            // A panic ends the writer: said as the store's error (it stays degraded), and every
+            // caller waiting for a confirmation is answered.
+            if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(db, &for_thread))) {
+                let what = crate::pipeline::panic_message(panic.as_ref()).to_string();
+                tracing::error!("the alert store's writer panicked: {what}");
+                let why =
+                    format!("the writer stopped ({what}): alert changes are not written until ringsided restarts");
+                *for_thread.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+                let mut queue = for_thread.queue.lock().unwrap_or_else(|e| e.into_inner());
+                for (_, _, tx) in queue.waiters.drain(..) {
+                    let _ = tx.send(Err(why.clone()));
+                }
+            }
+        });
         if let Err(e) = started {
             *shared.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("no writer thread: {e}"));
         }
