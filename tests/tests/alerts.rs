@@ -244,3 +244,114 @@ async fn snapshot_cli_prints_a_valid_snapshot_with_alert_history() -> Result<()>
     assert!(String::from_utf8_lossy(&refused.stderr).contains("401"));
     Ok(())
 }
+
+/// A small tmpfs, unmounted on drop (needs root, as the suite runs).
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: std::path::PathBuf, size: &str) -> Result<SmallDisk> {
+        std::fs::create_dir_all(&dir)?;
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+            .arg(&dir)
+            .status()?;
+        ensure!(status.success(), "mount -t tmpfs {} (needs root): {status}", dir.display());
+        Ok(SmallDisk(dir))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Acknowledges `id` as "ana"; the HTTP status.
+async fn ack(daemon: &Daemon, id: u64) -> Result<u16> {
+    Ok(daemon.ack_as(&daemon.token, id, json!({"by": "ana"})).await?.status().as_u16())
+}
+
+/// Fills the file system holding `dir` until it refuses more.
+fn fill(dir: &std::path::Path) -> Result<std::path::PathBuf> {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut file = std::fs::File::create(&path)?;
+    let block = vec![0u8; 64 * 1024];
+    while file.write_all(&block).is_ok() {}
+    let _ = file.write_all(&block[..4096]);
+    while file.write_all(&block[..512]).is_ok() {}
+    Ok(path)
+}
+
+#[tokio::test]
+async fn a_full_disk_loses_no_confirmed_acknowledgement_and_the_store_recovers() -> Result<()> {
+    const ALERTS: usize = 6;
+    let scratch = Scratch::new("full-disk");
+    let disk = SmallDisk::mount(scratch.0.join("data"), "8m")?;
+    let options = || DaemonOptions {
+        config: memory_rules(ALERTS, ""),
+        data_dir: Some(disk.0.clone()),
+        ..DaemonOptions::default()
+    };
+    let mut daemon = Daemon::start(options())?;
+    let ids: Vec<u64> = wait_for_alerts(&daemon, ALERTS).await?.iter().filter_map(|a| a["id"].as_u64()).collect();
+    let mut confirmed = BTreeSet::new();
+    ensure!(ack(&daemon, ids[0]).await? == 200, "an ack with room on the disk");
+    confirmed.insert(ids[0]);
+
+    // The disk fills up: acknowledgements are refused with the reason, none is half-kept.
+    let filler = fill(&disk.0)?;
+    let mut refused = 0;
+    for &id in &ids[1..4] {
+        match ack(&daemon, id).await? {
+            200 => {
+                confirmed.insert(id);
+            }
+            503 => refused += 1,
+            other => anyhow::bail!("ack {id} on a full disk answered {other}"),
+        }
+    }
+    let health: serde_json::Value = daemon.get("/healthz").await?.json().await?;
+    println!("on a full disk: {refused} of 3 acknowledgements refused; health {}", health["components"]);
+    ensure!(refused > 0, "a full disk refuses acknowledgements: {health}");
+    let store = health["components"].as_array().and_then(|c| c.iter().find(|c| c["name"] == "alert-store").cloned());
+    ensure!(store.as_ref().is_some_and(|s| s["status"] == "degraded"), "{store:?}");
+    let listed = daemon.get_json("/api/alerts").await?;
+    for alert in listed.as_array().into_iter().flatten() {
+        let id = alert["id"].as_u64().unwrap_or(0);
+        ensure!(
+            alert["acknowledgement"].is_null() != confirmed.contains(&id),
+            "only confirmed acks are shown: {alert}"
+        );
+    }
+
+    // Room again: the store recovers, acknowledgements are taken, and after kill -9 every
+    // confirmed one is there.
+    std::fs::remove_file(&filler)?;
+    for &id in &ids[1..] {
+        if !confirmed.contains(&id) && ack(&daemon, id).await? == 200 {
+            confirmed.insert(id);
+        }
+    }
+    ensure!(confirmed.len() == ALERTS, "every alert acknowledged once there is room: {confirmed:?}");
+    daemon
+        .wait_for("the alert store up again", 10, |s| {
+            s["components"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["name"] == "alert-store" && c["status"] == "up"))
+        })
+        .await?;
+    daemon.kill_hard()?;
+    let daemon = Daemon::start(options())?;
+    let stored = daemon.get_json("/api/alerts").await?;
+    let acked: BTreeSet<u64> = stored
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| !a["acknowledgement"].is_null())
+        .filter_map(|a| a["id"].as_u64())
+        .collect();
+    ensure!(acked == confirmed, "after kill -9: {acked:?}, confirmed {confirmed:?}");
+    drop(daemon);
+    Ok(())
+}
