@@ -134,7 +134,7 @@ impl Config {
     /// Builds the configuration from flags, the environment (`RINGSIDE_TOKEN` and the flags'
     /// variables, already folded into `cli` by clap) and the file named by `--config`.
     pub fn load(cli: &Cli, env_token: Option<String>) -> Result<Config, ConfigError> {
-        let (file, file_text, file_path) = match &cli.config {
+        let (mut file, file_text, file_path) = match &cli.config {
             Some(path) => {
                 let (file, text) = read_file_config(path)?;
                 (file, text, path.clone())
@@ -170,16 +170,37 @@ impl Config {
         }
         check_thresholds(&file.thresholds)?;
         check_alerts(&file.alerts)?;
-        if let Some(am) = &file.alertmanager {
+        if let Some(am) = &mut file.alertmanager {
             let parsed = crate::http_client::Url::parse(&am.url);
             if parsed.is_err() || am.url.ends_with('/') {
+                let credentials = parsed.as_ref().err().is_some_and(|e| e.contains("credentials"));
                 return Err(ConfigError::Invalid {
                     key: "alertmanager.url",
-                    value: format!("{:?}", am.url),
-                    why: "an http:// base URL without a trailing slash, e.g. http://127.0.0.1:9093".into(),
+                    // A URL with credentials is not echoed back into the log.
+                    value: if credentials {
+                        "(not shown: it holds credentials)".into()
+                    } else {
+                        format!("{:?}", am.url)
+                    },
+                    why: match parsed {
+                        Err(e) if credentials => e,
+                        _ => "an http:// base URL without a trailing slash, e.g. http://127.0.0.1:9093".into(),
+                    },
                 });
             }
             check_range("alertmanager.resend_interval_ms", am.resend_interval_ms, 1000, 3_600_000)?;
+            if let Some(path) = &am.bearer_token_file {
+                let text = read_secret_file(path, "alertmanager.bearer_token_file")?;
+                let token = text.trim();
+                if token.is_empty() || token.len() > 4096 || !token.bytes().all(|b| b.is_ascii_graphic()) {
+                    return Err(ConfigError::Invalid {
+                        key: "alertmanager.bearer_token_file",
+                        value: path.display().to_string(),
+                        why: "must hold one token: printable ASCII without spaces, at most 4096 characters".into(),
+                    });
+                }
+                am.bearer_token = Some(crate::alerts::config::Secret(token.to_string()));
+            }
         }
         let kernels = file.kernels.unwrap_or_else(|| vec![KernelConfig::canary()]);
         crate::kernels::check_all(&kernels).map_err(|why| ConfigError::Invalid {
@@ -423,12 +444,23 @@ fn default_data_dir() -> PathBuf {
 /// A token file anyone on the machine may read (or write) is refused; one its group may read is
 /// used with a warning.
 pub fn read_token_file(path: &Path) -> Result<Vec<Credential>, ConfigError> {
+    let text = read_secret_file(path, "token_file")?;
+    parse_tokens(&text).map_err(|why| ConfigError::Invalid {
+        key: "token_file",
+        value: path.display().to_string(),
+        why,
+    })
+}
+
+/// A file holding secrets (at most 1 MiB of it): refused if every user on the machine may read
+/// or write it, used with a warning if its group may.
+fn read_secret_file(path: &Path, key: &'static str) -> Result<String, ConfigError> {
     use std::io::Read;
     use std::os::unix::fs::PermissionsExt;
     let file = std::fs::File::open(path).map_err(|source| ConfigError::TokenFile { path: path.into(), source })?;
     let mode =
         file.metadata().map_err(|source| ConfigError::TokenFile { path: path.into(), source })?.permissions().mode();
-    let invalid = |why: String| ConfigError::Invalid { key: "token_file", value: path.display().to_string(), why };
+    let invalid = |why: String| ConfigError::Invalid { key, value: path.display().to_string(), why };
     if mode & 0o006 != 0 {
         return Err(invalid(format!(
             "it is open to every user on this machine (mode {:o}): run `chmod 600 {}`",
@@ -437,21 +469,13 @@ pub fn read_token_file(path: &Path) -> Result<Vec<Credential>, ConfigError> {
         )));
     }
     if mode & 0o060 != 0 {
-        tracing::warn!(
-            "token file {} is open to its group (mode {:o}): consider `chmod 600`",
-            path.display(),
-            mode & 0o777
-        );
+        tracing::warn!("{key} {} is open to its group (mode {:o}): consider `chmod 600`", path.display(), mode & 0o777);
     }
     let mut text = String::new();
     file.take(MAX_TOKEN_FILE_BYTES)
         .read_to_string(&mut text)
         .map_err(|source| ConfigError::TokenFile { path: path.into(), source })?;
-    parse_tokens(&text).map_err(|why| ConfigError::Invalid {
-        key: "token_file",
-        value: path.display().to_string(),
-        why,
-    })
+    Ok(text)
 }
 
 pub fn parse_tokens(text: &str) -> Result<Vec<Credential>, String> {
@@ -678,6 +702,24 @@ wall:bbbbbbbbbbbbbbbb2:viewer
         let am = write("[alertmanager]\nurl = \"alertmanager:9093\"\n");
         let message = Config::load(&cli(&["--config", am.0.to_str().unwrap()]), None).unwrap_err().to_string();
         assert!(message.contains("alertmanager.url"), "{message}");
+        // Credentials go in a file, never in the URL (which is logged and shown).
+        let am = write("[alertmanager]\nurl = \"http://ops:hunter2@127.0.0.1:9093\"\n");
+        let message = Config::load(&cli(&["--config", am.0.to_str().unwrap()]), None).unwrap_err().to_string();
+        assert!(message.contains("bearer_token_file") && !message.contains("hunter2"), "{message}");
+        use std::os::unix::fs::PermissionsExt;
+        let token = am.0.with_file_name("am-token");
+        std::fs::write(&token, "s3cr3t-am-token\n").unwrap();
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let text =
+            format!("[alertmanager]\nurl = \"http://127.0.0.1:9093\"\nbearer_token_file = \"{}\"\n", token.display());
+        let am = write(&text);
+        let config = Config::load(&cli(&["--config", am.0.to_str().unwrap()]), None).unwrap();
+        let loaded = config.alertmanager.unwrap();
+        assert_eq!(loaded.bearer_token.as_ref().map(|s| s.0.as_str()), Some("s3cr3t-am-token"));
+        assert!(!format!("{loaded:?}").contains("s3cr3t"), "never printed");
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let message = Config::load(&cli(&["--config", am.0.to_str().unwrap()]), None).unwrap_err().to_string();
+        assert!(message.contains("every user"), "{message}");
     }
 
     #[test]

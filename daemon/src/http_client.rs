@@ -24,6 +24,11 @@ impl Url {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
         };
+        if authority.contains('@') {
+            return Err("credentials in the URL are refused (they would be logged and shown): put a token in \
+                        [alertmanager] bearer_token_file"
+                .into());
+        }
         let (host, port) = match authority.rsplit_once(':') {
             Some((host, port)) if !host.ends_with(']') || authority.starts_with('[') => {
                 (host, port.parse::<u16>().map_err(|_| format!("{text:?}: bad port {port:?}"))?)

@@ -130,21 +130,22 @@ async fn an_unreachable_alertmanager_is_a_degraded_component_not_a_failure() -> 
     Ok(())
 }
 
+type Kept = std::sync::Arc<std::sync::Mutex<Vec<(String, serde_json::Value)>>>;
+
 /// A stand-in for Alertmanager's `POST /api/v2/alerts` (not Alertmanager): it refuses the first
-/// `refuse` requests with 500, then takes every one and keeps its body.
-async fn fake_alertmanager(
-    refuse: usize,
-) -> Result<(String, std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>)> {
+/// `refuse` requests with 500, then takes every one and keeps its head (lower case) and body.
+async fn fake_alertmanager(refuse: usize) -> Result<(String, Kept)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
-    let taken = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let taken: Kept = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let keep = taken.clone();
     tokio::spawn(async move {
         let mut served = 0;
         while let Ok((mut stream, _)) = listener.accept().await {
             let mut request = Vec::new();
             let mut buf = [0u8; 65536];
+            let mut head = String::new();
             let body = loop {
                 let Ok(n) = stream.read(&mut buf).await else { break None };
                 if n == 0 {
@@ -152,7 +153,7 @@ async fn fake_alertmanager(
                 }
                 request.extend_from_slice(&buf[..n]);
                 let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") else { continue };
-                let head = String::from_utf8_lossy(&request[..end]).to_ascii_lowercase();
+                head = String::from_utf8_lossy(&request[..end]).to_ascii_lowercase();
                 let length: usize = head
                     .lines()
                     .find_map(|l| l.strip_prefix("content-length:"))
@@ -166,7 +167,7 @@ async fn fake_alertmanager(
             let status = if served <= refuse { "500 Internal Server Error" } else { "200 OK" };
             if status.starts_with("200") {
                 if let Some(value) = body.and_then(|b| serde_json::from_slice(&b).ok()) {
-                    keep.lock().unwrap().push(value);
+                    keep.lock().unwrap().push((head, value));
                 }
             }
             let reply = format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
@@ -182,8 +183,12 @@ async fn a_resolution_sent_during_an_outage_arrives_once_alertmanager_is_back() 
     let scratch = Scratch::new("am-retry");
     let control = scratch.0.join("nvml.conf");
     std::fs::write(&control, "gpu 0 temperature 95 70\n")?;
+    // Alertmanager sits behind an authenticating proxy: the token comes from a file.
+    let token = scratch.0.join("am-token");
+    ringside_tests::write_secret(&token, "am-s3cr3t\n")?;
     let config = format!(
-        "[scheduler]\nenabled = false\n[alerts]\nclear_for_ms = 500\n[alertmanager]\nurl = \"{url}\"\nresend_interval_ms = 60000\n"
+        "[scheduler]\nenabled = false\n[alerts]\nclear_for_ms = 500\n[alertmanager]\nurl = \"{url}\"\nresend_interval_ms = 60000\nbearer_token_file = \"{}\"\n",
+        token.display()
     );
     let daemon = Daemon::start(DaemonOptions {
         config,
@@ -219,9 +224,10 @@ async fn a_resolution_sent_during_an_outage_arrives_once_alertmanager_is_back() 
     );
     let deadline = Instant::now() + Duration::from_secs(30);
     let resolution = loop {
-        let found = taken.lock().unwrap().iter().flat_map(|b| b.as_array().cloned().unwrap_or_default()).find(|a| {
-            a["labels"]["source"] == "gpu:0/temperature" && a["endsAt"].as_str().is_some_and(|e| e.ends_with(&ends))
-        });
+        let found =
+            taken.lock().unwrap().iter().flat_map(|(_, b)| b.as_array().cloned().unwrap_or_default()).find(|a| {
+                a["labels"]["source"] == "gpu:0/temperature" && a["endsAt"].as_str().is_some_and(|e| e.ends_with(&ends))
+            });
         if let Some(found) = found {
             break found;
         }
@@ -229,6 +235,8 @@ async fn a_resolution_sent_during_an_outage_arrives_once_alertmanager_is_back() 
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(resolution["labels"]["alertname"], "gpu_health", "{resolution}");
+    let heads: Vec<String> = taken.lock().unwrap().iter().map(|(head, _)| head.clone()).collect();
+    assert!(heads.iter().all(|h| h.contains("authorization: bearer am-s3cr3t")), "the token from the file: {heads:?}");
     let health = daemon.health().await?;
     let am = health["components"].as_array().and_then(|c| c.iter().find(|c| c["name"] == "alertmanager").cloned());
     assert_eq!(am.map(|c| c["status"].clone()), Some("up".into()), "{health}");

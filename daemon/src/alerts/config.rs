@@ -132,6 +132,23 @@ pub struct AlertmanagerConfig {
     /// Active alerts are sent again this often, so Alertmanager keeps them firing.
     #[serde(default = "default_resend_ms")]
     pub resend_interval_ms: u64,
+    /// A file holding the token sent as `Authorization: Bearer` (an Alertmanager behind an
+    /// authenticating proxy); never in the URL.
+    #[serde(default)]
+    pub bearer_token_file: Option<std::path::PathBuf>,
+    /// The token read from it at start.
+    #[serde(skip)]
+    pub bearer_token: Option<Secret>,
+}
+
+/// A secret read from a file: never printed.
+#[derive(Clone, PartialEq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(…)")
+    }
 }
 
 fn default_resend_ms() -> u64 {
