@@ -39,6 +39,10 @@ pub struct Cli {
     /// Address to listen on [default: 127.0.0.1:9650].
     #[arg(long, env = "RINGSIDE_LISTEN")]
     pub listen: Option<String>,
+    /// Listen on an address other than loopback without TLS: the token and everything the
+    /// console shows then cross the network in the clear. Prefer an SSH tunnel.
+    #[arg(long)]
+    pub allow_plain_http: bool,
     /// Directory for the daemon's state [default: /var/lib/ringside as root, else ~/.local/state/ringside].
     #[arg(long, env = "RINGSIDE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -147,6 +151,19 @@ impl Config {
             value: format!("{listen_text:?}"),
             why: format!("{e}; expected IP:PORT such as {DEFAULT_LISTEN}"),
         })?;
+        if !listen.ip().is_loopback() && !cli.allow_plain_http {
+            return Err(ConfigError::Invalid {
+                key: "listen",
+                value: listen.to_string(),
+                why: format!(
+                    "not a loopback address: the token and the console would cross the network in plain HTTP. \
+                     Reach the console through an SSH tunnel instead (`ssh -L 9650:127.0.0.1:{port} NODE`, then \
+                     open the console URL on http://127.0.0.1:9650), or pass --allow-plain-http on a network \
+                     you trust",
+                    port = listen.port()
+                ),
+            });
+        }
         let interval_ms = cli.interval_ms.or(file.interval_ms).unwrap_or(1000);
         check_range("interval_ms", interval_ms, 100, 60_000)?;
         let history_len = file.history_len.unwrap_or(600);
@@ -728,6 +745,12 @@ wall:bbbbbbbbbbbbbbbb2:viewer
             Config::load(&cli(args), env.map(str::to_string)).unwrap_err().to_string()
         };
         assert!(message(&["--listen", "localhost"], None).contains("`listen`"));
+        // Beyond loopback only with TLS (not yet) or an explicit, informed choice.
+        let outside = message(&["--listen", "0.0.0.0:9650"], None);
+        assert!(outside.contains("SSH tunnel") && outside.contains("--allow-plain-http"), "{outside}");
+        let allowed = Config::load(&cli(&["--listen", "0.0.0.0:9650", "--allow-plain-http"]), None).unwrap();
+        assert_eq!(allowed.listen.to_string(), "0.0.0.0:9650");
+        assert!(Config::load(&cli(&["--listen", "[::1]:9650"]), None).is_ok(), "IPv6 loopback");
         assert!(message(&["--interval-ms", "5"], None).contains("interval_ms"));
         assert!(message(&[], Some("short")).contains("token"));
         assert!(message(&["--token-file", "/nonexistent/token"], None).contains("/nonexistent/token"));
