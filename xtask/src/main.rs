@@ -11,6 +11,7 @@
 //!   then `vm-test`.
 //! - `miri`: the ring's unit tests under Miri, which checks every access for undefined
 //!   behaviour and data races and emulates weak memory, over several scheduling seeds.
+//! - `package`: `target/debian/ringside_<version>_amd64.deb` (see [`package`]).
 //! - `vm-test`: the sched_ext scheduler in a guest kernel under qemu (see [`vm`]).
 //! - `vm-header`: refreshes `bpf/src/bpf/vmlinux_scx.h` from the guest kernel build.
 //! - `bench [ring|gpu|daemon|fanout|sched|guest]`: the ring queue against rtrb and crossbeam-channel,
@@ -20,6 +21,7 @@
 //!   scheduler against setattr and the kernel's default in the guest (see `docs/performance.md`).
 
 mod bench;
+mod package;
 mod sched_bench;
 mod vm;
 
@@ -66,6 +68,7 @@ fn run() -> Result<()> {
             Ok(())
         }
         Some("test") => test(&root),
+        Some("package") => package::build(&root).map(|_| ()),
         Some("vm-test") => vm::run(&root, &guest_options(&args, false)),
         Some("miri") => miri_toolchain().and_then(|()| miri()),
         Some("vm-header") => vm::update_header(&root),
@@ -109,7 +112,7 @@ fn run() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | miri | vm-test | vm-header | bench [ring|gpu|daemon|fanout|sched|guest]>"
+                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | package | miri | vm-test | vm-header | bench [ring|gpu|daemon|fanout|sched|guest]>"
             );
             std::process::exit(2);
         }
@@ -388,6 +391,8 @@ fn test(root: &Path) -> Result<()> {
         // lints included: every unsafe block says why it is sound).
         ("formatting", cargo(&["fmt", "--all", "--check"])),
         ("clippy", cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])),
+        // The Debian package, which tests/tests/package.rs installs and runs.
+        ("the package", package::build(root).map(|_| ())),
         ("the workspace's tests", cargo(&["test", "--workspace", "--no-fail-fast"])),
         ("Miri", miri()),
         // The sched_ext scheduler runs only in a kernel that has sched_ext: a guest's.

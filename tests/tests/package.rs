@@ -1,0 +1,166 @@
+//! The Debian package, installed for real (`cargo xtask test` builds it first): files, owners,
+//! modes and the generated token; the installed binary started the way its systemd unit starts
+//! it, with only the unit's capabilities (`setpriv`), its components up; without the BPF
+//! capabilities the scheduler says why; `dpkg --purge` leaves nothing behind. Needs root, as
+//! the suite does.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use ringside_tests::workspace_root;
+
+fn run(program: &str, args: &[&str]) -> Result<String> {
+    let out = Command::new(program).args(args).output().with_context(|| format!("cannot run {program}"))?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    ensure!(out.status.success(), "{program} {}: {}\n{text}", args.join(" "), out.status);
+    Ok(text)
+}
+
+fn mode(path: &str) -> Result<(u32, u32)> {
+    let meta = std::fs::metadata(path).with_context(|| format!("{path} is missing"))?;
+    Ok((meta.permissions().mode() & 0o7777, meta.uid()))
+}
+
+/// The unit's value for `key`.
+fn unit_value(unit: &str, key: &str) -> Result<String> {
+    unit.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .map(str::to_string)
+        .with_context(|| format!("{key} in the unit"))
+}
+
+/// `ringsided` as the unit starts it, on `port`, its bounding set `caps` (setpriv's names).
+fn start(exec: &str, caps: &[String], port: u16) -> Result<Child> {
+    let mut words = exec.split_whitespace();
+    let program = words.next().context("ExecStart")?;
+    let bounding = format!("-all,{}", caps.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(","));
+    Ok(Command::new("setpriv")
+        .args(["--bounding-set", &bounding, "--inh-caps", "-all", "--"])
+        .arg(program)
+        .args(words)
+        .env("RINGSIDE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("RINGSIDE_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?)
+}
+
+/// `/healthz` with the token once `ready` accepts its components (within 20 s).
+async fn health_when(port: u16, token: &str, ready: impl Fn(&serde_json::Value) -> bool) -> Result<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let client = reqwest::Client::new();
+    loop {
+        let answer = client.get(format!("http://127.0.0.1:{port}/healthz")).bearer_auth(token).send().await;
+        if let Ok(response) = answer {
+            let body: serde_json::Value = response.json().await?;
+            if ready(&body) {
+                return Ok(body);
+            }
+            ensure!(Instant::now() < deadline, "health within 20 s: {body}");
+        } else {
+            ensure!(Instant::now() < deadline, "no answer on port {port} within 20 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn component(health: &serde_json::Value, name: &str) -> serde_json::Value {
+    health["components"].as_array().and_then(|c| c.iter().find(|c| c["name"] == name).cloned()).unwrap_or_default()
+}
+
+fn stop(mut child: Child) -> Result<()> {
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if child.try_wait()?.is_some() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill()?;
+    bail!("ringsided did not stop on SIGTERM within 10 s")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_package_installs_runs_with_the_units_capabilities_and_purges_clean() -> Result<()> {
+    let deb = workspace_root().join(format!("target/debian/ringside_{}_amd64.deb", env!("CARGO_PKG_VERSION")));
+    ensure!(deb.exists(), "{} is missing: `cargo xtask package` (or `cargo xtask test`) builds it", deb.display());
+    // A run that failed half-way may have left it installed.
+    let _ = Command::new("dpkg").args(["--purge", "ringside"]).output();
+    let installed = run("dpkg", &["-i", deb.to_str().context("path")?])?;
+    let outcome = async {
+        ensure!(installed.contains("operator token was written to /etc/ringside/tokens"), "{installed}");
+        assert_eq!(mode("/usr/bin/ringsided")?, (0o755, 0));
+        assert_eq!(mode("/var/lib/ringside")?, (0o700, 0));
+        assert_eq!(mode("/etc/ringside/tokens")?, (0o600, 0));
+        assert_eq!(mode("/etc/ringside/ringsided.toml")?.0, 0o644);
+        let tokens = std::fs::read_to_string("/etc/ringside/tokens")?;
+        let token = tokens.trim().split(':').nth(1).context("operator:TOKEN:operator")?.to_string();
+        ensure!(tokens.starts_with("operator:") && token.len() == 64, "{tokens}");
+        let unit = std::fs::read_to_string("/lib/systemd/system/ringsided.service")?;
+        run("systemd-analyze", &["verify", "/lib/systemd/system/ringsided.service"])?;
+        let security =
+            run("systemd-analyze", &["security", "--offline=true", "/lib/systemd/system/ringsided.service"])?;
+        let exposure = security.lines().find(|l| l.contains("Overall exposure level")).unwrap_or_default().to_string();
+        println!("systemd-analyze security: {exposure}");
+
+        // The unit's way: its flags, its capabilities and no others.
+        let exec = unit_value(&unit, "ExecStart")?;
+        let caps: Vec<String> = unit_value(&unit, "CapabilityBoundingSet")?
+            .split_whitespace()
+            .map(|c| c.trim_start_matches("CAP_").to_ascii_lowercase())
+            .collect();
+        let port = free_port();
+        let daemon = start(&exec, &caps, port)?;
+        let up = |h: &serde_json::Value, name: &str| component(h, name)["status"] == "up";
+        let health = health_when(port, &token, |h| up(h, "scheduler") && up(h, "alert-store")).await;
+        let console = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?
+            .get(format!("http://127.0.0.1:{port}/?token={token}"))
+            .send()
+            .await;
+        stop(daemon)?;
+        let health = health.context("with the unit's capabilities, the scheduler and the alert store come up")?;
+        ensure!(console?.status() == 303, "the console takes the token");
+        ensure!(Path::new("/var/lib/ringside/alerts.db").exists(), "the alert store in the data dir");
+        println!("with the unit's capabilities: scheduler {}", component(&health, "scheduler"));
+
+        // Without the BPF capabilities the probe cannot load: said, and the rest serves.
+        let fewer: Vec<String> =
+            caps.iter().filter(|c| !["bpf", "perfmon", "sys_admin"].contains(&c.as_str())).cloned().collect();
+        let port = free_port();
+        let daemon = start(&exec, &fewer, port)?;
+        let health = health_when(port, &token, |h| {
+            let s = component(h, "scheduler");
+            !s.is_null() && s["status"] != "up" && !s["detail"].as_str().unwrap_or_default().starts_with("starting")
+        })
+        .await;
+        stop(daemon)?;
+        let health = health?;
+        let scheduler = component(&health, "scheduler");
+        println!("without CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN: scheduler {scheduler}");
+        ensure!(up(&health, "alert-store") && up(&health, "host"), "the rest serves: {health}");
+        let detail = scheduler["detail"].as_str().unwrap_or_default().to_ascii_lowercase();
+        ensure!(
+            detail.contains("permission") || detail.contains("privilege") || detail.contains("cap_"),
+            "{scheduler}"
+        );
+        Ok(())
+    }
+    .await;
+    let purged = run("dpkg", &["--purge", "ringside"]);
+    outcome?;
+    purged?;
+    for gone in ["/usr/bin/ringsided", "/etc/ringside", "/var/lib/ringside", "/lib/systemd/system/ringsided.service"] {
+        ensure!(!Path::new(gone).exists(), "{gone} is left after purge");
+    }
+    Ok(())
+}
