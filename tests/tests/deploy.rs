@@ -1,5 +1,6 @@
 //! The fleet files in `deploy/`: Prometheus rules that load, pass their unit tests
-//! (`promtool test rules`), and only name metrics `ringsided` exports.
+//! (`promtool test rules`), and only name metrics `ringsided` exports; and a real Prometheus
+//! scraping two daemons with the scrape config's token and evaluating those rules.
 
 use std::process::Command;
 
@@ -43,5 +44,109 @@ fn the_rules_name_only_metrics_the_daemon_exports() -> Result<()> {
     for name in &named {
         ensure!(exporter.contains(&format!("\"{name}\"")), "{name} is named in the rules but not exported");
     }
+    Ok(())
+}
+
+/// A real Prometheus (Debian's), stopped on drop.
+struct Prometheus {
+    child: std::process::Child,
+    _scratch: ringside_tests::Scratch,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn query(http: &reqwest::Client, base: &str, promql: &str) -> Result<Vec<serde_json::Value>> {
+    let body: serde_json::Value =
+        http.get(format!("{base}/api/v1/query")).query(&[("query", promql)]).send().await?.json().await?;
+    Ok(body["data"]["result"].as_array().cloned().unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_nodes_scraped_by_a_real_prometheus_with_the_fleet_rules() -> Result<()> {
+    use ringside_tests::{Daemon, DaemonOptions, Scratch};
+    let token = ringside_tests::random_token();
+    let node = || {
+        Daemon::start(DaemonOptions {
+            token: Some(token.clone()),
+            config: "[scheduler]\nenabled = false\n".into(),
+            ..DaemonOptions::default()
+        })
+    };
+    let (a, mut b) = (node()?, node()?);
+    let scratch = Scratch::new("prometheus");
+    let credentials = scratch.0.join("token");
+    ringside_tests::write_secret(&credentials, &token)?;
+    let rules = workspace_root().join("deploy/prometheus/ringside.rules.yml");
+    let config = scratch.0.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: ringside\n    authorization:\n      type: Bearer\n      credentials_file: {}\n    static_configs:\n      - targets: ['{}', '{}']\n",
+            rules.display(),
+            credentials.display(),
+            a.addr,
+            b.addr
+        ),
+    )?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let child = Command::new("/usr/bin/prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", scratch.0.join("data").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("/usr/bin/prometheus (Debian package prometheus; `cargo xtask setup --test`)")?;
+    let _prometheus = Prometheus { child, _scratch: scratch };
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let wait = |what: &'static str| (what, std::time::Instant::now() + std::time::Duration::from_secs(40));
+
+    // Both nodes' series, through the scrape config's bearer token.
+    let (what, deadline) = wait("both nodes scraped");
+    loop {
+        let hosts = query(&http, &base, "ringside_component_up{component=\"host\"}").await.unwrap_or_default();
+        if hosts.len() == 2 {
+            break;
+        }
+        ensure!(std::time::Instant::now() < deadline, "{what} within 40 s: {hosts:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    // The rules load and evaluate without error.
+    let (what, deadline) = wait("every rule evaluated");
+    loop {
+        let body: serde_json::Value = http.get(format!("{base}/api/v1/rules")).send().await?.json().await?;
+        let rules: Vec<serde_json::Value> = body["data"]["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+            .collect();
+        if rules.len() == 9 && rules.iter().all(|r| r["health"] == "ok") {
+            break;
+        }
+        ensure!(std::time::Instant::now() < deadline, "{what} within 40 s: {rules:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    // A node goes away: its RingsideDown alert is pending (it fires after its 2 minutes).
+    let gone = b.addr.clone();
+    b.kill_hard()?;
+    let (what, deadline) = wait("RingsideDown pending for the stopped node");
+    loop {
+        let pending =
+            query(&http, &base, "ALERTS{alertname=\"RingsideDown\", alertstate=\"pending\"}").await.unwrap_or_default();
+        if pending.iter().any(|p| p["metric"]["instance"] == gone.as_str()) {
+            ensure!(pending.len() == 1, "only the stopped node: {pending:?}");
+            break;
+        }
+        ensure!(std::time::Instant::now() < deadline, "{what} within 40 s: {pending:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    drop(a);
     Ok(())
 }
