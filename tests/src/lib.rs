@@ -249,6 +249,61 @@ pub fn memory_rules(count: usize, labels: &str) -> String {
         .collect()
 }
 
+/// A real Prometheus Alertmanager (Debian's `prometheus-alertmanager`) on a loopback port,
+/// stopped on drop.
+pub struct Alertmanager {
+    child: Child,
+    pub url: String,
+    _scratch: Scratch,
+}
+
+impl Drop for Alertmanager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Alertmanager {
+    pub const BINARY: &'static str = "/usr/bin/prometheus-alertmanager";
+
+    /// Starts one with `config` (its YAML) and waits until it is ready (30 s at most).
+    pub async fn start(config: &str) -> Result<Alertmanager> {
+        anyhow::ensure!(
+            Path::new(Self::BINARY).exists(),
+            "{} is missing: `cargo xtask setup --test` installs prometheus-alertmanager",
+            Self::BINARY
+        );
+        let scratch = Scratch::new("alertmanager");
+        let file = scratch.0.join("alertmanager.yml");
+        std::fs::write(&file, config)?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let child = Command::new(Self::BINARY)
+            .arg(format!("--config.file={}", file.display()))
+            .arg(format!("--storage.path={}", scratch.0.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--cluster.listen-address=")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start prometheus-alertmanager")?;
+        let manager = Alertmanager { child, url: format!("http://127.0.0.1:{port}"), _scratch: scratch };
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(response) = http.get(format!("{}/-/ready", manager.url)).send().await {
+                if response.status().is_success() {
+                    return Ok(manager);
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("Alertmanager did not become ready within 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
 /// The environment that makes a daemon load the NVML test double (`tests/doubles/
 /// nvml_test_double.c`, built by this crate's build script) in place of `libnvidia-ml.so.1`,
 /// driven by the control file `control`.

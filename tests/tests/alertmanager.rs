@@ -1,63 +1,17 @@
 //! Forwarding to a real Prometheus Alertmanager (Debian's `prometheus-alertmanager`), started on
 //! loopback by the test.
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
-use ringside_tests::{Daemon, DaemonOptions, Scratch, LOW_MEMORY_THRESHOLDS};
-
-const ALERTMANAGER: &str = "/usr/bin/prometheus-alertmanager";
-
-struct Alertmanager {
-    child: Child,
-    url: String,
-    _scratch: Scratch,
-}
-
-impl Drop for Alertmanager {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use anyhow::{ensure, Context, Result};
+use ringside_tests::{Alertmanager, Daemon, DaemonOptions, Scratch, LOW_MEMORY_THRESHOLDS};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
 }
 
 async fn start_alertmanager() -> Result<Alertmanager> {
-    ensure!(
-        std::path::Path::new(ALERTMANAGER).exists(),
-        "{ALERTMANAGER} is missing: `cargo xtask setup --test` installs prometheus-alertmanager"
-    );
-    let scratch = Scratch::new("alertmanager");
-    let config = scratch.0.join("alertmanager.yml");
-    std::fs::write(&config, "route:\n  receiver: nowhere\nreceivers:\n  - name: nowhere\n")?;
-    let port = free_port();
-    let child = Command::new(ALERTMANAGER)
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!("--storage.path={}", scratch.0.join("data").display()))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .arg("--cluster.listen-address=")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("cannot start prometheus-alertmanager")?;
-    let manager = Alertmanager { child, url: format!("http://127.0.0.1:{port}"), _scratch: scratch };
-    let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(response) = http.get(format!("{}/-/ready", manager.url)).send().await {
-            if response.status().is_success() {
-                return Ok(manager);
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("Alertmanager did not become ready within 30 s");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    Alertmanager::start("route:\n  receiver: nowhere\nreceivers:\n  - name: nowhere\n").await
 }
 
 #[tokio::test]

@@ -60,9 +60,11 @@ impl Drop for Prometheus {
     }
 }
 
+/// The series `promql` returns now; an expression Prometheus cannot run is an error.
 async fn query(http: &reqwest::Client, base: &str, promql: &str) -> Result<Vec<serde_json::Value>> {
     let body: serde_json::Value =
         http.get(format!("{base}/api/v1/query")).query(&[("query", promql)]).send().await?.json().await?;
+    ensure!(body["status"] == "success", "{promql}: {body}");
     Ok(body["data"]["result"].as_array().cloned().unwrap_or_default())
 }
 
@@ -133,6 +135,36 @@ async fn two_nodes_scraped_by_a_real_prometheus_with_the_fleet_rules() -> Result
         ensure!(std::time::Instant::now() < deadline, "{what} within 40 s: {rules:?}");
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     }
+    // The Grafana dashboard: every panel's PromQL runs (the node variable set to all); those
+    // about what these two nodes have (no scheduler, no GPU here) return series for both.
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(workspace_root().join("deploy/grafana/ringside-fleet.json"))?)?;
+    let variable = dashboard["templating"]["list"]
+        .as_array()
+        .and_then(|l| l.iter().find(|v| v["name"] == "instance"))
+        .and_then(|v| v["definition"].as_str())
+        .context("the node variable")?;
+    let metric = variable.trim_start_matches("label_values(").split(',').next().unwrap_or_default();
+    ensure!(query(&http, &base, metric).await?.len() == 2, "the node variable lists both nodes ({variable})");
+    let (what, deadline) = wait("every panel's query answered");
+    loop {
+        let mut empty = Vec::new();
+        for panel in dashboard["panels"].as_array().into_iter().flatten() {
+            for target in panel["targets"].as_array().into_iter().flatten() {
+                let expr = target["expr"].as_str().context("expr")?.replace("$instance", ".*");
+                if query(&http, &base, &expr).await?.len() < 2 {
+                    empty.push(expr);
+                }
+            }
+        }
+        let expected_empty = |e: &String| ["scheduler", "runq", "gpu", "process_phase"].iter().any(|k| e.contains(k));
+        if empty.iter().all(expected_empty) {
+            break;
+        }
+        ensure!(std::time::Instant::now() < deadline, "{what} within 40 s; without series: {empty:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+
     // A node goes away: its RingsideDown alert is pending (it fires after its 2 minutes).
     let gone = b.addr.clone();
     b.kill_hard()?;
@@ -148,5 +180,56 @@ async fn two_nodes_scraped_by_a_real_prometheus_with_the_fleet_rules() -> Result
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     }
     drop(a);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_alertmanager_example_groups_by_node_and_holds_warnings_under_a_critical() -> Result<()> {
+    let config = std::fs::read_to_string(workspace_root().join("deploy/alertmanager/alertmanager.yml"))?;
+    let manager = ringside_tests::Alertmanager::start(&config).await?;
+    let http = reqwest::Client::new();
+    let alert = |name: &str, instance: &str, severity: &str| serde_json::json!({"labels": {"alertname": name, "instance": instance, "severity": severity}});
+    let sent = serde_json::json!([
+        alert("GpuLost", "node-a:9650", "critical"),
+        alert("GpuHot", "node-a:9650", "warning"),
+        alert("GpuHot", "node-b:9650", "warning"),
+    ]);
+    let posted = http.post(format!("{}/api/v2/alerts", manager.url)).json(&sent).send().await?;
+    ensure!(posted.status().is_success(), "{}", posted.text().await?);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let alerts: serde_json::Value = http.get(format!("{}/api/v2/alerts", manager.url)).send().await?.json().await?;
+        let state = |name: &str, instance: &str| {
+            alerts
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|a| a["labels"]["alertname"] == name && a["labels"]["instance"] == instance)
+                .map(|a| a["status"]["state"].as_str().unwrap_or_default().to_string())
+        };
+        let states = (state("GpuLost", "node-a:9650"), state("GpuHot", "node-a:9650"), state("GpuHot", "node-b:9650"));
+        if states == (Some("active".into()), Some("suppressed".into()), Some("active".into())) {
+            break;
+        }
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "node-a's warning held back, node-b's not, within 20 s: {states:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    // One group per node and severity.
+    let groups: serde_json::Value =
+        http.get(format!("{}/api/v2/alerts/groups", manager.url)).send().await?.json().await?;
+    let mut keys: Vec<String> = groups
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|g| {
+            let label = |k: &str| g["labels"][k].as_str().unwrap_or_default().to_string();
+            format!("{}/{}", label("instance"), label("severity"))
+        })
+        .collect();
+    keys.sort();
+    ensure!(keys == ["node-a:9650/critical", "node-a:9650/warning", "node-b:9650/warning"], "{keys:?}");
     Ok(())
 }

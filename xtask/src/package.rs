@@ -2,7 +2,8 @@
 //! from the release `ringsided` (the console inside) and the files in `deploy/debian/`.
 //!
 //! What it installs: `/usr/bin/ringsided`, `/lib/systemd/system/ringsided.service` (the hardened
-//! unit), `/etc/ringside/ringsided.toml` (a conffile), the README and the fleet files under
+//! unit), `/etc/ringside/ringsided.toml` (a conffile), the README and the fleet files (Prometheus,
+//! Grafana, Alertmanager) under
 //! `/usr/share/doc/ringside/`. Its postinst creates `/var/lib/ringside` (0700) and, when there
 //! is none, `/etc/ringside/tokens` (0600) with a random operator token; purge removes both.
 
@@ -24,13 +25,15 @@ pub fn build(root: &Path) -> Result<PathBuf> {
     }
     let deploy = root.join("deploy");
     let doc = tree.join("usr/share/doc/ringside");
-    let files: [(PathBuf, PathBuf, u32); 9] = [
+    let files: [(PathBuf, PathBuf, u32); 11] = [
         (root.join("target/release/ringsided"), tree.join("usr/bin/ringsided"), 0o755),
         (deploy.join("debian/ringsided.service"), tree.join("lib/systemd/system/ringsided.service"), 0o644),
         (deploy.join("debian/ringsided.toml"), tree.join("etc/ringside/ringsided.toml"), 0o644),
         (root.join("README.md"), doc.join("README.md"), 0o644),
         (deploy.join("prometheus/prometheus.yml"), doc.join("prometheus/prometheus.yml"), 0o644),
         (deploy.join("prometheus/ringside.rules.yml"), doc.join("prometheus/ringside.rules.yml"), 0o644),
+        (deploy.join("grafana/ringside-fleet.json"), doc.join("grafana/ringside-fleet.json"), 0o644),
+        (deploy.join("alertmanager/alertmanager.yml"), doc.join("alertmanager/alertmanager.yml"), 0o644),
         (deploy.join("debian/postinst"), tree.join("DEBIAN/postinst"), 0o755),
         (deploy.join("debian/prerm"), tree.join("DEBIAN/prerm"), 0o755),
         (deploy.join("debian/postrm"), tree.join("DEBIAN/postrm"), 0o755),
