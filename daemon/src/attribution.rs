@@ -131,24 +131,25 @@ impl IdleAttribution {
             .filter(|(_, s)| !s.slices.is_empty())
             .take(MAX_ENTRIES)
             .map(|((job, uuid), s)| {
-                let observed: f64 = s.slices.iter().map(|x| x.observed_ms).sum();
-                let mut by_phase = PhaseValues::<f64>::default();
-                for phase in Phase::ALL {
-                    let idle: f64 = s.slices.iter().map(|x| x.idle_ms.get(phase)).sum();
-                    *by_phase.get_mut(phase) = if observed > 0.0 { idle * 100.0 / observed } else { 0.0 };
+                let mut total = empty_slice(false);
+                for x in &s.slices {
+                    total.observed_ms += x.observed_ms;
+                    total.cpu_wait_idle_ms += x.cpu_wait_idle_ms;
+                    for phase in Phase::ALL {
+                        *total.idle_ms.get_mut(phase) += x.idle_ms.get(phase);
+                    }
                 }
-                let cpu_wait: f64 = s.slices.iter().map(|x| x.cpu_wait_idle_ms).sum();
-                let cpu_wait_pct = if observed > 0.0 { cpu_wait * 100.0 / observed } else { 0.0 };
+                let (idle_pct, idle_by_phase_pct, idle_waiting_for_cpu_pct) = shares(&total);
                 GpuIdleAttribution {
                     job: *job,
                     comm: s.comm.clone(),
                     gpu: s.gpu,
                     uuid: uuid.clone(),
-                    window_ms: observed as u64,
+                    window_ms: total.observed_ms as u64,
                     until_ms: s.until_ms,
-                    idle_pct: Phase::ALL.iter().map(|ph| by_phase.get(*ph)).sum::<f64>() + cpu_wait_pct,
-                    idle_waiting_for_cpu_pct: cpu_wait_pct,
-                    idle_by_phase_pct: by_phase,
+                    idle_pct,
+                    idle_waiting_for_cpu_pct,
+                    idle_by_phase_pct,
                     aligned: s.slices.back().is_some_and(|x| x.aligned),
                     last_step: s.last_step.clone().filter(|step| step.end_ms + WINDOW_MS > now),
                 }
@@ -182,9 +183,11 @@ fn periods(gpu: &GpuDevice) -> impl Iterator<Item = (u64, u64, f64)> + '_ {
     })
 }
 
-/// Adds the idle share `idle` of `[start, end)` (µs) to the phases `timeline` gives that time.
+/// Adds the idle share `idle` of `[start, end)` (µs) to the phases `timeline` (in time order)
+/// gives that time; only the spans that can overlap it are looked at.
 fn lay(slice: &mut Slice, timeline: &[PhaseSpan], start: u64, end: u64, idle: f64) {
-    for span in timeline {
+    let first = timeline.partition_point(|s| s.end_ms.saturating_mul(1000) <= start);
+    for span in timeline[first..].iter().take_while(|s| s.start_ms.saturating_mul(1000) < end) {
         let (from, to) = (span.start_ms.saturating_mul(1000).max(start), span.end_ms.saturating_mul(1000).min(end));
         if to > from {
             let ms = (to - from) as f64 / 1000.0;
@@ -196,6 +199,18 @@ fn lay(slice: &mut Slice, timeline: &[PhaseSpan], start: u64, end: u64, idle: f6
             }
         }
     }
+}
+
+/// A slice's idle time as shares (0-100) of its observed time: in all, by phase, and waiting
+/// for a CPU (the last two add up to the first).
+fn shares(slice: &Slice) -> (f64, PhaseValues<f64>, f64) {
+    let pct = |ms: f64| if slice.observed_ms > 0.0 { ms * 100.0 / slice.observed_ms } else { 0.0 };
+    let mut by_phase = PhaseValues::<f64>::default();
+    for phase in Phase::ALL {
+        *by_phase.get_mut(phase) = pct(slice.idle_ms.get(phase));
+    }
+    let cpu = pct(slice.cpu_wait_idle_ms);
+    (Phase::ALL.iter().map(|p| by_phase.get(*p)).sum::<f64>() + cpu, by_phase, cpu)
 }
 
 fn empty_slice(aligned: bool) -> Slice {
@@ -267,20 +282,8 @@ fn last_step(gpu: &GpuDevice, timeline: &[PhaseSpan]) -> Option<GpuStepIdle> {
     if slice.observed_ms < length_ms * 0.9 {
         return None;
     }
-    let pct = |ms: f64| ms * 100.0 / slice.observed_ms;
-    let mut by_phase = PhaseValues::<f64>::default();
-    for phase in Phase::ALL {
-        *by_phase.get_mut(phase) = pct(slice.idle_ms.get(phase));
-    }
-    let cpu = pct(slice.cpu_wait_idle_ms);
-    Some(GpuStepIdle {
-        start_ms: from,
-        end_ms: to,
-        anchor,
-        idle_pct: Phase::ALL.iter().map(|p| by_phase.get(*p)).sum::<f64>() + cpu,
-        idle_by_phase_pct: by_phase,
-        idle_waiting_for_cpu_pct: cpu,
-    })
+    let (idle_pct, idle_by_phase_pct, idle_waiting_for_cpu_pct) = shares(&slice);
+    Some(GpuStepIdle { start_ms: from, end_ms: to, anchor, idle_pct, idle_by_phase_pct, idle_waiting_for_cpu_pct })
 }
 
 #[cfg(test)]

@@ -557,10 +557,10 @@ fn check_secret(secret: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// 32 random bytes from the kernel, hex-encoded.
 /// Token files are read up to this size (thousands of named tokens fit).
 const MAX_TOKEN_FILE_BYTES: u64 = 1 << 20;
 
+/// 32 random bytes from the kernel, hex-encoded.
 pub fn generate_token() -> Result<String, ConfigError> {
     use std::io::Read;
     let mut bytes = [0u8; 32];

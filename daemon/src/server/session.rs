@@ -87,9 +87,7 @@ impl Sessions {
     /// A new session for `credential`: its id (for the cookie). Kept before it is returned; a
     /// file that cannot be written leaves it in memory (it ends with the daemon) and says so.
     pub fn create(&self, credential: &Credential, now_ms: u64) -> std::io::Result<String> {
-        let mut id = [0u8; 32];
-        std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut id))?;
-        let id = hex(&id);
+        let id = crate::config::generate_token().map_err(|e| std::io::Error::other(e.to_string()))?;
         let session = Session {
             id_digest: digest(id.as_bytes()),
             expires_ms: now_ms + SESSION_TTL_MS,
