@@ -314,6 +314,16 @@ pub fn nvml_double(control: &Path) -> Vec<(String, String)> {
     ]
 }
 
+/// The alert with `source` in an `/api/alerts` list (null if there is none).
+pub fn alert(alerts: &serde_json::Value, source: &str) -> serde_json::Value {
+    alerts.as_array().and_then(|a| a.iter().find(|a| a["source"] == source).cloned()).unwrap_or_default()
+}
+
+/// Component `name` in a snapshot's or `/healthz`'s `components` (null if there is none).
+pub fn component(value: &serde_json::Value, name: &str) -> serde_json::Value {
+    value["components"].as_array().and_then(|c| c.iter().find(|c| c["name"] == name).cloned()).unwrap_or_default()
+}
+
 /// A running `ringsided`; stopped (SIGTERM, then SIGKILL) on drop.
 pub struct Daemon {
     child: Child,
@@ -478,14 +488,50 @@ impl Daemon {
         secs: u64,
         ready: impl Fn(&serde_json::Value) -> bool,
     ) -> Result<serde_json::Value> {
+        self.poll("/api/snapshot", what, secs, ready, |s| format!("scheduler: {}", s["scheduler"])).await
+    }
+
+    /// Polls `/api/alerts` until `ready` accepts the list, within `secs`.
+    pub async fn alerts_when(
+        &self,
+        what: &str,
+        secs: u64,
+        ready: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<serde_json::Value> {
+        self.poll("/api/alerts", what, secs, ready, |a| a.to_string()).await
+    }
+
+    /// Polls the snapshot until component `name` has `status`, within `secs`.
+    pub async fn component_when(&self, name: &str, status: &str, secs: u64) -> Result<serde_json::Value> {
+        let what = format!("component {name} {status}");
+        self.poll(
+            "/api/snapshot",
+            &what,
+            secs,
+            |s| component(s, name)["status"] == status,
+            |s| component(s, name).to_string(),
+        )
+        .await
+    }
+
+    /// Polls the JSON at `path` every 100 ms until `ready` accepts it; past `secs`, an error
+    /// naming `what` with `shown` of the last answer.
+    async fn poll(
+        &self,
+        path: &str,
+        what: &str,
+        secs: u64,
+        ready: impl Fn(&serde_json::Value) -> bool,
+        shown: impl Fn(&serde_json::Value) -> String,
+    ) -> Result<serde_json::Value> {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
-            let snapshot = self.get_json("/api/snapshot").await?;
-            if ready(&snapshot) {
-                return Ok(snapshot);
+            let value = self.get_json(path).await?;
+            if ready(&value) {
+                return Ok(value);
             }
             if Instant::now() > deadline {
-                bail!("{what} not within {secs} s; scheduler: {}", snapshot["scheduler"]);
+                bail!("{what} not within {secs} s; {}", shown(&value));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

@@ -192,7 +192,6 @@ async fn a_resolution_sent_during_an_outage_arrives_once_alertmanager_is_back() 
     let heads: Vec<String> = taken.lock().unwrap().iter().map(|(head, _)| head.clone()).collect();
     assert!(heads.iter().all(|h| h.contains("authorization: bearer am-s3cr3t")), "the token from the file: {heads:?}");
     let health = daemon.health().await?;
-    let am = health["components"].as_array().and_then(|c| c.iter().find(|c| c["name"] == "alertmanager").cloned());
-    assert_eq!(am.map(|c| c["status"].clone()), Some("up".into()), "{health}");
+    assert_eq!(ringside_tests::component(&health, "alertmanager")["status"], "up", "{health}");
     Ok(())
 }

@@ -314,8 +314,8 @@ async fn a_full_disk_loses_no_confirmed_acknowledgement_and_the_store_recovers()
     let health: serde_json::Value = daemon.get("/healthz").await?.json().await?;
     println!("on a full disk: {refused} of 3 acknowledgements refused; health {}", health["components"]);
     ensure!(refused > 0, "a full disk refuses acknowledgements: {health}");
-    let store = health["components"].as_array().and_then(|c| c.iter().find(|c| c["name"] == "alert-store").cloned());
-    ensure!(store.as_ref().is_some_and(|s| s["status"] == "degraded"), "{store:?}");
+    let store = ringside_tests::component(&health, "alert-store");
+    ensure!(store["status"] == "degraded", "{store}");
     let listed = daemon.get_json("/api/alerts").await?;
     for alert in listed.as_array().into_iter().flatten() {
         let id = alert["id"].as_u64().unwrap_or(0);
@@ -334,13 +334,7 @@ async fn a_full_disk_loses_no_confirmed_acknowledgement_and_the_store_recovers()
         }
     }
     ensure!(confirmed.len() == ALERTS, "every alert acknowledged once there is room: {confirmed:?}");
-    daemon
-        .wait_for("the alert store up again", 10, |s| {
-            s["components"]
-                .as_array()
-                .is_some_and(|c| c.iter().any(|c| c["name"] == "alert-store" && c["status"] == "up"))
-        })
-        .await?;
+    daemon.component_when("alert-store", "up", 10).await?;
     daemon.kill_hard()?;
     let daemon = Daemon::start(options())?;
     let stored = daemon.get_json("/api/alerts").await?;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use ringside_tests::{Daemon, DaemonOptions, Scratch};
+use ringside_tests::{alert, Daemon, DaemonOptions, Scratch};
 use serde_json::Value;
 
 const GIB: u64 = 1 << 30;
@@ -36,8 +36,9 @@ async fn gpus_when(daemon: &Daemon, what: &str, check: impl Fn(&Value) -> bool) 
     }
 }
 
+/// The GPU source's component.
 fn component(snapshot: &Value) -> Value {
-    snapshot["components"].as_array().and_then(|c| c.iter().find(|c| c["name"] == "gpu").cloned()).unwrap_or_default()
+    ringside_tests::component(snapshot, "gpu")
 }
 
 fn control_file(scratch: &Scratch, text: &str) -> Result<PathBuf> {
@@ -160,18 +161,9 @@ async fn nine_gpus_reach_the_snapshot_metrics_and_dcgm_names_one_answering_nothi
 
     // GPU health alerts: GPU 1's uncorrectable ECC error is critical, GPU 5's pending remap a
     // warning, GPU 2's temperature over the threshold a warning, GPU 0's 80 of 141 GiB none.
-    let alert = |alerts: &Value, source: &str| {
-        alerts.as_array().and_then(|a| a.iter().find(|a| a["source"] == source).cloned()).unwrap_or_default()
-    };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let alerts = loop {
-        let alerts = daemon.get_json("/api/alerts").await?;
-        if !alert(&alerts, "gpu:1/ecc").is_null() && !alert(&alerts, "gpu:5/remap").is_null() {
-            break alerts;
-        }
-        ensure!(Instant::now() < deadline, "GPU alerts within 15 s: {alerts}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let alerts = daemon
+        .alerts_when("GPU alerts", 15, |a| !alert(a, "gpu:1/ecc").is_null() && !alert(a, "gpu:5/remap").is_null())
+        .await?;
     let ecc = alert(&alerts, "gpu:1/ecc");
     assert_eq!((ecc["alert_type"].as_str(), ecc["severity"].as_str()), (Some("gpu_health"), Some("critical")), "{ecc}");
     assert_eq!(ecc["labels"]["uuid"], "GPU-00000000-0000-0000-0000-000000000001");
@@ -181,15 +173,7 @@ async fn nine_gpus_reach_the_snapshot_metrics_and_dcgm_names_one_answering_nothi
     // The error counter cleared (a driver reload): the alert resolves after the quiet window.
     let text = std::fs::read_to_string(&control)?.replace("gpu 1 ecc 12 1", "gpu 1 ecc 12 0");
     std::fs::write(&control, text)?;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let ecc = alert(&daemon.get_json("/api/alerts").await?, "gpu:1/ecc");
-        if ecc["resolved_at_ms"].is_u64() {
-            break;
-        }
-        ensure!(Instant::now() < deadline, "the ECC alert resolves within 15 s: {ecc}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    daemon.alerts_when("the ECC alert resolved", 15, |a| alert(a, "gpu:1/ecc")["resolved_at_ms"].is_u64()).await?;
 
     // An XID on GPU 6, delivered through NVML's event set: logged with its meaning, counted,
     // and a critical alert (79 is among the codes that mean the GPU is failing).
@@ -197,16 +181,10 @@ async fn nine_gpus_reach_the_snapshot_metrics_and_dcgm_names_one_answering_nothi
     let with_xid = gpus_when(&daemon, "XID 79 on GPU 6", |s| s["gpus"]["devices"][6]["xid_count"] == 1).await?;
     let xid = &with_xid["gpus"]["devices"][6]["xids"][0];
     assert_eq!((xid["code"].as_u64(), xid["description"].as_str()), (Some(79), Some("GPU has fallen off the bus")));
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let xid_alert = alert(&daemon.get_json("/api/alerts").await?, "gpu:6/xid");
-        if xid_alert["severity"] == "critical" {
-            assert!(xid_alert["message"].as_str().unwrap_or_default().contains("XID 79"), "{xid_alert}");
-            break;
-        }
-        ensure!(Instant::now() < deadline, "a critical XID alert within 15 s: {xid_alert}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let alerts =
+        daemon.alerts_when("a critical XID alert", 15, |a| alert(a, "gpu:6/xid")["severity"] == "critical").await?;
+    let xid_alert = alert(&alerts, "gpu:6/xid");
+    assert!(xid_alert["message"].as_str().unwrap_or_default().contains("XID 79"), "{xid_alert}");
 
     // GPU 4 falls off the bus: the component says which, the others are still shown.
     std::fs::write(&control, std::fs::read_to_string(&control)? + "gpu 4 lost 1\n")?;
@@ -276,25 +254,18 @@ async fn heat_throttling_containers_and_a_gpu_that_leaves_the_bus() -> Result<()
         "gpus 3\ngpu 1 slowdown 80\ngpu 1 temperature 77 70\ngpu 2 throttle 0x80\ngpu 0 temperature 81 70\n",
     )?;
     let daemon = with_double(&control, "[thresholds]\ngpu_throttle_sustained_s = 3.0\n")?;
-    let alert = |alerts: &Value, source: &str| {
-        alerts.as_array().and_then(|a| a.iter().find(|a| a["source"] == source).cloned()).unwrap_or_default()
-    };
     let first =
         gpus_when(&daemon, "GPU 2 held down", |s| s["gpus"]["devices"][2]["hw_throttled_since_ms"].is_u64()).await?;
     let since = first["gpus"]["devices"][2]["hw_throttled_since_ms"].as_u64().unwrap_or(0);
     assert_eq!(first["gpus"]["devices"][1]["temperature_slowdown_c"], 80);
     assert_eq!(first["gpus"]["devices"][0]["temperature_slowdown_c"], 87, "the double's default");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let (heat, throttle) = loop {
-        let alerts = daemon.get_json("/api/alerts").await?;
-        let (heat, throttle) = (alert(&alerts, "gpu:1/temperature"), alert(&alerts, "gpu:2/throttle"));
-        if !heat.is_null() && !throttle.is_null() {
-            assert!(alert(&alerts, "gpu:0/temperature").is_null(), "81 °C is under 87 - 5 °C: {alerts}");
-            break (heat, throttle);
-        }
-        ensure!(Instant::now() < deadline, "heat and throttle alerts within 15 s: {alerts}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let alerts = daemon
+        .alerts_when("heat and throttle alerts", 15, |a| {
+            !alert(a, "gpu:1/temperature").is_null() && !alert(a, "gpu:2/throttle").is_null()
+        })
+        .await?;
+    assert!(alert(&alerts, "gpu:0/temperature").is_null(), "81 °C is under 87 - 5 °C: {alerts}");
+    let (heat, throttle) = (alert(&alerts, "gpu:1/temperature"), alert(&alerts, "gpu:2/throttle"));
     assert_eq!((heat["value"].as_f64(), heat["threshold"].as_f64()), (Some(77.0), Some(75.0)), "{heat}");
     assert!(
         heat["message"].as_str().unwrap_or_default().contains("over 75 °C; it slows itself down at 80 °C"),
@@ -305,16 +276,12 @@ async fn heat_throttling_containers_and_a_gpu_that_leaves_the_bus() -> Result<()
     assert_eq!(throttle["severity"], "error", "{throttle}");
     // GPU 1 cools down and GPU 2 runs free: both alerts resolve after the quiet window.
     std::fs::write(&control, "gpus 3\ngpu 1 slowdown 80\ngpu 1 temperature 70 70\ngpu 0 temperature 81 70\n")?;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let alerts = daemon.get_json("/api/alerts").await?;
-        let resolved = |source: &str| alert(&alerts, source)["resolved_at_ms"].is_u64();
-        if resolved("gpu:1/temperature") && resolved("gpu:2/throttle") {
-            break;
-        }
-        ensure!(Instant::now() < deadline, "heat and throttle alerts resolve within 15 s: {alerts}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let resolved = |a: &Value, source: &str| alert(a, source)["resolved_at_ms"].is_u64();
+    daemon
+        .alerts_when("heat and throttle alerts resolved", 15, |a| {
+            resolved(a, "gpu:1/temperature") && resolved(a, "gpu:2/throttle")
+        })
+        .await?;
 
     // A process in a PID namespace of its own (a container's): NVML gives the host pid, the
     // console shows both.
@@ -355,15 +322,7 @@ async fn heat_throttling_containers_and_a_gpu_that_leaves_the_bus() -> Result<()
     assert!(why.contains("no longer lists") && why.contains("2 listed, 3 seen"), "{why}");
     assert_eq!(dropped["gpus"]["devices"][2]["uuid"], "GPU-00000000-0000-0000-0000-000000000002");
     assert_eq!(component(&dropped)["status"], "degraded");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let lost = alert(&daemon.get_json("/api/alerts").await?, "gpu:2/lost");
-        if lost["severity"] == "critical" {
-            break;
-        }
-        ensure!(Instant::now() < deadline, "a critical lost alert within 15 s: {lost}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    daemon.alerts_when("a critical lost alert", 15, |a| alert(a, "gpu:2/lost")["severity"] == "critical").await?;
     // Readings go on: the count drop does not stop the sampler.
     std::fs::write(&control, "gpus 2\ngpu 0 util 34 10\n")?;
     gpus_when(&daemon, "GPU 0 still read", |s| s["gpus"]["devices"][0]["utilization_gpu_pct"] == 34.0).await?;
@@ -374,14 +333,6 @@ async fn heat_throttling_containers_and_a_gpu_that_leaves_the_bus() -> Result<()
     assert!(back["gpus"]["devices"][2]["unsupported"]["gpu"].is_null(), "{}", back["gpus"]);
     assert_eq!(back["gpus"]["devices"].as_array().map(Vec::len), Some(3), "listed once");
     assert_eq!(component(&back)["status"], "up", "{}", component(&back));
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let lost = alert(&daemon.get_json("/api/alerts").await?, "gpu:2/lost");
-        if lost["resolved_at_ms"].is_u64() {
-            break;
-        }
-        ensure!(Instant::now() < deadline, "the lost alert resolves within 15 s: {lost}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    daemon.alerts_when("the lost alert resolved", 15, |a| alert(a, "gpu:2/lost")["resolved_at_ms"].is_u64()).await?;
     Ok(())
 }

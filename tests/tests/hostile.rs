@@ -9,17 +9,15 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use ringside_tests::{hostile_binary, ml_process, nice_of, rss_kib, Daemon, DaemonOptions, Reaped, Scratch, Workload};
+use ringside_tests::{
+    component, hostile_binary, ml_process, nice_of, rss_kib, Daemon, DaemonOptions, Reaped, Scratch, Workload,
+};
 use serde_json::Value;
 
 /// One daemon at a time: each sees every process on the node.
 static ONE_DAEMON: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const SCHEDULER: &str = "[scheduler]\nwindow_ms = 100\nscan_interval_ms = 200\n";
-
-fn component(health: &Value, name: &str) -> Value {
-    health["components"].as_array().into_iter().flatten().find(|c| c["name"] == name).cloned().unwrap_or_default()
-}
 
 /// `hostile-process map FILE ARGS…`, started under `wrapper` (e.g. `setpriv` to another user).
 fn map(scratch: &Path, file: &Path, args: &[&str], wrapper: &[String]) -> Result<Reaped> {

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use ringside_tests::workspace_root;
+use ringside_tests::{component, workspace_root};
 
 fn run(program: &str, args: &[&str]) -> Result<String> {
     let out = Command::new(program).args(args).output().with_context(|| format!("cannot run {program}"))?;
@@ -65,10 +65,6 @@ async fn health_when(port: u16, token: &str, ready: impl Fn(&serde_json::Value) 
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-fn component(health: &serde_json::Value, name: &str) -> serde_json::Value {
-    health["components"].as_array().and_then(|c| c.iter().find(|c| c["name"] == name).cloned()).unwrap_or_default()
 }
 
 fn stop(mut child: Child) -> Result<()> {

@@ -280,8 +280,8 @@ async fn a_locked_alert_database_delays_nothing_and_acks_say_so() -> Result<()> 
     ensure!(status == 503 && text.contains("not acknowledged"), "{status} {text}");
     ensure!(took <= Duration::from_secs(4), "answered within the bounded wait: {took:?}");
     let store: serde_json::Value = daemon.get("/healthz").await?.json().await?;
-    let health = store["components"].as_array().and_then(|c| c.iter().find(|c| c["name"] == "alert-store").cloned());
-    ensure!(health.as_ref().is_some_and(|h| h["status"] == "degraded"), "{health:?}");
+    let health = ringside_tests::component(&store, "alert-store");
+    ensure!(health["status"] == "degraded", "{health}");
     let listed = daemon.get_json("/api/alerts").await?;
     let first = listed.as_array().and_then(|a| a.iter().find(|a| a["id"] == ids[0]).cloned()).unwrap_or_default();
     ensure!(first["acknowledgement"].is_null(), "a refused ack is not shown: {first}");
@@ -297,12 +297,6 @@ async fn a_locked_alert_database_delays_nothing_and_acks_say_so() -> Result<()> 
         .send()
         .await?;
     ensure!(acked.status() == 200, "{}", acked.text().await?);
-    daemon
-        .wait_for("the alert store up again", 10, |s| {
-            s["components"]
-                .as_array()
-                .is_some_and(|c| c.iter().any(|c| c["name"] == "alert-store" && c["status"] == "up"))
-        })
-        .await?;
+    daemon.component_when("alert-store", "up", 10).await?;
     Ok(())
 }
