@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use ringside_bpf::{AttachMode, SchedProbe};
 use ringside_shared::{SchedulerBackend, SchedulerMode, SchedulerTelemetry};
 
+use super::enforcement;
 use super::journal::Journal;
 use super::library::Limits;
 use super::observer::{Observer, ObserverConfig, Published, RUNQ_PENDING};
@@ -203,7 +204,6 @@ impl SchedulerSource {
                 loaded
             });
             let observer_config = ObserverConfig {
-                backend,
                 window: Duration::from_millis(config.window_ms),
                 scan_interval: Duration::from_millis(config.scan_interval_ms),
                 policy: config.policy.clone(),
@@ -218,8 +218,10 @@ impl SchedulerSource {
             let published = Arc::new(Mutex::new(Published::default()));
             let stop = Arc::new(AtomicBool::new(false));
             let enforcer = Enforcer::new(PathBuf::from("/proc"), journal);
+            let enforcement = enforcement::for_backend(backend, scx, enforcer);
             let runq = Feed::new(RUNQ_PENDING);
-            let observer = Observer::new(probe, observer_config, scx, enforcer, published.clone(), runq.clone());
+            let observer =
+                Observer::new(Box::new(probe), observer_config, enforcement, published.clone(), runq.clone());
             let thread_stop = stop.clone();
             let thread = std::thread::Builder::new()
                 .name("sched-observer".into())

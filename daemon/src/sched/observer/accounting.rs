@@ -1,0 +1,121 @@
+//! Each window, each thread of each tracked process: its counters since the last window,
+//! the evidence they make, the phase the hysteresis settles on, and the process's timeline.
+
+use std::collections::{HashSet, VecDeque};
+
+use ringside_shared::{PhaseSpan, PhaseValues};
+
+use super::super::journal::thread_start_time;
+use super::super::phase::{Counters, Evidence, Hysteresis};
+use super::{
+    read_chars, read_trimmed, Observer, Task, CPU_WAIT_SHARE, MAX_SPANS, MAX_THREADS_OBSERVED, MAX_THREADS_PER_PROCESS,
+    TIMELINE_MS,
+};
+
+impl Observer {
+    pub(super) fn observe(&mut self, window_ns: u64, start_ms: u64, end_ms: u64) {
+        let window_ms = window_ns / 1_000_000;
+        let mut pids: Vec<u32> = self.processes.keys().copied().collect();
+        // Past the window's thread budget the remaining processes wait for a later window; the
+        // starting point turns so that none waits for good.
+        pids.sort_unstable();
+        self.windows += 1;
+        let turn = (self.windows % pids.len().max(1) as u64) as usize;
+        pids.rotate_left(turn);
+        let mut budget = MAX_THREADS_OBSERVED;
+        let mut seen_tids = HashSet::new();
+        for pid in pids {
+            if budget == 0 {
+                // Not looked at this window: its threads are kept as they are.
+                seen_tids.extend(self.tasks.iter().filter(|(_, t)| t.pid == pid).map(|(tid, _)| *tid));
+                continue;
+            }
+            let role = self.processes[&pid].role;
+            let task_dir = self.config.proc_root.join(pid.to_string()).join("task");
+            let tids: Vec<u32> = std::fs::read_dir(&task_dir)
+                .map(|d| {
+                    d.flatten()
+                        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+                        .take(MAX_THREADS_PER_PROCESS.min(budget))
+                        .collect()
+                })
+                .unwrap_or_default();
+            budget -= tids.len();
+            let mut evidence = Evidence::default();
+            // The longest any of its threads waited for a CPU this window.
+            let mut most_runq_ns = 0;
+            for &tid in &tids {
+                seen_tids.insert(tid);
+                let now_ns = ringside_bpf::monotonic_ns();
+                let sched = self.probe.thread(tid);
+                let blocked = sched.map(|s| s.blocked).unwrap_or_default();
+                let mut counters = Counters::from_probe(
+                    sched.map(|s| s.at(now_ns)).as_ref(),
+                    self.probe.ml_thread(tid).map(|s| s.at(now_ns, blocked)).as_ref(),
+                );
+                // Bytes read, from the kernel's own per-thread I/O accounting.
+                if !self.config.syscall_tracepoints {
+                    counters.read_bytes = read_chars(&task_dir.join(tid.to_string()).join("io"));
+                }
+                let proc_root = &self.config.proc_root;
+                let task = self.tasks.entry(tid).or_insert_with(|| Task {
+                    pid,
+                    start_time: thread_start_time(proc_root, pid, tid).unwrap_or(0),
+                    comm: read_trimmed(task_dir.join(tid.to_string()).join("comm")).unwrap_or_default(),
+                    before: None,
+                    last: Counters::default(),
+                    evidence: Evidence::default(),
+                    phase: Hysteresis::default(),
+                    phase_ms: PhaseValues::default(),
+                    runq: VecDeque::new(),
+                    last_decision: None,
+                    window_ns,
+                });
+                // A thread seen for the first time has no window yet: its counters so far
+                // cover its whole life.
+                let Some(before) = task.before.replace(counters) else { continue };
+                task.last = counters.since(&before);
+                most_runq_ns = most_runq_ns.max(task.last.runq_ns);
+                task.window_ns = window_ns;
+                task.evidence = Evidence::of(&task.last, window_ns, role);
+                evidence.add(&task.evidence);
+                let changed = task.phase.step(&task.evidence, window_ns);
+                *task.phase_ms.get_mut(task.phase.phase) += window_ms;
+                *self.total_phase_ms.get_mut(task.phase.phase) += window_ms;
+                if let Some(phase) = changed {
+                    self.transitions += 1;
+                    self.decide(tid, phase, end_ms);
+                }
+            }
+            let process = self.processes.get_mut(&pid).expect("listed above");
+            process.threads = tids.len() as u32;
+            tracing::debug!(pid, ?evidence, phase = ?process.phase.phase, "window");
+            if process.phase.step(&evidence, window_ns).is_some() {
+                process.phase_since_ms = start_ms;
+            }
+            let phase = process.phase.phase;
+            *process.phase_ms.get_mut(phase) += window_ms;
+            let waiting_for_cpu = most_runq_ns as f64 >= window_ns as f64 * CPU_WAIT_SHARE;
+            match process.timeline.back_mut() {
+                Some(span)
+                    if span.phase == phase
+                        && span.waiting_for_cpu == waiting_for_cpu
+                        && span.end_ms >= start_ms.saturating_sub(1) =>
+                {
+                    span.end_ms = end_ms
+                }
+                _ => process.timeline.push_back(PhaseSpan { phase, start_ms, end_ms, waiting_for_cpu }),
+            }
+            while process.timeline.len() > MAX_SPANS
+                || process.timeline.front().is_some_and(|s| s.end_ms + TIMELINE_MS < end_ms)
+            {
+                process.timeline.pop_front();
+            }
+        }
+        let exited: Vec<u32> = self.tasks.keys().copied().filter(|tid| !seen_tids.contains(tid)).collect();
+        for tid in exited {
+            self.tasks.remove(&tid);
+            self.forget_task(tid);
+        }
+    }
+}

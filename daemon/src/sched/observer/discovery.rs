@@ -1,0 +1,303 @@
+//! Which processes are ML work and which of their libraries to probe: the probe's lifecycle
+//! events, the periodic scan, whom enforcement may change (admission), and the CUDA/NCCL
+//! libraries sent to the inspector and attached once it has read them.
+
+use std::collections::{HashSet, VecDeque};
+
+use ringside_bpf::{calls_of_library, EventKind};
+use ringside_shared::{PhaseValues, ProcessRole, SchedulerBackend};
+
+use super::super::journal::thread_start_time;
+use super::super::library::{self, Request};
+use super::super::ml::MlReason;
+use super::super::phase::Hysteresis;
+use super::super::policy;
+use super::super::trust::Credentials;
+use super::{Inspection, Library, Observer, Process, MAPS_EVERY, MAX_LIBRARIES, RUNQ_SAMPLES};
+
+impl Observer {
+    pub(super) fn handle_events(&mut self) {
+        for event in self.probe.drain_events() {
+            match event.kind {
+                EventKind::RunqWait { ns } => {
+                    // Bounded by what one drain of the probe's ring buffer holds; trimmed to
+                    // the newest at publication.
+                    self.window_runq.push(ns);
+                    if let Some(task) = self.tasks.get_mut(&event.tid) {
+                        if task.runq.len() == RUNQ_SAMPLES {
+                            task.runq.pop_front();
+                        }
+                        task.runq.push_back(ns);
+                    }
+                }
+                EventKind::Fork { parent_tgid, inherited } => {
+                    let tgid = if event.tgid != 0 { event.tgid } else { self.tgid_of(event.tid) };
+                    if tgid != event.tid {
+                        continue;
+                    }
+                    let parent_job = self.processes.get(&parent_tgid).map(|p| p.job);
+                    // A fork bomb under an ML job is tracked up to the cap; the next scan counts the rest.
+                    let full = self.processes.len() >= self.config.max_processes;
+                    let start_time = thread_start_time(&self.config.proc_root, tgid, tgid);
+                    if let (Some(job), false, Some(start_time)) = (parent_job, full, start_time) {
+                        if !inherited {
+                            let _ = self.probe.track(tgid, job);
+                        }
+                        self.add_process(
+                            tgid,
+                            start_time,
+                            job,
+                            event.comm.clone(),
+                            format!("child of {parent_tgid}"),
+                            ProcessRole::Worker,
+                        );
+                        self.refresh_admission(tgid);
+                    }
+                }
+                EventKind::Exec => {
+                    if let Some(p) = self.processes.get_mut(&event.tgid) {
+                        p.comm = event.comm.clone();
+                    }
+                    // A new program may be ML: the next scan looks at it afresh. (Not a scan
+                    // now: every exec on the node would trigger one.)
+                    self.detector.forget(event.tgid);
+                }
+                EventKind::Exit => self.remove_process(event.tgid),
+            }
+        }
+    }
+
+    pub(super) fn tgid_of(&self, tid: u32) -> u32 {
+        let status = std::fs::read_to_string(self.config.proc_root.join(tid.to_string()).join("status"));
+        status
+            .ok()
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or(0)
+    }
+
+    pub(super) fn add_process(
+        &mut self,
+        pid: u32,
+        start_time: u64,
+        job: u32,
+        comm: String,
+        reason: String,
+        role: ProcessRole,
+    ) {
+        if self.processes.contains_key(&pid) {
+            return;
+        }
+        tracing::info!(pid, job, comm, reason, "tracking ML process");
+        // Admission is read by `refresh_admission`, which the caller runs next.
+        self.processes.insert(
+            pid,
+            Process {
+                start_time,
+                job,
+                comm,
+                reason,
+                role,
+                uid: None,
+                admission: Err("not admitted: not looked at yet".into()),
+                nice_floor: 0,
+                libraries: Vec::new(),
+                scans_since_maps: 0,
+                phase: Hysteresis::default(),
+                phase_since_ms: crate::clock::now_ms(),
+                phase_ms: PhaseValues::default(),
+                timeline: VecDeque::new(),
+                gpus: Vec::new(),
+                numa_node: None,
+                node_cpus: Vec::new(),
+                threads: 0,
+            },
+        );
+    }
+
+    /// Whether enforcement may change `pid`, and the lowest nice value it may give it.
+    pub(super) fn admission_of(&self, pid: u32, creds: Option<&Credentials>) -> (Result<String, String>, i32) {
+        if self.enforcement.backend() == SchedulerBackend::Observe {
+            return (Err("observe mode: nothing is changed".into()), 0);
+        }
+        let Some(creds) = creds else { return (Err("not admitted: its credentials are unreadable".into()), 0) };
+        let admission = self.config.admission.admits(&self.config.proc_root, pid, creds);
+        let floor = if admission.is_ok() { self.config.admission.nice_floor(pid, creds) } else { 0 };
+        (admission, floor)
+    }
+
+    pub(super) fn remove_process(&mut self, pid: u32) {
+        if self.processes.remove(&pid).is_none() {
+            return;
+        }
+        self.probe.untrack(pid);
+        self.probe.detach_process(pid);
+        self.enforcement.process_gone(pid);
+        let gone: Vec<u32> = self.tasks.iter().filter(|(_, t)| t.pid == pid).map(|(tid, _)| *tid).collect();
+        for tid in gone {
+            self.tasks.remove(&tid);
+            self.forget_task(tid);
+        }
+    }
+
+    /// Finds ML processes, tracks new ones (up to `max_processes`), checks whom enforcement
+    /// may change and asks for the CUDA/NCCL libraries they map to be inspected.
+    pub(super) fn scan(&mut self) {
+        let found = self.detector.scan();
+        let alive: HashSet<u32> = found.iter().map(|p| p.pid).collect();
+        // A pid that names another process now: the one tracked is gone.
+        let replaced: Vec<u32> = found
+            .iter()
+            .filter(|ml| self.processes.get(&ml.pid).is_some_and(|p| p.start_time != ml.start_time))
+            .map(|ml| ml.pid)
+            .collect();
+        // Processes that ended without an exit event (e.g. events lost).
+        let gone: Vec<u32> = self
+            .processes
+            .keys()
+            .copied()
+            .filter(|pid| !alive.contains(pid) && !self.config.proc_root.join(pid.to_string()).exists())
+            .collect();
+        for pid in replaced.into_iter().chain(gone) {
+            self.remove_process(pid);
+        }
+        // New ones, main processes first, then the busiest, while there is room.
+        let mut new: Vec<_> = found.iter().filter(|ml| !self.processes.contains_key(&ml.pid)).collect();
+        // Keys read once each: the probe's counters move while the sort runs, and a key that
+        // changes between comparisons breaks the sort's total order (and panics).
+        new.sort_by_cached_key(|ml| {
+            let worker = matches!(ml.reason, MlReason::Parent(_));
+            (worker, std::cmp::Reverse(self.probe.thread(ml.pid).map(|t| t.on_cpu_ns).unwrap_or(0)), ml.pid)
+        });
+        let room = self.config.max_processes.saturating_sub(self.processes.len());
+        self.not_tracked = new.len().saturating_sub(room) as u64;
+        let admitted: HashSet<u32> = new.iter().take(room).map(|ml| ml.pid).collect();
+        for ml in &found {
+            let (job, role, reason) = match &ml.reason {
+                MlReason::Parent(ancestor) => (*ancestor, ProcessRole::Worker, format!("child of {ancestor}")),
+                MlReason::Library(lib) => (ml.pid, ProcessRole::Main, format!("maps {lib}")),
+                MlReason::Device(dev) => (ml.pid, ProcessRole::Main, format!("opens {dev}")),
+                MlReason::Cmdline(p) => (ml.pid, ProcessRole::Main, format!("command line matches {p:?}")),
+            };
+            match self.processes.get_mut(&ml.pid) {
+                Some(p) => {
+                    // A worker that starts using the GPU itself becomes a main process.
+                    if role == ProcessRole::Main && p.role == ProcessRole::Worker {
+                        p.role = ProcessRole::Main;
+                        p.reason = reason;
+                    }
+                }
+                None if admitted.contains(&ml.pid) => {
+                    self.add_process(ml.pid, ml.start_time, job, ml.comm.clone(), reason, role)
+                }
+                None => continue,
+            }
+            if let Err(e) = self.probe.track(ml.pid, job) {
+                tracing::warn!(pid = ml.pid, "cannot track: {e}");
+            }
+        }
+        let pids: Vec<u32> = self.processes.keys().copied().collect();
+        for pid in pids {
+            self.refresh_admission(pid);
+            self.request_libraries(pid);
+            let gpus = policy::gpus_of(&self.config.proc_root, pid);
+            let node =
+                gpus.first().and_then(|gpu| policy::gpu_numa_node(&self.config.proc_root, &self.config.sys_root, *gpu));
+            let cpus = node.map(|n| policy::node_cpus(&self.config.sys_root, n)).unwrap_or_default();
+            if let Some(p) = self.processes.get_mut(&pid) {
+                p.gpus = gpus;
+                p.numa_node = node;
+                p.node_cpus = cpus;
+            }
+        }
+        let probed: Vec<u32> = self.probe.probed_processes();
+        for pid in probed {
+            if !self.processes.contains_key(&pid) {
+                self.probe.detach_process(pid);
+            }
+        }
+    }
+
+    /// Reads a process's credentials afresh (an exec can change them): a process no longer
+    /// admitted gets its threads' own settings back.
+    pub(super) fn refresh_admission(&mut self, pid: u32) {
+        let creds = Credentials::of(&self.config.proc_root, pid);
+        let (admission, nice_floor) = self.admission_of(pid, creds.as_ref());
+        let Some(process) = self.processes.get_mut(&pid) else { return };
+        let was = process.admission.is_ok();
+        process.uid = creds.map(|c| c.uid);
+        process.admission = admission;
+        process.nice_floor = nice_floor;
+        let now = process.admission.is_ok();
+        if was != now {
+            let tids: Vec<u32> = self.tasks.iter().filter(|(_, t)| t.pid == pid).map(|(tid, _)| *tid).collect();
+            self.enforcement.admission_changed(pid, now, &tids);
+        }
+    }
+
+    /// Queues the CUDA/NCCL libraries a process maps that have not been looked at (nor are
+    /// waiting to be) for the inspector.
+    pub(super) fn request_libraries(&mut self, pid: u32) {
+        let Some(process) = self.processes.get_mut(&pid) else { return };
+        if process.libraries.iter().filter(|l| !matches!(l.state, Inspection::Pending)).count() >= MAX_LIBRARIES {
+            return;
+        }
+        // `maps` of a large process is megabytes: read when new, every MAPS_EVERY scans after
+        // (frameworks load CUDA lazily), and while a request waits to be sent again.
+        let lost = process
+            .libraries
+            .iter()
+            .any(|l| matches!(l.state, Inspection::Pending) && !self.libraries.is_queued(pid, &l.path));
+        let due = process.scans_since_maps == 0 || process.scans_since_maps >= MAPS_EVERY || lost;
+        process.scans_since_maps = if due { 1 } else { process.scans_since_maps + 1 };
+        if !due {
+            return;
+        }
+        for mapping in library::mappings(&self.config.proc_root, pid) {
+            if calls_of_library(&mapping.path).is_empty() {
+                continue;
+            }
+            // Pending entries stay until answered; one whose worker was abandoned is asked again.
+            let known = process.libraries.iter().position(|l| l.path == mapping.path);
+            if let Some(i) = known {
+                match process.libraries[i].state {
+                    Inspection::Pending if self.libraries.is_queued(pid, &mapping.path) => continue,
+                    Inspection::Pending => {}
+                    _ => continue,
+                }
+            } else if process.libraries.len() >= MAX_LIBRARIES {
+                break;
+            }
+            let path = mapping.path.clone();
+            if !self.libraries.request(Request { pid, mapping }) {
+                break;
+            }
+            if known.is_none() {
+                process.libraries.push(Library { path, state: Inspection::Pending });
+            }
+        }
+    }
+
+    /// Attaches the call probes to the libraries the inspector has read and accepted.
+    pub(super) fn attach_inspected(&mut self) {
+        for done in self.libraries.poll() {
+            let Some(process) = self.processes.get_mut(&done.pid) else { continue };
+            let Some(library) = process.libraries.iter_mut().find(|l| l.path == done.path) else { continue };
+            library.state = match done.result {
+                Ok((file, entries)) => match self.probe.attach_library(done.pid, &done.path, &file, &entries) {
+                    Ok(found) => {
+                        tracing::info!(pid = done.pid, library = %done.path.display(), found, "probing CUDA/NCCL calls");
+                        Inspection::Probed(found)
+                    }
+                    Err(e) => {
+                        tracing::warn!(pid = done.pid, "cannot probe {}: {e}", done.path.display());
+                        Inspection::Refused(e)
+                    }
+                },
+                Err(why) => {
+                    tracing::warn!(pid = done.pid, "not probing {}: {why}", done.path.display());
+                    Inspection::Refused(why)
+                }
+            };
+        }
+    }
+}

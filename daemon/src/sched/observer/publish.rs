@@ -1,0 +1,211 @@
+//! What the observer knows, as the scheduler telemetry the metrics source reads at each tick:
+//! bounded (the busiest tasks and processes, spans shared out among them), with why some part
+//! does not work.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use ringside_bpf::AttachState;
+use ringside_shared::{
+    clip, LibraryState, LibraryStatus, MlProcessInfo, MlTaskInfo, Phase, PhaseValues, ProbeLosses, ProbeProgram,
+    ProgramState, RefusedEvidence, SchedulerBackend, SchedulerMode, SchedulerTelemetry,
+};
+
+use super::{share, Inspection, Observer, Process, Task, MAX_SPANS};
+
+impl Observer {
+    pub(super) fn publish(&mut self) {
+        let backend = self.enforcement.backend();
+        let mut distribution = PhaseValues::<u64>::default();
+        for task in self.tasks.values() {
+            *distribution.get_mut(task.phase.phase) += 1;
+        }
+        let total: u64 = Phase::ALL.iter().map(|p| self.total_phase_ms.get(*p)).sum();
+        let mut phase_time_pct = PhaseValues::<f64>::default();
+        for phase in Phase::ALL {
+            if total > 0 {
+                *phase_time_pct.get_mut(phase) = self.total_phase_ms.get(phase) as f64 * 100.0 / total as f64;
+            }
+        }
+        let mut tasks: Vec<(&u32, &Task)> = self.tasks.iter().collect();
+        tasks.sort_by_key(|(tid, t)| {
+            (std::cmp::Reverse(t.last.on_cpu_ns + t.last.read_ns + t.last.sync_ns + t.last.nccl_ns), **tid)
+        });
+        let tasks: Vec<MlTaskInfo> = tasks
+            .into_iter()
+            .take(SchedulerTelemetry::MAX_TASKS)
+            .map(|(tid, t)| {
+                let mut samples: Vec<u64> = t.runq.iter().copied().collect();
+                samples.sort_unstable();
+                let pick =
+                    |q: f64| (!samples.is_empty()).then(|| samples[((samples.len() - 1) as f64 * q).round() as usize]);
+                let w = t.window_ns;
+                let d = &t.last;
+                let features = [
+                    ("cpu", share(d.on_cpu_ns + d.runq_ns, w)),
+                    ("read", share(d.read_ns, w)),
+                    ("iowait", share(d.iowait_ns, w)),
+                    ("futex", share(d.futex_ns, w)),
+                    ("sync", share(d.sync_ns, w)),
+                    ("nccl", share(d.nccl_ns, w)),
+                    ("ioctl", share(d.nv_ioctl_ns, w)),
+                    ("launches_per_s", d.launches as f64 * 1e9 / w.max(1) as f64),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), (v * 1000.0).round() / 1000.0))
+                .collect();
+                MlTaskInfo {
+                    pid: t.pid,
+                    tid: *tid,
+                    comm: t.comm.clone(),
+                    phase: t.phase.phase,
+                    phase_ms: t.phase_ms.clone(),
+                    on_cpu_pct: (share(d.on_cpu_ns, w) * 1000.0).round() / 10.0,
+                    runq_p50_ns: pick(0.5),
+                    runq_p99_ns: pick(0.99),
+                    features,
+                    last_decision: t.last_decision.clone(),
+                }
+            })
+            .collect();
+        const TEXT: usize = SchedulerTelemetry::MAX_TEXT;
+        // The busiest processes (on-CPU time of their threads in the latest window) are listed,
+        // and the timeline spans are shared out among them: both travel in every update.
+        let mut activity: HashMap<u32, u64> = HashMap::new();
+        for task in self.tasks.values() {
+            *activity.entry(task.pid).or_default() += task.last.on_cpu_ns;
+        }
+        let mut ranked: Vec<(&u32, &Process)> = self.processes.iter().collect();
+        ranked.sort_by_key(|(pid, _)| (std::cmp::Reverse(activity.get(pid).copied().unwrap_or(0)), **pid));
+        ranked.truncate(SchedulerTelemetry::MAX_PROCESSES);
+        let spans_each = (SchedulerTelemetry::MAX_SPANS / ranked.len().max(1)).min(MAX_SPANS);
+        let mut processes: Vec<MlProcessInfo> = ranked
+            .into_iter()
+            .map(|(pid, p)| MlProcessInfo {
+                pid: *pid,
+                job: p.job,
+                comm: p.comm.clone(),
+                role: p.role,
+                reason: clip(&p.reason, TEXT),
+                phase: p.phase.phase,
+                phase_since_ms: p.phase_since_ms,
+                threads: p.threads,
+                gpus: p.gpus.clone(),
+                numa_node: p.numa_node,
+                probed_libraries: self
+                    .probe
+                    .probed_libraries(*pid)
+                    .iter()
+                    .map(|l| clip(&l.file_name().unwrap_or_default().to_string_lossy(), TEXT))
+                    .collect(),
+                libraries: p
+                    .libraries
+                    .iter()
+                    .map(|l| {
+                        let (state, detail) = match &l.state {
+                            Inspection::Pending => (LibraryState::Pending, String::new()),
+                            Inspection::Probed(n) => (LibraryState::Probed, format!("{n} entry points probed")),
+                            Inspection::Refused(why) => (LibraryState::Refused, why.clone()),
+                        };
+                        LibraryStatus {
+                            path: clip(&l.path.to_string_lossy(), TEXT),
+                            state,
+                            detail: clip(&detail, TEXT),
+                        }
+                    })
+                    .collect(),
+                uid: p.uid,
+                admitted: p.admission.is_ok(),
+                admission: match &p.admission {
+                    Ok(why) | Err(why) => clip(why, TEXT),
+                },
+                phase_ms: p.phase_ms.clone(),
+                timeline: p.timeline.iter().skip(p.timeline.len().saturating_sub(spans_each)).cloned().collect(),
+            })
+            .collect();
+        processes.sort_by_key(|p| (p.job, p.pid));
+        let processes_not_shown = (self.processes.len() - processes.len()) as u64;
+        let programs: Vec<ProbeProgram> = self
+            .probe
+            .programs()
+            .into_iter()
+            .map(|p| ProbeProgram {
+                name: p.name,
+                attach: p.attach,
+                state: match p.state {
+                    AttachState::Attached => ProgramState::Attached,
+                    AttachState::Fallback => ProgramState::Fallback,
+                    AttachState::Failed => ProgramState::Failed,
+                },
+                detail: p.detail,
+            })
+            .collect();
+        let failed: Vec<String> =
+            programs.iter().filter(|p| p.state == ProgramState::Failed).map(|p| p.name.clone()).collect();
+        let lost = self.probe.lost();
+        let telemetry = SchedulerTelemetry {
+            total_tracked_tasks: self.thread_count as u64,
+            ml_tasks: self.tasks.len() as u64,
+            decisions_made: self.decisions_made,
+            phase_transitions: self.transitions,
+            phase_distribution: distribution,
+            phase_time_pct,
+            numa_nodes: 0,
+            total_cpus: 0,
+            mode: if backend == SchedulerBackend::Observe { SchedulerMode::Observe } else { SchedulerMode::Enforce },
+            window_ms: self.config.window.as_millis() as u64,
+            attach_mode: Some(self.probe.mode().as_str().into()),
+            programs,
+            processes,
+            processes_not_shown,
+            processes_not_tracked: self.not_tracked,
+            refused_evidence: self
+                .detector
+                .refused()
+                .map(|r| RefusedEvidence { path: clip(&r.path, TEXT), why: clip(&r.why, TEXT), ..r.clone() })
+                .collect(),
+            enforcement_inactive: (backend != SchedulerBackend::Observe && self.config.admission.is_empty()).then(
+                || {
+                    "enforce mode admits no process: list users, groups or cgroups under [scheduler.enforce]"
+                        .to_string()
+                },
+            ),
+            tasks,
+            decisions: self.decisions.iter().cloned().collect(),
+            lost: ProbeLosses {
+                events: lost.events,
+                runq_samples: lost.runq_samples,
+                threads: lost.threads,
+                ml_threads: lost.ml_threads,
+                skipped_runs: self.skipped_runs,
+            },
+            backend,
+            scx: self.enforcement.scx_status(),
+        };
+        let mut problems: Vec<String> = Vec::new();
+        if !failed.is_empty() {
+            problems.push(format!(
+                "some probes did not attach ({}): their signals are missing from phase detection",
+                failed.join(", ")
+            ));
+        }
+        problems.extend(telemetry.enforcement_inactive.clone());
+        problems.extend(self.libraries.stopped().map(|why| format!("{why}: CUDA/NCCL calls are no longer probed")));
+        problems.extend(
+            self.detector.stopped().map(|why| format!("{why}: mapped libraries no longer count as ML evidence")),
+        );
+        if self.not_tracked > 0 {
+            problems.push(format!(
+                "{} ML processes beyond [scheduler] max_processes = {} are not tracked",
+                self.not_tracked, self.config.max_processes
+            ));
+        }
+        let degraded = (!problems.is_empty()).then(|| problems.join("; "));
+        if let Ok(mut published) = self.published.lock() {
+            published.telemetry = Some(telemetry);
+            published.degraded = degraded;
+            published.published_at = Some(Instant::now());
+        }
+        self.runq.publish(&mut self.window_runq);
+    }
+}
