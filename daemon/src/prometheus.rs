@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use ringside_shared::{ComponentStatus, GpuIdleAttribution, Phase, PhaseValues, Severity, StatsInput};
 
+use crate::alerts::number;
 use crate::state::NodeState;
 
 #[derive(Default)]
@@ -17,20 +18,6 @@ struct Exposition {
 
 fn escape(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
-
-pub fn number(value: f64) -> String {
-    if value.is_nan() {
-        "NaN".into()
-    } else if value.is_infinite() {
-        if value > 0.0 {
-            "+Inf".into()
-        } else {
-            "-Inf".into()
-        }
-    } else {
-        format!("{value}")
-    }
 }
 
 impl Exposition {

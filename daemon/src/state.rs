@@ -390,3 +390,27 @@ impl NodeState {
         Ok(alert)
     }
 }
+
+impl crate::alerts::alertmanager::Node for NodeState {
+    fn instance(&self) -> String {
+        self.node().hostname.clone()
+    }
+
+    fn active_alerts(&self) -> Vec<Alert> {
+        NodeState::active_alerts(self)
+    }
+
+    fn forwarded(&self, outcome: Result<usize, (ComponentStatus, String)>) {
+        use crate::alerts::alertmanager::COMPONENT;
+        match outcome {
+            Ok(sent) => {
+                self.stats.alertmanager_sent_total.fetch_add(sent as u64, Ordering::Relaxed);
+                self.set_health(COMPONENT, ComponentStatus::Up, None);
+            }
+            Err((status, why)) => {
+                self.stats.alertmanager_errors_total.fetch_add(1, Ordering::Relaxed);
+                self.set_health(COMPONENT, status, Some(why));
+            }
+        }
+    }
+}

@@ -17,7 +17,6 @@ use tokio::sync::{mpsc, watch};
 
 use super::config::AlertmanagerConfig;
 use crate::http_client::{self, Request, Url};
-use crate::state::NodeState;
 
 pub const COMPONENT: &str = "alertmanager";
 /// Changes queued for sending; beyond it they are dropped (the next resend carries the state).
@@ -29,6 +28,16 @@ const UNSENT_KEPT: usize = QUEUE;
 /// The first wait before sending a failed batch again; it doubles up to the last.
 const FIRST_RETRY: Duration = Duration::from_millis(500);
 const LAST_RETRY: Duration = Duration::from_secs(60);
+
+/// What the forwarder needs of the node it runs on: its name, the alerts standing now, and
+/// where to report how forwarding goes (the daemon's `NodeState`: health and counters).
+pub trait Node: Send + Sync {
+    /// The `instance` label of every alert sent.
+    fn instance(&self) -> String;
+    fn active_alerts(&self) -> Vec<Alert>;
+    /// `Ok(n)`: Alertmanager took a batch of `n`; `Err`: it did not, the component's state and why.
+    fn forwarded(&self, outcome: Result<usize, (ComponentStatus, String)>);
+}
 
 /// One alert in Alertmanager's v2 format; an active one ends at `ends_ms` unless sent again.
 pub fn payload(alert: &Alert, instance: &str, generator_url: &str, ends_ms: u64) -> serde_json::Value {
@@ -43,8 +52,8 @@ pub fn payload(alert: &Alert, instance: &str, generator_url: &str, ends_ms: u64)
     labels.insert("ringside_alert_id".into(), alert.id.to_string().into());
     let mut annotations = serde_json::json!({
         "summary": alert.message,
-        "value": crate::prometheus::number(alert.value),
-        "threshold": crate::prometheus::number(alert.threshold),
+        "value": super::number(alert.value),
+        "threshold": super::number(alert.threshold),
     });
     if let Some(ack) = &alert.acknowledgement {
         annotations["acknowledged_by"] = ack.by.clone().into();
@@ -62,13 +71,13 @@ pub fn payload(alert: &Alert, instance: &str, generator_url: &str, ends_ms: u64)
 pub struct Forwarder {
     url: Url,
     config: AlertmanagerConfig,
-    state: Arc<NodeState>,
+    node: Arc<dyn Node>,
     generator_url: String,
 }
 
 impl Forwarder {
-    pub fn new(config: AlertmanagerConfig, state: Arc<NodeState>, generator_url: String) -> Result<Forwarder, String> {
-        Ok(Forwarder { url: Url::parse(&config.url)?, config, state, generator_url })
+    pub fn new(config: AlertmanagerConfig, node: Arc<dyn Node>, generator_url: String) -> Result<Forwarder, String> {
+        Ok(Forwarder { url: Url::parse(&config.url)?, config, node, generator_url })
     }
 
     /// Sends `alerts`; whether Alertmanager took them.
@@ -76,7 +85,7 @@ impl Forwarder {
         if alerts.is_empty() {
             return true;
         }
-        let instance = self.state.node().hostname.clone();
+        let instance = self.node.instance();
         let ends_ms = crate::clock::now_ms() + 4 * self.config.resend_interval_ms;
         let body: Vec<serde_json::Value> =
             alerts.iter().map(|a| payload(a, &instance, &self.generator_url, ends_ms)).collect();
@@ -96,21 +105,12 @@ impl Forwarder {
         };
         match outcome {
             Ok(()) => {
-                self.state
-                    .stats
-                    .alertmanager_sent_total
-                    .fetch_add(alerts.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                self.state.set_health(COMPONENT, ComponentStatus::Up, None);
+                self.node.forwarded(Ok(alerts.len()));
                 true
             }
             Err(e) => {
                 tracing::warn!("forwarding alerts to Alertmanager failed: {e}");
-                self.state.stats.alertmanager_errors_total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                self.state.set_health(
-                    COMPONENT,
-                    ComponentStatus::Degraded,
-                    Some(format!("cannot forward alerts: {e}")),
-                );
+                self.node.forwarded(Err((ComponentStatus::Degraded, format!("cannot forward alerts: {e}"))));
                 false
             }
         }
@@ -139,7 +139,7 @@ impl Forwarder {
                     unsent.values().cloned().collect()
                 }
                 _ = resend.tick() => {
-                    for alert in self.state.active_alerts() {
+                    for alert in self.node.active_alerts() {
                         keep(&mut unsent, alert);
                     }
                     unsent.values().cloned().collect()
@@ -154,11 +154,7 @@ impl Forwarder {
                 .unwrap_or_else(|panic| {
                     let what = crate::pipeline::panic_message(panic.as_ref()).to_string();
                     tracing::error!("forwarding to Alertmanager panicked: {what}");
-                    self.state.set_health(
-                        COMPONENT,
-                        ComponentStatus::Down,
-                        Some(format!("forwarding panicked: {what}")),
-                    );
+                    self.node.forwarded(Err((ComponentStatus::Down, format!("forwarding panicked: {what}"))));
                     false
                 });
             if sent {

@@ -307,6 +307,21 @@ pub fn conditions(
     found
 }
 
+/// A value as Prometheus and Alertmanager write numbers (`NaN`, `+Inf`, `-Inf` by name).
+pub fn number(value: f64) -> String {
+    if value.is_nan() {
+        "NaN".into()
+    } else if value.is_infinite() {
+        if value > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        }
+    } else {
+        format!("{value}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

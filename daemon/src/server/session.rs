@@ -17,8 +17,7 @@ use std::sync::Mutex;
 use axum::http::{header, HeaderMap, HeaderValue};
 use sha2::{Digest, Sha256};
 
-use super::auth::same_secret;
-use crate::identity::Credential;
+use crate::identity::{same_secret, Credential};
 
 /// The sessions file in the data dir.
 pub const FILE: &str = "sessions";
