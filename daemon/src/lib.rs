@@ -2,12 +2,14 @@
 //!
 //! Module map, from the top down: [`collector`] (the collection loop), [`server`] (HTTP,
 //! WebSocket, console), [`prometheus`] (`/metrics`), [`state`] (the node state and its
-//! broadcast), [`config`] (flags, file, env, gathering each subsystem's config); the subsystems
-//! [`sched`] (the ML-aware scheduler: detection, phases, decisions, enforcement, its trust
-//! boundary, its metrics source), [`kernels`] (ring kernels as metrics sources), [`host`] (the
-//! host metrics source), [`alerts`] (conditions, rules, the alert store, Alertmanager
-//! forwarding, their config); the leaves [`pipeline`] (sources, samples, history, window
-//! aggregates), [`clock`], [`identity`] (tokens and who is asking) and [`http_client`].
+//! broadcast), [`config`] (flags, file, env, gathering each subsystem's config); [`alerts`]
+//! (conditions, rules, the alert store, Alertmanager forwarding, their config) over
+//! [`metrics`] (every metric declared once: the exposition's, the rules' and the conditions'
+//! readings); the sources [`gpu`] (NVML), [`attribution`] (why each GPU an ML job uses sits
+//! idle), [`sched`] (the ML-aware scheduler: detection, phases, decisions, enforcement, its
+//! trust boundary, its metrics source), [`kernels`] (ring kernels as metrics sources) and
+//! [`host`]; the leaves [`pipeline`] (sources, samples, history, window aggregates),
+//! [`clock`], [`identity`] (tokens, who is asking, how secrets compare) and [`http_client`].
 //!
 //! Architecture invariants: modules import only modules below them (no circle); the server only
 //! reads [`state::NodeState`] and calls its methods; metrics reach it only through the pipeline,
@@ -23,6 +25,7 @@ pub mod host;
 pub mod http_client;
 pub mod identity;
 pub mod kernels;
+pub mod metrics;
 pub mod pipeline;
 pub mod prometheus;
 pub mod sched;
@@ -289,6 +292,7 @@ fn config_summary(config: &Config) -> ringside_shared::ConfigSummary {
         rules: config.rules.iter().map(|r| r.summary()).collect(),
         tokens: config.tokens.iter().map(|t| format!("{} ({})", t.name, t.role.as_str())).collect(),
         alertmanager_url: config.alertmanager.as_ref().map(|a| a.url.clone()),
+        metrics: metrics::summaries(),
     }
 }
 

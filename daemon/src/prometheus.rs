@@ -1,14 +1,14 @@
-//! `/metrics` in the Prometheus text exposition format (version 0.0.4).
+//! `/metrics` in the Prometheus text exposition format (version 0.0.4): every family of the
+//! metric registry ([`crate::metrics::ALL`]) that has values; and `/metrics/dcgm`, the GPUs
+//! under dcgm-exporter's names.
 //!
 //! The scheduler's series keep the reference scheduler's `zernel_scheduler_*` names so existing
 //! dashboards work; everything else is `ringside_*`.
 
 use std::fmt::Write;
-use std::sync::atomic::Ordering;
-
-use ringside_shared::{ComponentStatus, GpuIdleAttribution, Phase, PhaseValues, Severity, StatsInput};
 
 use crate::alerts::number;
+use crate::metrics::{self, View};
 use crate::state::NodeState;
 
 #[derive(Default)]
@@ -35,379 +35,40 @@ impl Exposition {
         let _ = writeln!(self.out, " {}", number(value));
         self
     }
-
-    fn single(&mut self, name: &str, kind: &str, help: &str, value: f64) {
-        self.family(name, kind, help).sample(name, &[], value);
-    }
 }
 
 pub fn render(state: &NodeState) -> String {
     let snapshot = state.snapshot();
-    let mut e = Exposition::default();
-
-    e.family("ringside_build_info", "gauge", "Version of ringsided; always 1.").sample(
-        "ringside_build_info",
-        &[("version", env!("CARGO_PKG_VERSION"))],
-        1.0,
-    );
-    e.family("ringside_component_up", "gauge", "1 when a component is up, 0.5 when degraded, 0 when down.");
-    for c in &snapshot.components {
-        let value = match c.status {
-            ComponentStatus::Up => 1.0,
-            ComponentStatus::Degraded => 0.5,
-            ComponentStatus::Down => 0.0,
-            // Not on this node (a GPU source without a driver): no series.
-            ComponentStatus::Absent => continue,
-        };
-        e.sample("ringside_component_up", &[("component", &c.name)], value);
-    }
-
-    let stats = &state.stats;
-    let read = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed) as f64;
-    let daemon_series = [
-        ("ringside_collection_ticks_total", "counter", "Collection ticks run.", read(&stats.ticks_total)),
-        (
-            "ringside_collection_duration_seconds",
-            "gauge",
-            "Time the latest collection tick took.",
-            read(&stats.last_collect_ns) / 1e9,
-        ),
-        ("ringside_ws_clients", "gauge", "Connected WebSocket clients.", read(&stats.ws_clients)),
-        (
-            "ringside_ws_connections_total",
-            "counter",
-            "WebSocket connections accepted.",
-            read(&stats.ws_connections_total),
-        ),
-        (
-            "ringside_auth_failures_total",
-            "counter",
-            "Requests refused for a missing or wrong token, or a cookie-authenticated change from another origin.",
-            read(&stats.auth_failures_total),
-        ),
-        (
-            "ringside_auth_throttled_total",
-            "counter",
-            "Failed authentications answered 429: their client address was over its budget.",
-            read(&stats.auth_throttled_total),
-        ),
-        ("ringside_http_connections_open", "gauge", "Open HTTP connections.", read(&stats.http_connections_open)),
-        (
-            "ringside_http_connections_total",
-            "counter",
-            "HTTP connections accepted.",
-            read(&stats.http_connections_total),
-        ),
-        (
-            "ringside_http_connections_refused_total",
-            "counter",
-            "HTTP connections closed at once because max_connections were open.",
-            read(&stats.http_connections_refused_total),
-        ),
-        (
-            "ringside_ws_refused_total",
-            "counter",
-            "WebSocket handshakes refused (token or origin).",
-            read(&stats.ws_refused_total),
-        ),
-        (
-            "ringside_ws_resyncs_total",
-            "counter",
-            "Full snapshots sent to clients that fell behind the broadcast.",
-            read(&stats.ws_resyncs_total),
-        ),
-        (
-            "ringside_ws_error_frames_total",
-            "counter",
-            "Error frames sent in answer to bad client commands.",
-            read(&stats.ws_error_frames_total),
-        ),
-        (
-            "ringside_alertmanager_sent_total",
-            "counter",
-            "Alerts delivered to Alertmanager.",
-            read(&stats.alertmanager_sent_total),
-        ),
-        (
-            "ringside_alertmanager_errors_total",
-            "counter",
-            "Failed deliveries to Alertmanager.",
-            read(&stats.alertmanager_errors_total),
-        ),
-        (
-            "ringside_alertmanager_dropped_total",
-            "counter",
-            "Alert changes dropped because the Alertmanager queue was full.",
-            read(&stats.alertmanager_dropped_total),
-        ),
-    ];
-    for (name, kind, help, value) in daemon_series {
-        e.single(name, kind, help, value);
-    }
-
-    e.family("ringside_alerts_active", "gauge", "Active alerts by severity.");
-    for severity in [Severity::Info, Severity::Warning, Severity::Error, Severity::Critical] {
-        let count = snapshot.alerts.iter().filter(|a| a.is_active() && a.severity == severity).count();
-        e.sample("ringside_alerts_active", &[("severity", severity.as_str())], count as f64);
-    }
-
-    if let Some(host) = &snapshot.host {
-        e.single(
-            "ringside_host_cpu_utilization_ratio",
-            "gauge",
-            "Busy share of all CPUs over the last tick (0-1).",
-            host.cpu_utilization_pct / 100.0,
-        );
-        e.family(
-            "ringside_host_cpu_core_utilization_ratio",
-            "gauge",
-            "Busy share of each CPU over the last tick (0-1).",
-        );
-        for (cpu, pct) in host.per_cpu_utilization_pct.iter().enumerate() {
-            e.sample("ringside_host_cpu_core_utilization_ratio", &[("cpu", &cpu.to_string())], pct / 100.0);
-        }
-        e.single(
-            "ringside_host_cpu_iowait_ratio",
-            "gauge",
-            "Share of CPU time waiting for I/O over the last tick (0-1).",
-            host.iowait_pct / 100.0,
-        );
-        e.single("ringside_host_load1", "gauge", "1-minute load average.", host.load1);
-        e.single("ringside_host_load5", "gauge", "5-minute load average.", host.load5);
-        e.single("ringside_host_load15", "gauge", "15-minute load average.", host.load15);
-        e.single("ringside_host_memory_total_bytes", "gauge", "Physical memory.", host.memory.total_bytes as f64);
-        e.single(
-            "ringside_host_memory_available_bytes",
-            "gauge",
-            "Memory available to new work.",
-            host.memory.available_bytes as f64,
-        );
-        e.single(
-            "ringside_host_memory_used_bytes",
-            "gauge",
-            "Memory in use (total - available).",
-            host.memory.used_bytes as f64,
-        );
-        e.single("ringside_host_swap_used_bytes", "gauge", "Swap in use.", host.memory.swap_used_bytes as f64);
-        e.single(
-            "ringside_host_context_switches_total",
-            "counter",
-            "Context switches since boot.",
-            host.context_switches_total as f64,
-        );
-        e.single("ringside_host_procs_running", "gauge", "Runnable tasks.", f64::from(host.procs_running));
-        e.single("ringside_host_procs_blocked", "gauge", "Tasks blocked on I/O.", f64::from(host.procs_blocked));
-        if let Some(p) = &host.pressure {
-            e.family("ringside_host_pressure_avg10_ratio", "gauge", "Pressure stall information, 10 s average (0-1).");
-            for (resource, kind, value) in [
-                ("cpu", "some", p.cpu_some_avg10),
-                ("memory", "some", p.memory_some_avg10),
-                ("memory", "full", p.memory_full_avg10),
-                ("io", "some", p.io_some_avg10),
-            ] {
-                e.sample(
-                    "ringside_host_pressure_avg10_ratio",
-                    &[("resource", resource), ("kind", kind)],
-                    value / 100.0,
-                );
-            }
-        }
-        e.family("ringside_host_numa_memory_free_bytes", "gauge", "Free memory per NUMA node.");
-        for node in &host.numa {
-            e.sample(
-                "ringside_host_numa_memory_free_bytes",
-                &[("node", &node.node.to_string())],
-                node.mem_free_bytes as f64,
-            );
-        }
-    }
-
-    if let Some(s) = &snapshot.scheduler {
-        e.family("zernel_scheduler_tasks", "gauge", "Tasks tracked by the scheduler.")
-            .sample("zernel_scheduler_tasks", &[("type", "total")], s.total_tracked_tasks as f64)
-            .sample("zernel_scheduler_tasks", &[("type", "ml")], s.ml_tasks as f64);
-        e.single("zernel_scheduler_decisions_total", "counter", "Scheduling decisions made.", s.decisions_made as f64);
-        e.single(
-            "zernel_scheduler_phase_transitions_total",
-            "counter",
-            "Phase transitions seen.",
-            s.phase_transitions as f64,
-        );
-        e.family("zernel_scheduler_phase_tasks", "gauge", "ML tasks in each phase now.");
-        for phase in Phase::ALL {
-            e.sample(
-                "zernel_scheduler_phase_tasks",
-                &[("phase", phase.as_str())],
-                s.phase_distribution.get(phase) as f64,
-            );
-        }
-        e.family("zernel_scheduler_phase_time_pct", "gauge", "Share of ML task time in each phase (0-100).");
-        for phase in Phase::ALL {
-            e.sample("zernel_scheduler_phase_time_pct", &[("phase", phase.as_str())], s.phase_time_pct.get(phase));
-        }
-        e.family("ringside_scheduler_lost_total", "counter", "Records the BPF probe could not keep, by kind.");
-        for (kind, value) in [
-            ("events", s.lost.events),
-            ("runq_samples", s.lost.runq_samples),
-            ("threads", s.lost.threads),
-            ("ml_threads", s.lost.ml_threads),
-            ("skipped_runs", s.lost.skipped_runs),
-        ] {
-            e.sample("ringside_scheduler_lost_total", &[("kind", kind)], value as f64);
-        }
-        e.family("ringside_scheduler_backend", "gauge", "1 for what carries out decisions (observe, setattr, scx).");
-        e.sample("ringside_scheduler_backend", &[("backend", s.backend.as_str())], 1.0);
-        if let Some(x) = &s.scx {
-            e.family("ringside_scheduler_scx_running", "gauge", "1 while Ringside's sched_ext scheduler runs.");
-            e.sample("ringside_scheduler_scx_running", &[], if x.running { 1.0 } else { 0.0 });
-            e.family("ringside_scheduler_scx_events_total", "counter", "Events of the sched_ext scheduler, by kind.");
-            let c = &x.counters;
-            for (kind, value) in [
-                ("enqueued", c.enqueued),
-                ("decided", c.decided),
-                ("direct", c.direct),
-                ("dispatched", c.dispatched),
-                ("stolen", c.stolen),
-                ("preempted", c.preempted),
-                ("continued", c.continued),
-                ("latency_runs", c.latency_runs),
-                ("feeder_runs", c.feeder_runs),
-                ("fallbacks", c.fallbacks),
-            ] {
-                e.sample("ringside_scheduler_scx_events_total", &[("kind", kind)], value as f64);
-            }
-        }
-        // One series per ML process (few per node): which phase it is in, and its time per phase.
-        type PerPhase = fn(&ringside_shared::MlProcessInfo, Phase) -> f64;
-        let families: [(&str, &str, &str, PerPhase); 2] = [
-            ("ringside_scheduler_process_phase", "gauge", "1 for the phase an ML process is in now.", |p, phase| {
-                if p.phase == phase {
-                    1.0
-                } else {
-                    0.0
-                }
-            }),
-            (
-                "ringside_scheduler_process_phase_seconds_total",
-                "counter",
-                "Time an ML process spent in each phase.",
-                |p, phase| p.phase_ms.get(phase) as f64 / 1000.0,
-            ),
-        ];
-        for (name, kind, help, value) in families {
-            e.family(name, kind, help);
-            for p in &s.processes {
-                let (pid, job) = (p.pid.to_string(), p.job.to_string());
-                for phase in Phase::ALL {
-                    let labels = [
-                        ("pid", pid.as_str()),
-                        ("job", job.as_str()),
-                        ("comm", p.comm.as_str()),
-                        ("phase", phase.as_str()),
-                    ];
-                    e.sample(name, &labels, value(p, phase));
-                }
-            }
-        }
-    }
-
-    if !snapshot.kernels.is_empty() {
-        type Field = fn(&ringside_shared::RingKernelMetrics) -> f64;
-        let families: [(&str, &str, &str, Field); 6] = [
-            ("ringside_kernel_messages_processed_total", "counter", "Messages a ring kernel completed.", |k| {
-                k.messages_processed as f64
-            }),
-            ("ringside_kernel_messages_dropped_total", "counter", "Messages a ring kernel dropped.", |k| {
-                k.messages_dropped as f64
-            }),
-            ("ringside_kernel_latency_seconds_total", "counter", "Sum of enqueue-to-completion latencies.", |k| {
-                k.total_latency_ns as f64 / 1e9
-            }),
-            ("ringside_kernel_input_queue_depth", "gauge", "Messages waiting in the input ring.", |k| {
-                f64::from(k.input_queue_depth)
-            }),
-            ("ringside_kernel_output_queue_depth", "gauge", "Messages waiting in the output ring.", |k| {
-                f64::from(k.output_queue_depth)
-            }),
-            ("ringside_kernel_gpu_memory_used_bytes", "gauge", "GPU memory a ring kernel holds.", |k| {
-                k.gpu_memory_used as f64
-            }),
-        ];
-        for (name, kind, help, field) in families {
-            e.family(name, kind, help);
-            for k in &snapshot.kernels {
-                e.sample(
-                    name,
-                    &[
-                        ("kernel", &k.id),
-                        ("backend", if k.backend == ringside_shared::KernelBackend::Cuda { "cuda" } else { "cpu" }),
-                    ],
-                    field(k),
-                );
-            }
-        }
-        kernel_stats(&mut e, &snapshot.kernels);
-    }
-    if let Some(gpus) = &snapshot.gpus {
-        gpu_families(&mut e, &gpus.devices);
-        job_idle(&mut e, &gpus.idle);
-    }
-    e.out
+    let view = View {
+        host: snapshot.host.as_ref(),
+        scheduler: snapshot.scheduler.as_ref(),
+        kernels: &snapshot.kernels,
+        gpus: snapshot.gpus.as_ref(),
+        window: &snapshot.window,
+        components: &snapshot.components,
+        alerts: &snapshot.alerts,
+        daemon: Some(&state.stats),
+    };
+    render_view(&view)
 }
 
-/// The idle attribution: per job and GPU, the last minute's and the last step's idle shares
-/// by phase (and waiting for a CPU), and the step's length.
-fn job_idle(e: &mut Exposition, idle: &[GpuIdleAttribution]) {
-    let split = |by_phase: &PhaseValues<f64>, cpu: f64| {
-        Phase::ALL.iter().map(|p| (p.as_str(), by_phase.get(*p))).chain([("waiting_for_cpu", cpu)]).collect::<Vec<_>>()
-    };
-    type Split<'a> = fn(&'a GpuIdleAttribution) -> Option<(&'a PhaseValues<f64>, f64)>;
-    let families: [(&str, &str, Split); 2] = [
-        (
-            "ringside_job_gpu_idle_ratio",
-            "Share of the last minute a GPU an ML job uses was idle, by the job's phase meanwhile.",
-            |a| Some((&a.idle_by_phase_pct, a.idle_waiting_for_cpu_pct)),
-        ),
-        (
-            "ringside_job_gpu_step_idle_ratio",
-            "Share of an ML job's last complete step a GPU it uses was idle, by the job's phase meanwhile.",
-            |a| a.last_step.as_ref().map(|s| (&s.idle_by_phase_pct, s.idle_waiting_for_cpu_pct)),
-        ),
-    ];
-    for (family, help, of) in families {
-        let rows: Vec<_> = idle.iter().filter_map(|a| of(a).map(|(by_phase, cpu)| (a, split(by_phase, cpu)))).collect();
-        if rows.is_empty() {
+/// Every family of the registry that has values in `view`; a family without values (a source
+/// absent, a field no GPU reports) is left out.
+pub fn render_view(view: &View) -> String {
+    let mut e = Exposition::default();
+    for def in metrics::ALL {
+        let points = def.points(view);
+        if points.is_empty() {
             continue;
         }
-        e.family(family, "gauge", help);
-        for (a, shares) in rows {
-            let (job, gpu) = (a.job.to_string(), a.gpu.to_string());
-            for (phase, pct) in shares {
-                let labels = [
-                    ("job", job.as_str()),
-                    ("comm", a.comm.as_str()),
-                    ("gpu", gpu.as_str()),
-                    ("uuid", a.uuid.as_str()),
-                    ("phase", phase),
-                ];
-                e.sample(family, &labels, pct / 100.0);
-            }
+        e.family(def.name, def.kind.as_str(), def.help);
+        for p in points {
+            let labels: Vec<(&str, &str)> =
+                def.labels.iter().copied().zip(p.labels.iter().map(String::as_str)).collect();
+            e.sample(def.name, &labels, p.value);
         }
     }
-    let steps: Vec<_> = idle.iter().filter_map(|a| a.last_step.as_ref().map(|s| (a, s))).collect();
-    if !steps.is_empty() {
-        e.family(
-            "ringside_job_step_seconds",
-            "gauge",
-            "Length of an ML job's last complete step, as seen from a GPU it uses.",
-        );
-        for (a, step) in steps {
-            let (job, gpu) = (a.job.to_string(), a.gpu.to_string());
-            let labels =
-                [("job", job.as_str()), ("comm", a.comm.as_str()), ("gpu", gpu.as_str()), ("uuid", a.uuid.as_str())];
-            e.sample("ringside_job_step_seconds", &labels, step.end_ms.saturating_sub(step.start_ms) as f64 / 1000.0);
-        }
-    }
+    e.out
 }
 
 /// The GPUs under the names and labels dcgm-exporter uses by default (`gpu`, `UUID`,
@@ -491,147 +152,23 @@ pub fn render_dcgm(gpus: &[ringside_shared::GpuDevice], hostname: &str) -> Strin
     e.out
 }
 
-/// The GPUs' figures in base units, labelled by NVML index and UUID (as dcgm-exporter does,
-/// so dashboards can join on either). A field a GPU does not report has no sample, not a 0.
-fn gpu_families(e: &mut Exposition, gpus: &[ringside_shared::GpuDevice]) {
-    use ringside_shared::GpuDevice;
-    if gpus.is_empty() {
-        return;
-    }
-    let index: Vec<String> = gpus.iter().map(|g| g.index.to_string()).collect();
-    e.family("ringside_gpu_info", "gauge", "One series per GPU with its name and PCI bus id; always 1.");
-    for (g, i) in gpus.iter().zip(&index) {
-        let labels = [("gpu", i.as_str()), ("uuid", &g.uuid), ("name", &g.name), ("pci_bus_id", &g.pci_bus_id)];
-        e.sample("ringside_gpu_info", &labels, 1.0);
-    }
-    type Field = fn(&GpuDevice) -> Option<f64>;
-    let families: [(&str, &str, &str, Field); 21] = [
-        ("ringside_gpu_xid_errors_total", "counter", "XID errors the driver reported since ringsided started.", |g| {
-            Some(g.xid_count as f64)
-        }),
-        ("ringside_gpu_utilization_ratio", "gauge", "Share of the last sample period the GPU was busy.", |g| {
-            g.utilization_gpu_pct.map(|p| p / 100.0)
-        }),
-        (
-            "ringside_gpu_memory_utilization_ratio",
-            "gauge",
-            "Share of the last sample period memory was read or written.",
-            |g| g.utilization_memory_pct.map(|p| p / 100.0),
-        ),
-        ("ringside_gpu_sm_clock_hertz", "gauge", "SM clock.", |g| g.sm_clock_mhz.map(|v| f64::from(v) * 1e6)),
-        ("ringside_gpu_sm_clock_max_hertz", "gauge", "Highest SM clock.", |g| {
-            g.sm_clock_max_mhz.map(|v| f64::from(v) * 1e6)
-        }),
-        ("ringside_gpu_memory_clock_hertz", "gauge", "Memory clock.", |g| {
-            g.memory_clock_mhz.map(|v| f64::from(v) * 1e6)
-        }),
-        ("ringside_gpu_memory_used_bytes", "gauge", "Framebuffer memory allocated.", |g| {
-            g.memory_used_bytes.map(|v| v as f64)
-        }),
-        ("ringside_gpu_memory_total_bytes", "gauge", "Framebuffer memory installed.", |g| {
-            g.memory_total_bytes.map(|v| v as f64)
-        }),
-        ("ringside_gpu_temperature_celsius", "gauge", "GPU die temperature.", |g| g.temperature_gpu_c.map(f64::from)),
-        ("ringside_gpu_memory_temperature_celsius", "gauge", "HBM temperature.", |g| {
-            g.temperature_memory_c.map(f64::from)
-        }),
-        ("ringside_gpu_power_watts", "gauge", "Power draw.", |g| g.power_draw_w),
-        ("ringside_gpu_power_limit_watts", "gauge", "Power limit the driver enforces.", |g| g.power_limit_w),
-        ("ringside_gpu_energy_joules_total", "counter", "Energy used since the driver was loaded.", |g| g.energy_j),
-        ("ringside_gpu_pcie_tx_bytes_per_second", "gauge", "PCIe transmit throughput.", |g| {
-            g.pcie_tx_bytes_per_s.map(|v| v as f64)
-        }),
-        ("ringside_gpu_pcie_rx_bytes_per_second", "gauge", "PCIe receive throughput.", |g| {
-            g.pcie_rx_bytes_per_s.map(|v| v as f64)
-        }),
-        ("ringside_gpu_pcie_replays_total", "counter", "PCIe replays.", |g| g.pcie_replay_count.map(|v| v as f64)),
-        ("ringside_gpu_nvlink_tx_bytes_total", "counter", "Data sent over NVLink, all links.", |g| {
-            g.nvlink_tx_bytes.map(|v| v as f64)
-        }),
-        ("ringside_gpu_nvlink_rx_bytes_total", "counter", "Data received over NVLink, all links.", |g| {
-            g.nvlink_rx_bytes.map(|v| v as f64)
-        }),
-        (
-            "ringside_gpu_ecc_corrected_errors_total",
-            "counter",
-            "Corrected ECC errors since the driver was loaded.",
-            |g| g.ecc_corrected_volatile.map(|v| v as f64),
-        ),
-        (
-            "ringside_gpu_ecc_uncorrected_errors_total",
-            "counter",
-            "Uncorrected ECC errors since the driver was loaded.",
-            |g| g.ecc_uncorrected_volatile.map(|v| v as f64),
-        ),
-        ("ringside_gpu_remapped_rows", "gauge", "Memory rows remapped (correctable and uncorrectable).", |g| {
-            Some((g.remapped_rows_correctable? + g.remapped_rows_uncorrectable?) as f64)
-        }),
-    ];
-    for (name, kind, help, field) in families {
-        let values: Vec<(usize, f64)> = gpus.iter().enumerate().filter_map(|(n, g)| field(g).map(|v| (n, v))).collect();
-        if values.is_empty() {
-            continue;
-        }
-        e.family(name, kind, help);
-        for (n, value) in values {
-            e.sample(name, &[("gpu", &index[n]), ("uuid", &gpus[n].uuid)], value);
-        }
-    }
-    if gpus.iter().any(|g| g.throttle_reasons.is_some()) {
-        e.family("ringside_gpu_clocks_throttled", "gauge", "1 while the reason holds the GPU's clocks down.");
-        for (g, i) in gpus.iter().zip(&index) {
-            let Some(held) = &g.throttle_reasons else { continue };
-            for reason in crate::gpu::THROTTLE_REASONS.map(|(_, name)| name) {
-                let value = if held.iter().any(|r| r == reason) { 1.0 } else { 0.0 };
-                e.sample("ringside_gpu_clocks_throttled", &[("gpu", i), ("uuid", &g.uuid), ("reason", reason)], value);
-            }
-        }
-    }
-}
-
-/// What `stats` kernels computed, per input, in base units (their figures divided by
-/// `per_unit`): run-queue latencies in seconds, utilisation as a ratio.
-fn kernel_stats(e: &mut Exposition, kernels: &[ringside_shared::RingKernelMetrics]) {
-    let with_stats: Vec<(&str, &ringside_shared::KernelStatsOutput)> =
-        kernels.iter().filter_map(|k| Some((k.id.as_str(), k.output_stats.as_ref()?))).collect();
-    if with_stats.is_empty() {
-        return;
-    }
-    e.family("ringside_kernel_stats_samples_total", "counter", "Samples a stats ring kernel has summarised.");
-    for (id, s) in &with_stats {
-        e.sample("ringside_kernel_stats_samples_total", &[("kernel", id), ("input", s.input.as_str())], s.count as f64);
-    }
-    let inputs = [
-        (
-            StatsInput::RunqLatency,
-            "ringside_kernel_stats_runq_latency_seconds",
-            "Run-queue latency of tracked ML threads, as a stats ring kernel summarises it.",
-            1e6,
-        ),
-        (
-            StatsInput::CpuUtilization,
-            "ringside_kernel_stats_cpu_utilization_ratio",
-            "Per-CPU utilisation, as a stats ring kernel summarises it.",
-            100.0,
-        ),
-    ];
-    for (input, name, help, per_unit) in inputs {
-        let of_input: Vec<_> = with_stats.iter().filter(|(_, s)| s.input == input).collect();
-        if of_input.is_empty() {
-            continue;
-        }
-        e.family(name, "gauge", help);
-        for (id, s) in of_input {
-            for (stat, value) in [("mean", s.mean), ("p50", s.p50), ("p90", s.p90), ("p99", s.p99), ("max", s.max)] {
-                e.sample(name, &[("kernel", id), ("stat", stat)], value / per_unit);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ringside_shared::StatsInput;
+
+    fn empty(window: &ringside_shared::WindowAggregates) -> View<'_> {
+        View {
+            host: None,
+            scheduler: None,
+            kernels: &[],
+            gpus: None,
+            window,
+            components: &[],
+            alerts: &[],
+            daemon: None,
+        }
+    }
 
     #[test]
     fn gpus_are_exported_under_dcgm_exporter_names_and_units() {
@@ -667,9 +204,10 @@ mod tests {
             throttle_reasons: Some(vec!["sw_power_cap".into()]),
             ..ringside_shared::GpuDevice::default()
         };
-        let mut e = Exposition::default();
-        gpu_families(&mut e, &[gpu(0, Some(97.0)), gpu(1, None)]);
-        let text = e.out;
+        let gpus =
+            ringside_shared::GpuTelemetry { devices: vec![gpu(0, Some(97.0)), gpu(1, None)], ..Default::default() };
+        let window = Default::default();
+        let text = render_view(&View { gpus: Some(&gpus), ..empty(&window) });
         assert!(text.contains("ringside_gpu_utilization_ratio{gpu=\"0\",uuid=\"GPU-0\"} 0.97"), "{text}");
         assert!(!text.contains("ringside_gpu_utilization_ratio{gpu=\"1\""), "no value, no sample:\n{text}");
         assert!(text.contains("ringside_gpu_sm_clock_hertz{gpu=\"1\",uuid=\"GPU-1\"} 1980000000"), "{text}");
@@ -702,18 +240,15 @@ mod tests {
             }),
             ..Default::default()
         };
-        let mut e = Exposition::default();
-        kernel_stats(
-            &mut e,
-            &[kernel("runq", StatsInput::RunqLatency, 250.0), kernel("cpu", StatsInput::CpuUtilization, 50.0)],
-        );
-        assert!(e.out.contains("ringside_kernel_stats_samples_total{kernel=\"runq\",input=\"runq_latency\"} 7\n"));
-        assert!(e.out.contains("ringside_kernel_stats_runq_latency_seconds{kernel=\"runq\",stat=\"p99\"} 0.00025\n"));
-        assert!(e.out.contains("ringside_kernel_stats_cpu_utilization_ratio{kernel=\"cpu\",stat=\"p99\"} 0.5\n"));
-        assert_eq!(e.out.matches("# TYPE").count(), 3, "one family each:\n{}", e.out);
-        let mut none = Exposition::default();
-        kernel_stats(&mut none, &[]);
-        assert!(none.out.is_empty());
+        let kernels = [kernel("runq", StatsInput::RunqLatency, 250.0), kernel("cpu", StatsInput::CpuUtilization, 50.0)];
+        let window = Default::default();
+        let text = render_view(&View { kernels: &kernels, ..empty(&window) });
+        assert!(text.contains("ringside_kernel_stats_samples_total{kernel=\"runq\",input=\"runq_latency\"} 7\n"));
+        assert!(text.contains("ringside_kernel_stats_runq_latency_seconds{kernel=\"runq\",stat=\"p99\"} 0.00025\n"));
+        assert!(text.contains("ringside_kernel_stats_cpu_utilization_ratio{kernel=\"cpu\",stat=\"p99\"} 0.5\n"));
+        let stats = text.lines().filter(|l| l.starts_with("# TYPE ringside_kernel_stats")).count();
+        assert_eq!(stats, 3, "one family each:\n{text}");
+        assert!(!render_view(&empty(&window)).contains("ringside_kernel_stats"));
     }
 
     #[test]

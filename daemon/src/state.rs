@@ -2,7 +2,7 @@
 //! carries each change to the WebSocket clients as a pre-serialised frame.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use crate::alerts::rules::RuleEngine;
 use crate::alerts::store::{AckError, AlertChange, AlertStore};
 use crate::alerts::{self};
 use crate::identity::Identity;
+use crate::metrics::DaemonStats;
 use crate::pipeline::{self, CounterRecord, HistoryRing, Sample};
 
 /// A serialised server message, shared by every client it is sent to.
@@ -27,29 +28,6 @@ pub const BROADCAST_CAPACITY: usize = 64;
 
 /// How long an acknowledgement waits for the alert store to write it.
 pub const ACK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
-
-/// Counters about the daemon itself, for `/metrics`.
-#[derive(Debug, Default)]
-pub struct DaemonStats {
-    pub ws_clients: AtomicU64,
-    pub ws_connections_total: AtomicU64,
-    pub ws_resyncs_total: AtomicU64,
-    pub ws_refused_total: AtomicU64,
-    pub ws_error_frames_total: AtomicU64,
-    /// Requests refused: no or a wrong token, or a cookie-authenticated change from elsewhere.
-    pub auth_failures_total: AtomicU64,
-    /// Failed authentications answered 429: their address was over its budget.
-    pub auth_throttled_total: AtomicU64,
-    /// Connections accepted, and refused because the cap was reached.
-    pub http_connections_total: AtomicU64,
-    pub http_connections_refused_total: AtomicU64,
-    pub http_connections_open: AtomicU64,
-    pub ticks_total: AtomicU64,
-    pub last_collect_ns: AtomicU64,
-    pub alertmanager_sent_total: AtomicU64,
-    pub alertmanager_errors_total: AtomicU64,
-    pub alertmanager_dropped_total: AtomicU64,
-}
 
 /// The alert store and the rule engine, changed together under one lock every tick.
 pub struct Alerting {

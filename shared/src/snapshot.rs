@@ -59,6 +59,22 @@ pub struct ConfigSummary {
     pub tokens: Vec<String>,
     /// Where alerts are forwarded, if anywhere.
     pub alertmanager_url: Option<String>,
+    /// The metrics `[[rules]]` may name.
+    #[serde(default)]
+    pub metrics: Vec<MetricSummary>,
+}
+
+/// A metric rules may name: the `/metrics` series it reads (those whose labels match
+/// `select`), times `scale` (a `_pct` name is the ratio times 100).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MetricSummary {
+    pub name: String,
+    pub prometheus: String,
+    pub select: BTreeMap<String, String>,
+    /// The unit of the `/metrics` series (`ratio`, `seconds`, `bytes`, ...).
+    pub unit: String,
+    pub scale: f64,
+    pub help: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -121,7 +137,7 @@ pub struct ComponentHealth {
 }
 
 /// Host metrics from `/proc` and `/sys`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HostMetrics {
     /// Busy share of all CPUs since the previous tick, 0-100.
     pub cpu_utilization_pct: f64,
@@ -143,7 +159,7 @@ pub struct HostMetrics {
     pub context_switches_total: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MemoryMetrics {
     pub total_bytes: u64,
     pub available_bytes: u64,
@@ -156,7 +172,7 @@ pub struct MemoryMetrics {
 }
 
 /// `avg10` figures of `/proc/pressure/*`: share of the last 10 s some (or all) tasks stalled.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PressureMetrics {
     pub cpu_some_avg10: f64,
     pub memory_some_avg10: f64,
@@ -164,7 +180,7 @@ pub struct PressureMetrics {
     pub io_some_avg10: f64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct NumaNodeMetrics {
     pub node: u32,
     pub cpus: Vec<u32>,

@@ -33,7 +33,7 @@ fn prometheus_rules_load_and_pass_their_unit_tests() -> Result<()> {
 #[test]
 fn the_rules_name_only_metrics_the_daemon_exports() -> Result<()> {
     let rules = std::fs::read_to_string(workspace_root().join("deploy/prometheus/ringside.rules.yml"))?;
-    let exporter = std::fs::read_to_string(workspace_root().join("daemon/src/prometheus.rs"))?;
+    let exporter = std::fs::read_to_string(workspace_root().join("daemon/src/metrics.rs"))?;
     let mut named = std::collections::BTreeSet::new();
     for (i, _) in rules.match_indices("ringside_") {
         // A metric name, not a recording rule's `ringside:` or a word in a comment's prose.

@@ -10,12 +10,30 @@ pub mod rules;
 pub mod store;
 pub mod writer;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use ringside_shared::{AlertType, KernelState, Severity, WindowAggregates};
 
+use crate::metrics::{RuleMetric, View};
 use crate::pipeline::Sample;
 use config::Thresholds;
+
+/// The metrics the built-in conditions read, by their names in the registry
+/// ([`crate::metrics`]): the same values `/metrics` exports and rules see.
+const READ: [&str; 6] = [
+    "kernel.drop_rate",
+    "kernel.avg_latency_ms",
+    "host.memory_used_pct",
+    "host.pressure.memory_some_avg10",
+    "gpu.memory_used_pct",
+    "gpu.temperature_c",
+];
+
+/// A registry metric's values in this tick, by source.
+fn readings(name: &str, view: &View) -> HashMap<String, f64> {
+    debug_assert!(READ.contains(&name), "{name} is not listed in READ");
+    RuleMetric::find(name).map(|m| m.values(view).into_iter().collect()).unwrap_or_default()
+}
 
 /// A condition that holds in this tick.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,8 +59,11 @@ const XID_WINDOW_MS: u64 = 5 * 60 * 1000;
 
 /// `gpu_health` conditions: one per GPU and kind (the source is `gpu:<index>/<kind>`, so each
 /// has its own alert), labelled with the GPU's index and UUID.
-fn gpu_conditions(t: &Thresholds, gpus: &ringside_shared::GpuTelemetry, now_ms: u64, found: &mut Vec<Condition>) {
-    for gpu in &gpus.devices {
+fn gpu_conditions(t: &Thresholds, view: &View, now_ms: u64, found: &mut Vec<Condition>) {
+    let memory_used = readings("gpu.memory_used_pct", view);
+    let temperature = readings("gpu.temperature_c", view);
+    for gpu in view.gpus.map(|g| g.devices.as_slice()).unwrap_or_default() {
+        let source = format!("gpu:{}", gpu.index);
         let mut add = |kind: &str, severity: Severity, value: f64, threshold: f64, what: String| {
             found.push(Condition {
                 alert_type: AlertType::GpuHealth,
@@ -103,8 +124,7 @@ fn gpu_conditions(t: &Thresholds, gpus: &ringside_shared::GpuTelemetry, now_ms: 
             let (s, threshold) = (held_s.unwrap_or(0.0), t.gpu_throttle_sustained_s);
             add("throttle", severity, s, threshold, format!("clocks held down by {} for {s:.0} s", held.join(", ")));
         }
-        if let (Some(used), Some(total)) = (gpu.memory_used_bytes, gpu.memory_total_bytes.filter(|t| *t > 0)) {
-            let pct = used as f64 * 100.0 / total as f64;
+        if let Some(&pct) = memory_used.get(&source) {
             if pct > t.gpu_memory_used_pct_warning {
                 let threshold = t.gpu_memory_used_pct_warning;
                 add(
@@ -123,7 +143,7 @@ fn gpu_conditions(t: &Thresholds, gpus: &ringside_shared::GpuTelemetry, now_ms: 
             }
             None => (t.gpu_temperature_c_warning, format!("threshold {} °C", t.gpu_temperature_c_warning)),
         };
-        if let Some(c) = gpu.temperature_gpu_c.map(f64::from).filter(|c| *c > threshold) {
+        if let Some(&c) = temperature.get(&source).filter(|c| **c > threshold) {
             add("temperature", Severity::Warning, c, threshold, format!("{c:.0} °C ({against})"));
         }
     }
@@ -138,11 +158,13 @@ pub fn conditions(
 ) -> Vec<Condition> {
     let mut found = Vec::new();
     let window_s = window.covered_ms as f64 / 1000.0;
+    let view = View::of_sample(sample, window);
+    let drop_rate = readings("kernel.drop_rate", &view);
+    let latency_ms = readings("kernel.avg_latency_ms", &view);
 
     for kernel in &sample.kernels {
         let source = format!("kernel:{}", kernel.id);
-        let stats = window.kernels.iter().find(|k| k.id == kernel.id);
-        if let Some(rate) = stats.and_then(|k| k.drop_rate) {
+        if let Some(&rate) = drop_rate.get(&source) {
             let levels = [
                 (t.drop_rate_warning, Severity::Warning),
                 (t.drop_rate_error, Severity::Error),
@@ -166,8 +188,7 @@ pub fn conditions(
                 });
             }
         }
-        if let Some(latency_ns) = stats.and_then(|k| k.avg_latency_ns) {
-            let ms = latency_ns / 1e6;
+        if let Some(&ms) = latency_ms.get(&source) {
             let warn = t.latency_warning_ms;
             let levels = [
                 (warn, Severity::Warning),
@@ -232,15 +253,14 @@ pub fn conditions(
         }
     }
 
-    if let Some(host) = &sample.host {
-        let used = host.memory.used_pct;
+    if let Some(&used) = readings("host.memory_used_pct", &view).get("host") {
         let levels = [
             (t.memory_used_pct_warning, Severity::Warning),
             (t.memory_used_pct_error, Severity::Error),
             (t.memory_used_pct_critical, Severity::Critical),
         ];
         let by_use = level(used, levels);
-        let stall = host.pressure.as_ref().map(|p| p.memory_some_avg10).unwrap_or(0.0);
+        let stall = readings("host.pressure.memory_some_avg10", &view).get("host").copied().unwrap_or(0.0);
         let by_stall = (stall > t.memory_stall_pct_warning).then_some((Severity::Warning, t.memory_stall_pct_warning));
         let worst = match (by_use, by_stall) {
             (Some(a), Some(b)) => Some(if b.0 > a.0 { (b, true) } else { (a, false) }),
@@ -267,9 +287,7 @@ pub fn conditions(
         }
     }
 
-    if let Some(gpus) = &sample.gpus {
-        gpu_conditions(t, gpus, sample.taken_at_ms, &mut found);
-    }
+    gpu_conditions(t, &view, sample.taken_at_ms, &mut found);
 
     // Ejected sched_ext scheduler: a standing condition while the daemon runs on the fallback.
     if let Some(exit) = sample.scheduler.as_ref().and_then(|s| s.scx.as_ref()).and_then(|x| x.exit.as_ref()) {
@@ -325,6 +343,13 @@ pub fn number(value: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_metrics_conditions_read_are_in_the_registry() {
+        for name in READ {
+            assert!(RuleMetric::find(name).is_some(), "{name}");
+        }
+    }
     use ringside_shared::{KernelBackend, KernelWindow, MemoryMetrics, RingKernelMetrics};
 
     fn kernel(id: &str, depth: u32, state: KernelState, error: Option<&str>) -> RingKernelMetrics {

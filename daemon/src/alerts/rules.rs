@@ -11,7 +11,9 @@
 //! labels = { team = "ml-infra" }
 //! ```
 //!
-//! A rule is checked every tick for each source its metric has (the host, each ring kernel);
+//! `metric` is one of the rule names of the metric registry ([`crate::metrics`]; listed in
+//! `docs/metrics.md`). A rule is checked every tick for each source its metric has (the host,
+//! each ring kernel, each GPU, each job's GPU);
 //! it fires once its comparison has held for `for`, and clears as soon as it stops holding (the
 //! store's `clear_for_ms` then decides when the alert resolves).
 
@@ -21,137 +23,8 @@ use ringside_shared::{AlertType, RuleSummary, Severity, WindowAggregates};
 use serde::Deserialize;
 
 use super::Condition;
+use crate::metrics::{RuleMetric, View};
 use crate::pipeline::Sample;
-
-/// A metric a rule can watch, with the sources it is measured for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Metric {
-    HostCpuUtilizationPct,
-    HostIowaitPct,
-    HostMemoryUsedPct,
-    HostLoad1,
-    HostLoad5,
-    HostLoad15,
-    HostSwapUsedBytes,
-    HostProcsBlocked,
-    HostPressureCpuSomeAvg10,
-    HostPressureMemorySomeAvg10,
-    HostPressureIoSomeAvg10,
-    KernelDropRate,
-    KernelAvgLatencyMs,
-    KernelThroughputPerS,
-    KernelInputQueueRatio,
-    SchedulerMlTasks,
-    SchedulerDecisionsPerS,
-    GpuUtilizationPct,
-    GpuMemoryUsedPct,
-    GpuTemperatureC,
-    GpuPowerW,
-    JobGpuIdlePct,
-    JobGpuIdleDataLoadingPct,
-    JobGpuIdleNcclCollectivePct,
-    JobGpuIdleOptimizerStepPct,
-    JobGpuIdleWaitingForCpuPct,
-}
-
-impl Metric {
-    pub const ALL: [(Metric, &'static str); 26] = [
-        (Metric::HostCpuUtilizationPct, "host.cpu_utilization_pct"),
-        (Metric::HostIowaitPct, "host.iowait_pct"),
-        (Metric::HostMemoryUsedPct, "host.memory_used_pct"),
-        (Metric::HostLoad1, "host.load1"),
-        (Metric::HostLoad5, "host.load5"),
-        (Metric::HostLoad15, "host.load15"),
-        (Metric::HostSwapUsedBytes, "host.swap_used_bytes"),
-        (Metric::HostProcsBlocked, "host.procs_blocked"),
-        (Metric::HostPressureCpuSomeAvg10, "host.pressure.cpu_some_avg10"),
-        (Metric::HostPressureMemorySomeAvg10, "host.pressure.memory_some_avg10"),
-        (Metric::HostPressureIoSomeAvg10, "host.pressure.io_some_avg10"),
-        (Metric::KernelDropRate, "kernel.drop_rate"),
-        (Metric::KernelAvgLatencyMs, "kernel.avg_latency_ms"),
-        (Metric::KernelThroughputPerS, "kernel.throughput_per_s"),
-        (Metric::KernelInputQueueRatio, "kernel.input_queue_ratio"),
-        (Metric::SchedulerMlTasks, "scheduler.ml_tasks"),
-        (Metric::SchedulerDecisionsPerS, "scheduler.decisions_per_s"),
-        (Metric::GpuUtilizationPct, "gpu.utilization_pct"),
-        (Metric::GpuMemoryUsedPct, "gpu.memory_used_pct"),
-        (Metric::GpuTemperatureC, "gpu.temperature_c"),
-        (Metric::GpuPowerW, "gpu.power_w"),
-        (Metric::JobGpuIdlePct, "job.gpu_idle_pct"),
-        (Metric::JobGpuIdleDataLoadingPct, "job.gpu_idle_data_loading_pct"),
-        (Metric::JobGpuIdleNcclCollectivePct, "job.gpu_idle_nccl_collective_pct"),
-        (Metric::JobGpuIdleOptimizerStepPct, "job.gpu_idle_optimizer_step_pct"),
-        (Metric::JobGpuIdleWaitingForCpuPct, "job.gpu_idle_waiting_for_cpu_pct"),
-    ];
-
-    pub fn parse(name: &str) -> Option<Metric> {
-        Self::ALL.iter().find(|(_, n)| *n == name).map(|(m, _)| *m)
-    }
-
-    pub fn name(self) -> &'static str {
-        Self::ALL.iter().find(|(m, _)| *m == self).map(|(_, n)| *n).unwrap_or("?")
-    }
-
-    /// (source, value) for every source this metric is measured for in this tick.
-    pub fn values(self, sample: &Sample, window: &WindowAggregates) -> Vec<(String, f64)> {
-        use Metric::*;
-        let host = |f: fn(&ringside_shared::HostMetrics) -> Option<f64>| -> Vec<(String, f64)> {
-            sample.host.as_ref().and_then(f).map(|v| vec![("host".to_string(), v)]).unwrap_or_default()
-        };
-        let kernels = |f: &dyn Fn(&str) -> Option<f64>| -> Vec<(String, f64)> {
-            sample.kernels.iter().filter_map(|k| f(&k.id).map(|v| (format!("kernel:{}", k.id), v))).collect()
-        };
-        let in_window = |id: &str| window.kernels.iter().find(|k| k.id == id);
-        // Per GPU (`gpu:<index>`), and per job and GPU (`job:<pid>/gpu:<index>`).
-        let gpus = |f: fn(&ringside_shared::GpuDevice) -> Option<f64>| -> Vec<(String, f64)> {
-            let devices = sample.gpus.iter().flat_map(|g| &g.devices);
-            devices.filter_map(|g| f(g).map(|v| (format!("gpu:{}", g.index), v))).collect()
-        };
-        let idle = |f: fn(&ringside_shared::GpuIdleAttribution) -> f64| -> Vec<(String, f64)> {
-            let entries = sample.gpus.iter().flat_map(|g| &g.idle);
-            entries.map(|a| (format!("job:{}/gpu:{}", a.job, a.gpu), f(a))).collect()
-        };
-        match self {
-            HostCpuUtilizationPct => host(|h| Some(h.cpu_utilization_pct)),
-            HostIowaitPct => host(|h| Some(h.iowait_pct)),
-            HostMemoryUsedPct => host(|h| Some(h.memory.used_pct)),
-            HostLoad1 => host(|h| Some(h.load1)),
-            HostLoad5 => host(|h| Some(h.load5)),
-            HostLoad15 => host(|h| Some(h.load15)),
-            HostSwapUsedBytes => host(|h| Some(h.memory.swap_used_bytes as f64)),
-            HostProcsBlocked => host(|h| Some(f64::from(h.procs_blocked))),
-            HostPressureCpuSomeAvg10 => host(|h| h.pressure.as_ref().map(|p| p.cpu_some_avg10)),
-            HostPressureMemorySomeAvg10 => host(|h| h.pressure.as_ref().map(|p| p.memory_some_avg10)),
-            HostPressureIoSomeAvg10 => host(|h| h.pressure.as_ref().map(|p| p.io_some_avg10)),
-            KernelDropRate => kernels(&|id| in_window(id).and_then(|k| k.drop_rate)),
-            KernelAvgLatencyMs => kernels(&|id| in_window(id).and_then(|k| k.avg_latency_ns).map(|ns| ns / 1e6)),
-            KernelThroughputPerS => kernels(&|id| in_window(id).map(|k| k.throughput_per_s)),
-            KernelInputQueueRatio => kernels(&|id| {
-                sample
-                    .kernels
-                    .iter()
-                    .find(|k| k.id == id && k.input_queue_capacity > 0)
-                    .map(|k| f64::from(k.input_queue_depth) / f64::from(k.input_queue_capacity))
-            }),
-            SchedulerMlTasks => sample.scheduler.iter().map(|s| ("scheduler".to_string(), s.ml_tasks as f64)).collect(),
-            SchedulerDecisionsPerS => {
-                window.scheduler.iter().map(|s| ("scheduler".to_string(), s.decisions_per_s)).collect()
-            }
-            GpuUtilizationPct => gpus(|g| g.utilization_gpu_pct),
-            GpuMemoryUsedPct => gpus(|g| {
-                let total = g.memory_total_bytes.filter(|t| *t > 0)? as f64;
-                Some(g.memory_used_bytes? as f64 * 100.0 / total)
-            }),
-            GpuTemperatureC => gpus(|g| g.temperature_gpu_c.map(f64::from)),
-            GpuPowerW => gpus(|g| g.power_draw_w),
-            JobGpuIdlePct => idle(|a| a.idle_pct),
-            JobGpuIdleDataLoadingPct => idle(|a| a.idle_by_phase_pct.data_loading),
-            JobGpuIdleNcclCollectivePct => idle(|a| a.idle_by_phase_pct.nccl_collective),
-            JobGpuIdleOptimizerStepPct => idle(|a| a.idle_by_phase_pct.optimizer_step),
-            JobGpuIdleWaitingForCpuPct => idle(|a| a.idle_waiting_for_cpu_pct),
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
@@ -190,7 +63,8 @@ impl Op {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
     pub name: String,
-    pub metric: Metric,
+    /// A metric of the registry ([`crate::metrics`]), by one of its rule names.
+    pub metric: RuleMetric,
     pub op: Op,
     pub threshold: f64,
     pub for_ms: u64,
@@ -280,8 +154,8 @@ pub fn compile(configs: Vec<RuleConfig>, file_text: &str) -> Result<Vec<Rule>, S
         if rules.iter().any(|r| r.name == name) {
             return Err(format!("{}: a rule named {name:?} is already defined", at(c.name.span())));
         }
-        let metric = Metric::parse(c.metric.get_ref()).ok_or_else(|| {
-            let known: Vec<&str> = Metric::ALL.iter().map(|(_, n)| *n).collect();
+        let metric = RuleMetric::find(c.metric.get_ref()).ok_or_else(|| {
+            let known: Vec<&str> = RuleMetric::names().collect();
             format!(
                 "{}: rule {name}: unknown metric {:?}; known metrics: {}",
                 at(c.metric.span()),
@@ -350,8 +224,9 @@ impl RuleEngine {
         let now = sample.taken_at_ms;
         let mut found = Vec::new();
         let mut holding = HashMap::new();
+        let view = View::of_sample(sample, window);
         for (index, rule) in self.rules.iter().enumerate() {
-            for (source, value) in rule.metric.values(sample, window) {
+            for (source, value) in rule.metric.values(&view) {
                 if !rule.op.holds(value, rule.threshold) {
                     continue;
                 }
