@@ -209,10 +209,21 @@ impl AttachMode {
 pub struct ProgramStatus {
     /// What it observes, e.g. `sched_switch`, `sys_enter_read`.
     pub name: String,
-    /// How it is (or was to be) attached, e.g. `tp_btf`, `tracepoint`, `uprobe`.
-    pub attach: String,
+    /// How it is (or was to be) attached.
+    pub attach: Attachment,
     pub state: AttachState,
     pub detail: Option<String>,
+}
+
+/// How a program is (or was to be) attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attachment {
+    /// A scheduling or syscall program, in one of the attach modes.
+    Mode(AttachMode),
+    /// Syscall waits classified from the task's registers at the context switch.
+    SchedSwitch,
+    /// CUDA/NCCL entry points.
+    Uprobe,
 }
 
 /// Whether a program (or one attach point of it) is attached.
@@ -466,7 +477,7 @@ impl SchedProbe {
             let better: Vec<String> = refused.iter().map(|(m, why)| format!("{}: {why}", m.as_str())).collect();
             programs.push(ProgramStatus {
                 name: point.into(),
-                attach: mode.as_str().into(),
+                attach: Attachment::Mode(mode),
                 state: if refused.is_empty() { AttachState::Attached } else { AttachState::Fallback },
                 detail: (!better.is_empty()).then(|| better.join("; ")),
             });
@@ -484,7 +495,12 @@ impl SchedProbe {
                     }
                     Err(why) => (AttachState::Failed, Some(why)),
                 };
-                programs.push(ProgramStatus { name: point.into(), attach: "tracepoint".into(), state, detail });
+                programs.push(ProgramStatus {
+                    name: point.into(),
+                    attach: Attachment::Mode(AttachMode::Tracepoint),
+                    state,
+                    detail,
+                });
             }
         } else {
             let (state, detail) = match mode {
@@ -495,7 +511,7 @@ impl SchedProbe {
             };
             programs.push(ProgramStatus {
                 name: "syscall waits (futex, read, NVIDIA ioctl)".into(),
-                attach: "sched_switch".into(),
+                attach: Attachment::SchedSwitch,
                 state,
                 detail,
             });
@@ -536,7 +552,7 @@ impl SchedProbe {
             let probes: usize = self.uprobes.values().flatten().map(|(_, links)| links.len()).sum();
             all.push(ProgramStatus {
                 name: "on_call".into(),
-                attach: "uprobe".into(),
+                attach: Attachment::Uprobe,
                 state: AttachState::Attached,
                 detail: Some(format!(
                     "{probes} probes on {libraries} CUDA/NCCL libraries in {} processes",

@@ -5,7 +5,7 @@ use std::os::fd::AsRawFd;
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use ringside_bpf::{AttachMode, AttachState, EventKind, MlThreadStats, SchedProbe};
+use ringside_bpf::{AttachMode, AttachState, Attachment, EventKind, MlThreadStats, SchedProbe};
 
 mod common;
 use common::*;
@@ -18,7 +18,7 @@ fn every_attach_mode_counts_on_cpu_time_like_the_kernel() {
         let steal_before = steal_ns();
         assert_eq!(probe.mode(), mode);
         let switch = probe.programs().into_iter().find(|p| p.name == "sched_switch").expect("sched_switch listed");
-        assert_eq!((switch.attach.as_str(), switch.state), (mode.as_str(), AttachState::Attached));
+        assert_eq!((switch.attach, switch.state), (Attachment::Mode(mode), AttachState::Attached));
         let (tx, rx) = mpsc::channel();
         let (done_tx, done_rx) = mpsc::channel::<()>();
         let worker = std::thread::spawn(move || {
@@ -86,7 +86,7 @@ fn block_in_read_and_futex(probe: &SchedProbe) -> (MlThreadStats, MlThreadStats)
 fn waits_of_tracked_threads_are_classified_at_the_context_switch() {
     let _one = exclusive();
     let mut probe = load_with(&AttachMode::ALL);
-    let status = probe.programs().into_iter().find(|p| p.attach == "sched_switch").expect("listed");
+    let status = probe.programs().into_iter().find(|p| p.attach == Attachment::SchedSwitch).expect("listed");
     assert_eq!(status.state, AttachState::Attached, "{status:?}");
     probe.track(std::process::id(), std::process::id()).unwrap();
     let (read, wait) = block_in_read_and_futex(&probe);

@@ -233,7 +233,7 @@ impl Config {
         file.server.check().map_err(|why| ConfigError::Invalid { key: "server", value: "[server]".into(), why })?;
         // A stats kernel fed run-queue samples needs the scheduler that takes them.
         if let Some(k) = kernels.iter().find(|k| {
-            k.kernel == crate::kernels::KernelKind::Stats
+            k.kernel == ringside_shared::KernelKind::Stats
                 && k.input == ringside_shared::StatsInput::RunqLatency
                 && !scheduler.enabled
         }) {

@@ -25,7 +25,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::sys_exports::field_id::{NVML_FI_DEV_MEMORY_TEMP, NVML_FI_DEV_NVLINK_LINK_COUNT};
 use nvml_wrapper::{Device, Nvml};
-use ringside_shared::{GpuDevice, GpuTelemetry, GpuUtilizationSample};
+use ringside_shared::{GpuComputeMode, GpuDevice, GpuTelemetry, GpuUtilizationSample, ThrottleReason};
 use serde::Deserialize;
 
 use crate::pipeline::{MetricsSource, Sample, SourceError, SourceStatus};
@@ -503,7 +503,7 @@ fn read_device(nvml: &Nvml, device: &Device, index: u32) -> GpuDevice {
         remapped_rows_pending: None,
         remapped_rows_failed: None,
         persistence_mode: f.get("persistence_mode", device.is_in_persistent_mode()),
-        compute_mode: f.get("compute_mode", device.compute_mode()).map(|m| compute_mode_name(m).to_string()),
+        compute_mode: f.get("compute_mode", device.compute_mode()).map(compute_mode),
         performance_state: f.get("performance_state", device.performance_state()).map(performance_state_name),
         xids: Vec::new(),
         xid_count: 0,
@@ -573,10 +573,6 @@ fn namespace_pid(proc_root: &Path, pid: u32) -> Option<u32> {
 const SAMPLES_KEPT_US: u64 = 30_000_000;
 const MAX_SAMPLES_KEPT: usize = 256;
 
-/// The clock throttle reasons that mean the hardware protects itself (not a setting or idling).
-pub const HARDWARE_THROTTLES: [&str; 4] =
-    ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake", "sw_thermal_slowdown"];
-
 /// What the sampler carries from one reading to the next, across NVML restarts: each GPU's
 /// recent utilisation samples, since when its clocks have been held down, and the GPUs it has
 /// seen (one that leaves the driver's list is reported lost, not forgotten). Every map is
@@ -616,7 +612,7 @@ impl Continuity {
             }
             gpu.utilization_samples = kept.iter().copied().collect();
         }
-        let held = gpu.throttle_reasons.iter().flatten().any(|r| HARDWARE_THROTTLES.contains(&r.as_str()));
+        let held = gpu.throttle_reasons.iter().flatten().any(|r| r.is_hardware());
         if !held {
             self.throttled_since.remove(&gpu.uuid);
         } else if fits(self.throttled_since.len(), self.throttled_since.contains_key(&gpu.uuid)) {
@@ -785,31 +781,30 @@ fn nvlink_traffic(device: &Device) -> Result<(u64, u64), NvmlError> {
     Ok((kib[0].saturating_mul(1024), kib[1].saturating_mul(1024)))
 }
 
-/// Each reason NVML gives for holding the clocks down, with its name in the snapshot and
-/// `/metrics` (the groups `nvidia-smi -q` lists them under).
-pub const THROTTLE_REASONS: [(ThrottleReasons, &str); 9] = [
-    (ThrottleReasons::GPU_IDLE, "gpu_idle"),
-    (ThrottleReasons::APPLICATIONS_CLOCKS_SETTING, "applications_clocks"),
-    (ThrottleReasons::SW_POWER_CAP, "sw_power_cap"),
-    (ThrottleReasons::HW_SLOWDOWN, "hw_slowdown"),
-    (ThrottleReasons::SYNC_BOOST, "sync_boost"),
-    (ThrottleReasons::SW_THERMAL_SLOWDOWN, "sw_thermal_slowdown"),
-    (ThrottleReasons::HW_THERMAL_SLOWDOWN, "hw_thermal_slowdown"),
-    (ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN, "hw_power_brake"),
-    (ThrottleReasons::DISPLAY_CLOCK_SETTING, "display_clocks"),
+/// NVML's bit for each reason it gives for holding the clocks down.
+const THROTTLE_BITS: [(ThrottleReasons, ThrottleReason); 9] = [
+    (ThrottleReasons::GPU_IDLE, ThrottleReason::GpuIdle),
+    (ThrottleReasons::APPLICATIONS_CLOCKS_SETTING, ThrottleReason::ApplicationsClocks),
+    (ThrottleReasons::SW_POWER_CAP, ThrottleReason::SwPowerCap),
+    (ThrottleReasons::HW_SLOWDOWN, ThrottleReason::HwSlowdown),
+    (ThrottleReasons::SYNC_BOOST, ThrottleReason::SyncBoost),
+    (ThrottleReasons::SW_THERMAL_SLOWDOWN, ThrottleReason::SwThermalSlowdown),
+    (ThrottleReasons::HW_THERMAL_SLOWDOWN, ThrottleReason::HwThermalSlowdown),
+    (ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN, ThrottleReason::HwPowerBrake),
+    (ThrottleReasons::DISPLAY_CLOCK_SETTING, ThrottleReason::DisplayClocks),
 ];
 
-/// The reasons that hold now, by name.
-pub fn throttle_names(reasons: ThrottleReasons) -> Vec<String> {
-    THROTTLE_REASONS.iter().filter(|(bit, _)| reasons.contains(*bit)).map(|(_, name)| (*name).to_string()).collect()
+/// The reasons that hold now.
+pub fn throttle_names(reasons: ThrottleReasons) -> Vec<ThrottleReason> {
+    THROTTLE_BITS.iter().filter(|(bit, _)| reasons.contains(*bit)).map(|(_, reason)| *reason).collect()
 }
 
-fn compute_mode_name(mode: ComputeMode) -> &'static str {
+fn compute_mode(mode: ComputeMode) -> GpuComputeMode {
     match mode {
-        ComputeMode::Default => "default",
-        ComputeMode::ExclusiveThread => "exclusive_thread",
-        ComputeMode::Prohibited => "prohibited",
-        ComputeMode::ExclusiveProcess => "exclusive_process",
+        ComputeMode::Default => GpuComputeMode::Default,
+        ComputeMode::ExclusiveThread => GpuComputeMode::ExclusiveThread,
+        ComputeMode::Prohibited => GpuComputeMode::Prohibited,
+        ComputeMode::ExclusiveProcess => GpuComputeMode::ExclusiveProcess,
     }
 }
 
@@ -887,9 +882,10 @@ mod tests {
     #[test]
     fn throttle_reasons_are_decoded_by_name() {
         let reasons = ThrottleReasons::SW_POWER_CAP | ThrottleReasons::HW_THERMAL_SLOWDOWN;
-        assert_eq!(throttle_names(reasons), ["sw_power_cap", "hw_thermal_slowdown"]);
+        assert_eq!(throttle_names(reasons), [ThrottleReason::SwPowerCap, ThrottleReason::HwThermalSlowdown]);
         assert!(throttle_names(ThrottleReasons::empty()).is_empty(), "running free");
-        assert_eq!(throttle_names(ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN), ["hw_power_brake"]);
+        assert_eq!(throttle_names(ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN), [ThrottleReason::HwPowerBrake]);
+        assert_eq!(THROTTLE_BITS.map(|(_, r)| r), ThrottleReason::ALL, "every reason has its bit");
     }
 
     #[test]
@@ -941,7 +937,7 @@ mod tests {
 
     #[test]
     fn names_of_modes_and_states() {
-        assert_eq!(compute_mode_name(ComputeMode::ExclusiveProcess), "exclusive_process");
+        assert_eq!(compute_mode(ComputeMode::ExclusiveProcess), GpuComputeMode::ExclusiveProcess);
         assert_eq!(performance_state_name(PerformanceState::Zero), "P0");
         assert_eq!(performance_state_name(PerformanceState::Twelve), "P12");
     }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use ringside_kernels::builtin;
 use ringside_kernels::{Backend, Backpressure, Kernel, KernelError, LaunchOptions};
-use ringside_shared::{KernelBackend, KernelState, KernelStateChange, KernelStatsOutput, StatsInput};
+use ringside_shared::{KernelBackend, KernelKind, KernelState, KernelStateChange, KernelStatsOutput, StatsInput};
 use serde::Deserialize;
 
 use crate::pipeline::{Feed, MetricsSource, Sample, SourceError, SourceStatus};
@@ -43,29 +43,6 @@ pub struct KernelConfig {
     /// `stats`: what it is fed.
     #[serde(default = "default_input")]
     pub input: StatsInput,
-}
-
-/// The built-in kernels a `[[kernels]]` entry can run (`ringside_kernels::builtin::KERNELS`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum KernelKind {
-    /// The canary: answers each probe.
-    Echo,
-    /// Summarises what it is fed.
-    Stats,
-    /// A steady throughput load.
-    Saxpy,
-}
-
-impl KernelKind {
-    /// The built-in kernel's name in `ringside_kernels`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KernelKind::Echo => "echo",
-            KernelKind::Stats => "stats",
-            KernelKind::Saxpy => "saxpy",
-        }
-    }
 }
 
 /// What a kernel's input ring does when it is full.
@@ -194,10 +171,10 @@ impl KernelSource {
             KernelBackend::Cpu => Backend::Cpu,
         };
         // A kernel asked for on CUDA that cannot run there still runs, on the CPU, and says why.
-        let (kernel, note) = match Kernel::launch(config.id.clone(), config.kernel.as_str(), backend, options) {
+        let (kernel, note) = match Kernel::launch(config.id.clone(), config.kernel, backend, options) {
             Ok(kernel) => (kernel, None),
             Err(e @ (KernelError::CudaUnavailable(_) | KernelError::Cuda(_))) => {
-                let kernel = Kernel::launch(config.id.clone(), config.kernel.as_str(), Backend::Cpu, options)
+                let kernel = Kernel::launch(config.id.clone(), config.kernel, Backend::Cpu, options)
                     .map_err(|e| e.to_string())?;
                 (kernel, Some(format!("{e}; running on the CPU backend")))
             }
@@ -374,9 +351,6 @@ mod tests {
         assert!(parse("id = \"k\"\nkernel = \"echo\"\nbackend = \"tpu\"\n").contains("expected `cpu` or `cuda`"));
         let block = parse("id = \"k\"\nkernel = \"echo\"\nbackpressure = \"block\"\n");
         assert!(block.contains("expected `drop` or `wait`"), "{block}");
-        // The config's kinds are the built-in kernels, all of them.
-        let kinds = [KernelKind::Echo, KernelKind::Stats, KernelKind::Saxpy].map(KernelKind::as_str);
-        assert_eq!(kinds, builtin::KERNELS);
         assert!(bad(|c| c.id = "a b".into()).contains("letters"));
         let twice = vec![KernelConfig::canary(), KernelConfig::canary()];
         assert!(check_all(&twice).unwrap_err().contains("twice"));

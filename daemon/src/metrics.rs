@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use ringside_shared::{
     Alert, ComponentHealth, ComponentStatus, GpuDevice, GpuIdleAttribution, GpuTelemetry, HostMetrics, KernelBackend,
     KernelWindow, MetricSummary, MlProcessInfo, Phase, PhaseValues, RingKernelMetrics, SchedulerTelemetry, Severity,
-    StatsInput, WindowAggregates,
+    StatsInput, ThrottleReason, WindowAggregates,
 };
 
 use crate::pipeline::Sample;
@@ -1194,9 +1194,9 @@ pub static ALL: &[Def] = &[
         read: |v, out| {
             for g in v.gpu_devices() {
                 let Some(held) = &g.throttle_reasons else { continue };
-                for reason in crate::gpu::THROTTLE_REASONS.map(|(_, name)| name) {
-                    let value = if held.iter().any(|r| r == reason) { 1.0 } else { 0.0 };
-                    let labels = vec![g.index.to_string(), g.uuid.clone(), reason.into()];
+                for reason in ThrottleReason::ALL {
+                    let value = if held.contains(&reason) { 1.0 } else { 0.0 };
+                    let labels = vec![g.index.to_string(), g.uuid.clone(), reason.as_str().into()];
                     point(out, format!("gpu:{}", g.index), labels, value);
                 }
             }

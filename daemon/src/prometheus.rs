@@ -201,7 +201,7 @@ mod tests {
             utilization_gpu_pct: util,
             sm_clock_mhz: Some(1980),
             power_draw_w: Some(412.5),
-            throttle_reasons: Some(vec!["sw_power_cap".into()]),
+            throttle_reasons: Some(vec![ringside_shared::ThrottleReason::SwPowerCap]),
             ..ringside_shared::GpuDevice::default()
         };
         let gpus =

@@ -4,7 +4,7 @@
 //! report shows "–" with the reason on hover, never 0.
 
 use leptos::prelude::*;
-use ringside_shared::{GpuDevice, GpuIdleAttribution, GpuTelemetry, Phase};
+use ringside_shared::{GpuDevice, GpuIdleAttribution, GpuTelemetry, Phase, ThrottleReason};
 
 use crate::chart::{Series, TimeSeriesChart};
 use crate::format::bytes;
@@ -55,11 +55,11 @@ fn ratio(used: Option<f64>, limit: Option<f64>) -> Option<f64> {
 }
 
 /// The throttle reasons in words; `gpu_idle` alone is not a problem.
-pub fn throttle_text(reasons: &[String]) -> String {
+pub fn throttle_text(reasons: &[ThrottleReason]) -> String {
     if reasons.is_empty() {
         return "none: running free".into();
     }
-    reasons.iter().map(|r| r.replace('_', " ")).collect::<Vec<_>>().join(", ")
+    reasons.iter().map(|r| r.as_str().replace('_', " ")).collect::<Vec<_>>().join(", ")
 }
 
 /// What a process holds on the node's GPUs, joined by pid with NVML's process lists (the
@@ -81,7 +81,7 @@ pub fn gpu_use_of(pid: u32, gpus: &GpuTelemetry) -> Option<String> {
 fn gpu_card(gpu: GpuDevice, idle: Vec<GpuIdleAttribution>) -> impl IntoView {
     let memory_pct = ratio(gpu.memory_used_bytes.map(|b| b as f64), gpu.memory_total_bytes.map(|b| b as f64));
     let power_pct = ratio(gpu.power_draw_w, gpu.power_limit_w);
-    let throttled = gpu.throttle_reasons.as_ref().is_some_and(|r| r.iter().any(|r| r != "gpu_idle"));
+    let throttled = gpu.throttle_reasons.as_ref().is_some_and(|r| r.iter().any(|r| *r != ThrottleReason::GpuIdle));
     let lost = gpu.unsupported.get("gpu").cloned();
     let processes = gpu.processes.clone();
     view! {
@@ -301,6 +301,9 @@ mod tests {
     #[test]
     fn throttle_reasons_read_as_words() {
         assert_eq!(throttle_text(&[]), "none: running free");
-        assert_eq!(throttle_text(&["sw_power_cap".into(), "hw_slowdown".into()]), "sw power cap, hw slowdown");
+        assert_eq!(
+            throttle_text(&[ThrottleReason::SwPowerCap, ThrottleReason::HwSlowdown]),
+            "sw power cap, hw slowdown"
+        );
     }
 }

@@ -143,7 +143,7 @@ fn summary(s: &SchedulerTelemetry) -> impl IntoView {
         <div class="sched-summary">
             <div><span class="stat-label">"Mode"</span><b id="sched-mode">{s.mode.as_str()}</b></div>
             <div><span class="stat-label">"Backend"</span><b id="sched-backend">{s.backend.as_str()}</b></div>
-            <div><span class="stat-label">"Probe"</span><b>{s.attach_mode.clone().unwrap_or_else(|| "–".into())}</b></div>
+            <div><span class="stat-label">"Probe"</span><b>{s.attach_mode.map(|m| m.as_str()).unwrap_or("–")}</b></div>
             <div><span class="stat-label">"Window"</span><b>{format!("{} ms", s.window_ms)}</b></div>
             <div><span class="stat-label">"ML threads · all"</span><b>{format!("{} · {}", s.ml_tasks, s.total_tracked_tasks)}</b></div>
             <div><span class="stat-label">"Decisions · transitions"</span><b>{format!("{} · {}", s.decisions_made, s.phase_transitions)}</b></div>
@@ -224,7 +224,7 @@ fn scx_panel(s: &SchedulerTelemetry) -> impl IntoView {
         .into_iter()
         .map(|(name, value, help)| view! { <div title=help><span class="stat-label">{name}</span><b>{value.to_string()}</b></div> })
         .collect_view();
-        let state = if x.running { "running".to_string() } else { format!("not running (sched_ext {})", x.state) };
+        let state = if x.running { "running".to_string() } else { format!("not running (sched_ext {})", x.state.as_str()) };
         view! {
             <div class="scx" id="scx-status">
                 <h3>"sched_ext"</h3>
@@ -248,7 +248,7 @@ fn programs_table(s: &SchedulerTelemetry) -> impl IntoView {
         .map(|p| {
             view! {
                 <tr class=format!("prog-{}", p.state.as_str())>
-                    <td>{p.name.clone()}</td><td>{p.attach.clone()}</td><td>{p.state.as_str()}</td>
+                    <td>{p.name.clone()}</td><td>{p.attach.as_str()}</td><td>{p.state.as_str()}</td>
                     <td class="muted">{p.detail.clone().unwrap_or_default()}</td>
                 </tr>
             }

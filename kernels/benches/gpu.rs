@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use ringside_kernels::cuda::{self, CudaKernel, LaunchMode, OneShotKernel};
 use ringside_kernels::{Backpressure, LaunchOptions, Terminate};
+use ringside_shared::KernelKind;
 
 const ROUNDS: usize = 5;
 const ANSWER_LIMIT: Duration = Duration::from_secs(5);
@@ -31,7 +32,7 @@ fn percentiles(mut samples: Vec<u64>) -> (u64, u64) {
 }
 
 /// Round trips through a running persistent kernel; also what the device measured itself.
-fn persistent(kernel: &str, payload: &[u8]) -> ((u64, u64), (u64, u64)) {
+fn persistent(kernel: KernelKind, payload: &[u8]) -> ((u64, u64), (u64, u64)) {
     let mut k = CudaKernel::launch("bench", kernel, options()).expect("launch");
     k.activate().expect("activate");
     let mut out = [0u8; 512];
@@ -43,7 +44,7 @@ fn persistent(kernel: &str, payload: &[u8]) -> ((u64, u64), (u64, u64)) {
         while k.try_recv(&mut out).is_none() {
             // A kernel that stopped answering ends the benchmark with its state, not a hang.
             if started.elapsed() > ANSWER_LIMIT {
-                panic!("{kernel}: no answer within {ANSWER_LIMIT:?} (state {:?})", k.state());
+                panic!("{}: no answer within {ANSWER_LIMIT:?} (state {:?})", kernel.as_str(), k.state());
             }
             std::hint::spin_loop();
         }
@@ -56,7 +57,7 @@ fn persistent(kernel: &str, payload: &[u8]) -> ((u64, u64), (u64, u64)) {
     (percentiles(samples), (m.latency_p50_ns.unwrap_or(0), m.latency_p99_ns.unwrap_or(0)))
 }
 
-fn one_shot(kernel: &str, payload: &[u8], mode: LaunchMode) -> (u64, u64) {
+fn one_shot(kernel: KernelKind, payload: &[u8], mode: LaunchMode) -> (u64, u64) {
     let mut k = OneShotKernel::new(kernel, options(), mode).expect("one-shot kernel");
     let mut out = [0u8; 512];
     let n = round_trips();
@@ -90,8 +91,8 @@ fn main() {
     };
     let saxpy: Vec<u8> =
         std::iter::once(2.0f32).chain((0..64).map(|i| i as f32 * 0.5)).flat_map(|v| v.to_le_bytes()).collect();
-    let workloads: [(&str, &str, Vec<u8>); 2] =
-        [("echo", "echo, 8 B", 42u64.to_le_bytes().to_vec()), ("saxpy", "saxpy, 32 pairs", saxpy)];
+    let workloads: [(KernelKind, &str, Vec<u8>); 2] =
+        [(KernelKind::Echo, "echo, 8 B", 42u64.to_le_bytes().to_vec()), (KernelKind::Saxpy, "saxpy, 32 pairs", saxpy)];
     println!("GPU round trips on {device}");
     println!("{} round trips per contender, median of {ROUNDS} interleaved rounds", round_trips());
     println!("| work | contender | round trip p50 (ns) | p99 (ns) | p50 vs persistent |");
@@ -102,13 +103,13 @@ fn main() {
         let mut device_view = (Vec::new(), Vec::new());
         for round in 0..ROUNDS {
             eprintln!("{label}: round {}/{ROUNDS}", round + 1);
-            let ((p50, p99), (d50, d99)) = persistent(kernel, payload);
+            let ((p50, p99), (d50, d99)) = persistent(*kernel, payload);
             rounds[0].0.push(p50);
             rounds[0].1.push(p99);
             device_view.0.push(d50);
             device_view.1.push(d99);
             for (slot, mode) in [(1, LaunchMode::Launch), (2, LaunchMode::Graph)] {
-                let (p50, p99) = one_shot(kernel, payload, mode);
+                let (p50, p99) = one_shot(*kernel, payload, mode);
                 rounds[slot].0.push(p50);
                 rounds[slot].1.push(p99);
             }

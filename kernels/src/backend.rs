@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use ringside_shared::{KernelState, RingKernelMetrics};
+use ringside_shared::{KernelKind, KernelState, RingKernelMetrics};
 
 use crate::builtin;
 use crate::cuda::CudaKernel;
@@ -34,21 +34,18 @@ macro_rules! each {
 }
 
 impl Kernel {
-    /// Launches the built-in kernel `name` on `backend` (state Launched). There is no fallback
+    /// Launches the built-in kernel `kind` on `backend` (state Launched). There is no fallback
     /// here: a CUDA launch on a machine without CUDA is [`KernelError::CudaUnavailable`], and
     /// the caller decides what to do instead.
     pub fn launch(
         id: impl Into<String>,
-        name: &str,
+        kind: KernelKind,
         backend: Backend,
         options: LaunchOptions,
     ) -> Result<Kernel, KernelError> {
         match backend {
-            Backend::Cpu => {
-                let handler = builtin::build(name).ok_or_else(|| KernelError::UnknownKernel(name.into()))?;
-                RingKernel::launch(id, handler, options).map(Kernel::Cpu)
-            }
-            Backend::Cuda => CudaKernel::launch(id, name, options).map(Kernel::Cuda),
+            Backend::Cpu => RingKernel::launch(id, builtin::build(kind), options).map(Kernel::Cpu),
+            Backend::Cuda => CudaKernel::launch(id, kind, options).map(Kernel::Cuda),
         }
     }
 

@@ -9,19 +9,20 @@
 //!
 //! The CUDA backend runs twins of these (`kernels/cuda/*.cu`) that answer byte for byte the same.
 
+use ringside_shared::KernelKind;
+
 use crate::runtime::KernelHandler;
 use crate::telemetry::LatencyHistogram;
 
-/// Kernel names `build` knows.
-pub const KERNELS: [&str; 3] = ["echo", "stats", "saxpy"];
+/// The kernels `build` knows: every one.
+pub const KERNELS: [KernelKind; 3] = KernelKind::ALL;
 
-/// A fresh handler for a built-in kernel, by name.
-pub fn build(name: &str) -> Option<Box<dyn KernelHandler>> {
-    match name {
-        "echo" => Some(Box::new(Echo)),
-        "stats" => Some(Box::new(Stats::default())),
-        "saxpy" => Some(Box::new(Saxpy)),
-        _ => None,
+/// A fresh handler for a built-in kernel.
+pub fn build(kind: KernelKind) -> Box<dyn KernelHandler> {
+    match kind {
+        KernelKind::Echo => Box::new(Echo),
+        KernelKind::Stats => Box::new(Stats::default()),
+        KernelKind::Saxpy => Box::new(Saxpy),
     }
 }
 
@@ -39,7 +40,7 @@ pub struct Echo;
 
 impl KernelHandler for Echo {
     fn name(&self) -> &'static str {
-        "echo"
+        KernelKind::Echo.as_str()
     }
 
     fn process(&mut self, input: &[u8], output: &mut Vec<u8>) -> Result<(), String> {
@@ -136,7 +137,7 @@ impl StatsSummary {
 
 impl KernelHandler for Stats {
     fn name(&self) -> &'static str {
-        "stats"
+        KernelKind::Stats.as_str()
     }
 
     fn process(&mut self, input: &[u8], output: &mut Vec<u8>) -> Result<(), String> {
@@ -158,7 +159,7 @@ pub struct Saxpy;
 
 impl KernelHandler for Saxpy {
     fn name(&self) -> &'static str {
-        "saxpy"
+        KernelKind::Saxpy.as_str()
     }
 
     fn process(&mut self, input: &[u8], output: &mut Vec<u8>) -> Result<(), String> {
@@ -235,9 +236,8 @@ mod tests {
 
     #[test]
     fn every_name_builds() {
-        for name in KERNELS {
-            assert_eq!(build(name).unwrap().name(), name);
+        for kind in KERNELS {
+            assert_eq!(build(kind).name(), kind.as_str());
         }
-        assert!(build("fft").is_none());
     }
 }

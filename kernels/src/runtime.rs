@@ -38,7 +38,8 @@ const BATCH: usize = 64;
 
 /// What the kernel runs on every message.
 pub trait KernelHandler: Send + 'static {
-    /// Built-in kernel name (`echo`, `stats`, `saxpy`).
+    /// Its name in telemetry: a built-in kernel's [`ringside_shared::KernelKind`] name
+    /// (`echo`, `stats`, `saxpy`), or a handler's own.
     fn name(&self) -> &'static str;
     /// Turns one input message into one output message (written to `output`, which is empty).
     fn process(&mut self, input: &[u8], output: &mut Vec<u8>) -> Result<(), String>;
@@ -84,8 +85,6 @@ pub enum KernelError {
     TooLarge { len: usize, max: usize },
     #[error("cannot start the kernel thread: {0}")]
     Spawn(String),
-    #[error("unknown kernel {0:?}; built-in kernels: echo, stats, saxpy")]
-    UnknownKernel(String),
     /// This machine cannot run CUDA kernels (no driver, no device, no NVRTC, an old GPU...).
     #[error("cuda unavailable: {0}")]
     CudaUnavailable(String),

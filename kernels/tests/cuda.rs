@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use ringside_kernels::builtin::StatsSummary;
 use ringside_kernels::{cuda, Backend, Backpressure, Kernel, KernelError, LaunchOptions, Terminate};
-use ringside_shared::{KernelBackend, KernelState};
+use ringside_shared::{KernelBackend, KernelKind, KernelState};
 
 /// Runs `test` if this machine can run CUDA kernels, within `limit`; otherwise says why not.
 fn on_gpu(limit: Duration, test: impl FnOnce() + Send + 'static) {
@@ -51,8 +51,8 @@ fn options(capacity: usize, message_size: usize) -> LaunchOptions {
     }
 }
 
-fn launch(id: &str, name: &str, backend: Backend, options: LaunchOptions) -> Kernel {
-    let kernel = Kernel::launch(id, name, backend, options).unwrap_or_else(|e| panic!("{id} on {backend:?}: {e}"));
+fn launch(id: &str, kind: KernelKind, backend: Backend, options: LaunchOptions) -> Kernel {
+    let kernel = Kernel::launch(id, kind, backend, options).unwrap_or_else(|e| panic!("{id} on {backend:?}: {e}"));
     kernel.activate().unwrap();
     kernel
 }
@@ -92,9 +92,10 @@ impl Numbers {
 }
 
 /// The same messages through the CPU and the CUDA twin: the same answers, the same refusals.
-fn twins_agree(name: &str, message_size: usize, messages: Vec<Vec<u8>>) {
-    let mut cpu = launch(&format!("{name}-cpu"), name, Backend::Cpu, options(64, message_size));
-    let mut gpu = launch(&format!("{name}-gpu"), name, Backend::Cuda, options(64, message_size));
+fn twins_agree(kind: KernelKind, message_size: usize, messages: Vec<Vec<u8>>) {
+    let name = kind.as_str();
+    let mut cpu = launch(&format!("{name}-cpu"), kind, Backend::Cpu, options(64, message_size));
+    let mut gpu = launch(&format!("{name}-gpu"), kind, Backend::Cuda, options(64, message_size));
     let expected = answers(&mut cpu, &messages);
     let got = answers(&mut gpu, &messages);
     for (i, (want, got)) in expected.iter().zip(&got).enumerate() {
@@ -118,7 +119,7 @@ fn echo_answers_as_its_cpu_twin() {
             .iter()
             .map(|len| (0..*len).map(|_| numbers.next() as u8).collect())
             .collect();
-        twins_agree("echo", 4096, messages);
+        twins_agree(KernelKind::Echo, 4096, messages);
     });
 }
 
@@ -139,7 +140,7 @@ fn saxpy_answers_as_its_cpu_twin_bit_for_bit() {
         messages.push(vec![1, 2, 3]); // not whole f32s
         messages.push(Vec::new()); // no a
         messages.push(bytes(&[3.0, 4.0, 5.0])); // and it still works after refusals
-        twins_agree("saxpy", 8192, messages);
+        twins_agree(KernelKind::Saxpy, 8192, messages);
     });
 }
 
@@ -158,9 +159,9 @@ fn stats_answers_as_its_cpu_twin_bit_for_bit() {
         messages.push(bytes(&[5.0, -1.0])); // 5.0 counts, then refused
         messages.push(vec![0, 0, 128]); // not whole f32s
         messages.push(bytes(&[42.0]));
-        twins_agree("stats", 8192, messages.clone());
+        twins_agree(KernelKind::Stats, 8192, messages.clone());
         // The summary is what the CPU's decoder reads.
-        let mut gpu = launch("stats-decode", "stats", Backend::Cuda, options(8, 256));
+        let mut gpu = launch("stats-decode", KernelKind::Stats, Backend::Cuda, options(8, 256));
         let answer = answers(&mut gpu, &[bytes(&[1.0, 2.0, 3.0, 4.0])]).remove(0).expect("an answer");
         let summary = StatsSummary::decode(&answer).expect("a summary");
         assert_eq!((summary.count, summary.mean, summary.max), (4, 2.5, 4.0));
@@ -171,7 +172,7 @@ fn stats_answers_as_its_cpu_twin_bit_for_bit() {
 #[test]
 fn round_trips_stay_in_order() {
     on_gpu(Duration::from_secs(120), || {
-        let mut kernel = launch("echo-rt", "echo", Backend::Cuda, options(256, 64));
+        let mut kernel = launch("echo-rt", KernelKind::Echo, Backend::Cuda, options(256, 64));
         const N: u64 = 100_000;
         let mut out = [0u8; 64];
         let (mut sent, mut received) = (0u64, 0u64);
@@ -218,7 +219,7 @@ fn round_trips_stay_in_order() {
 #[test]
 fn the_device_writes_its_own_telemetry() {
     on_gpu(Duration::from_secs(60), || {
-        let mut kernel = launch("echo-telemetry", "echo", Backend::Cuda, options(64, 64));
+        let mut kernel = launch("echo-telemetry", KernelKind::Echo, Backend::Cuda, options(64, 64));
         let mut out = [0u8; 64];
         for i in 0..1000u64 {
             kernel.send(&i.to_le_bytes()).unwrap();
@@ -250,7 +251,7 @@ fn the_device_writes_its_own_telemetry() {
 #[test]
 fn deactivated_keeps_messages_queued_and_terminate_is_bounded() {
     on_gpu(Duration::from_secs(60), || {
-        let mut kernel = launch("echo-life", "echo", Backend::Cuda, options(64, 64));
+        let mut kernel = launch("echo-life", KernelKind::Echo, Backend::Cuda, options(64, 64));
         kernel.deactivate().unwrap();
         assert_eq!(kernel.state(), KernelState::Deactivated);
         for i in 0..10u64 {
@@ -280,7 +281,7 @@ fn deactivated_keeps_messages_queued_and_terminate_is_bounded() {
         assert!(kernel.send(b"late").is_err());
 
         // Abort: what is queued is dropped, and counted.
-        let mut kernel = launch("echo-abort", "echo", Backend::Cuda, options(64, 64));
+        let mut kernel = launch("echo-abort", KernelKind::Echo, Backend::Cuda, options(64, 64));
         kernel.deactivate().unwrap();
         for i in 0..7u64 {
             kernel.send(&i.to_le_bytes()).unwrap();
@@ -295,9 +296,9 @@ fn deactivated_keeps_messages_queued_and_terminate_is_bounded() {
 #[test]
 fn kernels_run_side_by_side_and_stop_one_at_a_time() {
     on_gpu(Duration::from_secs(60), || {
-        let mut first = launch("side-a", "echo", Backend::Cuda, options(64, 64));
+        let mut first = launch("side-a", KernelKind::Echo, Backend::Cuda, options(64, 64));
         // Launched while the first runs: its memory is allocated then.
-        let mut second = launch("side-b", "saxpy", Backend::Cuda, options(64, 64));
+        let mut second = launch("side-b", KernelKind::Saxpy, Backend::Cuda, options(64, 64));
         let mut out = [0u8; 64];
         first.send(b"a").unwrap();
         assert_eq!(first.recv_timeout(&mut out, Duration::from_secs(1)), Some(1));
@@ -321,7 +322,7 @@ fn without_a_gpu_cuda_is_an_error_with_a_reason() {
         Ok(device) => println!("skipped: a GPU is here ({device})"),
         Err(why) => {
             assert!(why.to_string().starts_with("cuda unavailable: "), "{why}");
-            let launched = Kernel::launch("k", "echo", Backend::Cuda, options(8, 64));
+            let launched = Kernel::launch("k", KernelKind::Echo, Backend::Cuda, options(8, 64));
             assert!(matches!(launched, Err(KernelError::CudaUnavailable(_))));
         }
     }

@@ -77,11 +77,53 @@ pub struct MetricSummary {
     pub help: String,
 }
 
+/// How a rule compares its metric with its threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum RuleOp {
+    #[serde(rename = ">")]
+    Gt,
+    #[serde(rename = ">=")]
+    Ge,
+    #[serde(rename = "<")]
+    Lt,
+    #[serde(rename = "<=")]
+    Le,
+    #[serde(rename = "==")]
+    Eq,
+    #[serde(rename = "!=")]
+    Ne,
+}
+
+impl RuleOp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleOp::Gt => ">",
+            RuleOp::Ge => ">=",
+            RuleOp::Lt => "<",
+            RuleOp::Le => "<=",
+            RuleOp::Eq => "==",
+            RuleOp::Ne => "!=",
+        }
+    }
+
+    /// Whether `value op threshold` holds.
+    pub fn holds(self, value: f64, threshold: f64) -> bool {
+        match self {
+            RuleOp::Gt => value > threshold,
+            RuleOp::Ge => value >= threshold,
+            RuleOp::Lt => value < threshold,
+            RuleOp::Le => value <= threshold,
+            RuleOp::Eq => value == threshold,
+            RuleOp::Ne => value != threshold,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RuleSummary {
     pub name: String,
     pub metric: String,
-    pub op: String,
+    pub op: RuleOp,
     pub threshold: f64,
     pub for_ms: u64,
     pub severity: crate::alert::Severity,
@@ -223,7 +265,7 @@ pub struct KernelPoint {
     pub throughput_per_s: f64,
 }
 
-/// Defines a wire enum written in snake_case, with `as_str` giving that same name.
+/// Defines a wire enum written in snake_case, with `as_str` (and `Display`) giving that same name.
 macro_rules! wire_enum {
     ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$meta])*
@@ -238,6 +280,12 @@ macro_rules! wire_enum {
                 match self {
                     $($name::$variant => $text),+
                 }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
             }
         }
     };
@@ -330,6 +378,152 @@ wire_enum! {
     }
 }
 
+wire_enum! {
+    /// Why NVML says a GPU's clocks are held down (the groups `nvidia-smi -q` lists them under).
+    ThrottleReason {
+        GpuIdle => "gpu_idle",
+        ApplicationsClocks => "applications_clocks",
+        SwPowerCap => "sw_power_cap",
+        HwSlowdown => "hw_slowdown",
+        SyncBoost => "sync_boost",
+        SwThermalSlowdown => "sw_thermal_slowdown",
+        HwThermalSlowdown => "hw_thermal_slowdown",
+        HwPowerBrake => "hw_power_brake",
+        DisplayClocks => "display_clocks",
+    }
+}
+
+impl ThrottleReason {
+    pub const ALL: [ThrottleReason; 9] = [
+        ThrottleReason::GpuIdle,
+        ThrottleReason::ApplicationsClocks,
+        ThrottleReason::SwPowerCap,
+        ThrottleReason::HwSlowdown,
+        ThrottleReason::SyncBoost,
+        ThrottleReason::SwThermalSlowdown,
+        ThrottleReason::HwThermalSlowdown,
+        ThrottleReason::HwPowerBrake,
+        ThrottleReason::DisplayClocks,
+    ];
+
+    /// The hardware protecting itself (heat, power), not a setting or idling.
+    pub fn is_hardware(self) -> bool {
+        matches!(
+            self,
+            ThrottleReason::HwSlowdown
+                | ThrottleReason::HwThermalSlowdown
+                | ThrottleReason::HwPowerBrake
+                | ThrottleReason::SwThermalSlowdown
+        )
+    }
+}
+
+wire_enum! {
+    /// Who may open a context on a GPU (`nvidia-smi -c`).
+    GpuComputeMode {
+        Default => "default",
+        ExclusiveThread => "exclusive_thread",
+        Prohibited => "prohibited",
+        ExclusiveProcess => "exclusive_process",
+    }
+}
+
+wire_enum! {
+    /// A built-in ring kernel (`[[kernels]] kernel`), the same on the CPU and CUDA backends.
+    #[derive(Default)]
+    KernelKind {
+        /// The canary: answers each probe.
+        #[default]
+        Echo => "echo",
+        /// Summarises what it is fed.
+        Stats => "stats",
+        /// A steady throughput load.
+        Saxpy => "saxpy",
+    }
+}
+
+impl KernelKind {
+    pub const ALL: [KernelKind; 3] = [KernelKind::Echo, KernelKind::Stats, KernelKind::Saxpy];
+}
+
+wire_enum! {
+    /// How a probe program is attached: the scheduling programs' attach mode (`tp_btf`, else
+    /// `raw_tp`, else `tracepoint`), the syscall waits classified at `sched_switch`, and the
+    /// CUDA/NCCL `uprobe`s.
+    #[derive(Default)]
+    ProbeAttach {
+        #[default]
+        TpBtf => "tp_btf",
+        RawTp => "raw_tp",
+        Tracepoint => "tracepoint",
+        SchedSwitch => "sched_switch",
+        Uprobe => "uprobe",
+    }
+}
+
+wire_enum! {
+    /// `/sys/kernel/sched_ext/state`, or `unavailable` where the kernel has no sched_ext.
+    #[derive(Default)]
+    ScxState {
+        Enabled => "enabled",
+        Disabled => "disabled",
+        Enabling => "enabling",
+        Disabling => "disabling",
+        #[default]
+        Unavailable => "unavailable",
+    }
+}
+
+impl ScxState {
+    /// The state as sysfs writes it; anything else is `unavailable`.
+    pub fn parse(text: &str) -> ScxState {
+        [ScxState::Enabled, ScxState::Disabled, ScxState::Enabling, ScxState::Disabling]
+            .into_iter()
+            .find(|s| s.as_str() == text.trim())
+            .unwrap_or(ScxState::Unavailable)
+    }
+}
+
+wire_enum! {
+    /// Why the sched_ext scheduler stopped: the kernel's `enum scx_exit_kind`.
+    #[derive(Default)]
+    ScxExitKind {
+        Done => "done",
+        /// Unregistered by its owner (the daemon stopping).
+        Unregistered => "unregistered",
+        UnregisteredBpf => "unregistered_bpf",
+        /// Unregistered by the kernel.
+        UnregisteredKernel => "unregistered_kernel",
+        /// An operator's sysrq-S.
+        Sysrq => "sysrq",
+        Error => "error",
+        /// An error the BPF program raised.
+        ErrorBpf => "error_bpf",
+        /// A runnable task was not run in time.
+        WatchdogStall => "watchdog_stall",
+        /// A kind this daemon does not know.
+        #[default]
+        Unknown => "unknown",
+    }
+}
+
+impl ScxExitKind {
+    /// From the kernel's number.
+    pub fn of(kind: i32) -> ScxExitKind {
+        match kind {
+            1 => ScxExitKind::Done,
+            64 => ScxExitKind::Unregistered,
+            65 => ScxExitKind::UnregisteredBpf,
+            66 => ScxExitKind::UnregisteredKernel,
+            67 => ScxExitKind::Sysrq,
+            1024 => ScxExitKind::Error,
+            1025 => ScxExitKind::ErrorBpf,
+            1026 => ScxExitKind::WatchdogStall,
+            _ => ScxExitKind::Unknown,
+        }
+    }
+}
+
 /// A phase of ML work a thread can be in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -410,7 +604,7 @@ pub struct SchedulerTelemetry {
     pub window_ms: u64,
     /// How the scheduling programs are attached: `tp_btf`, `raw_tp` or `tracepoint`.
     #[serde(default)]
-    pub attach_mode: Option<String>,
+    pub attach_mode: Option<ProbeAttach>,
     /// Every BPF program and attach point, with its state.
     #[serde(default)]
     pub programs: Vec<ProbeProgram>,
@@ -451,8 +645,7 @@ pub struct SchedulerTelemetry {
 /// The sched_ext backend: the kernel's view and the scheduler's own counters.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ScxStatus {
-    /// `/sys/kernel/sched_ext/state`: `enabled`, `disabled`, ...; `unavailable` without sched_ext.
-    pub state: String,
+    pub state: ScxState,
     /// The registered scheduler's name (`/sys/kernel/sched_ext/root/ops`), if any.
     pub ops: Option<String>,
     /// Whether ours is the one running.
@@ -501,8 +694,7 @@ pub struct ScxCounters {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ScxExitInfo {
     pub at_ms: UnixMillis,
-    /// The kernel's exit kind: `unregistered`, `sysrq`, `error`, `error_bpf`, `watchdog_stall`...
-    pub kind: String,
+    pub kind: ScxExitKind,
     pub reason: String,
     pub message: String,
     /// Stopped by the kernel (or an operator's sysrq), not by the daemon.
@@ -541,8 +733,7 @@ pub fn clip(text: &str, max: usize) -> String {
 pub struct ProbeProgram {
     /// What it observes, e.g. `sched_switch`, `sys_enter_read`, `libcuda.so.1 (pid 42)`.
     pub name: String,
-    /// `tp_btf`, `raw_tp`, `tracepoint` or `uprobe`.
-    pub attach: String,
+    pub attach: ProbeAttach,
     pub state: ProgramState,
     pub detail: Option<String>,
 }
@@ -866,10 +1057,8 @@ pub struct GpuDevice {
     pub nvlink_links: Option<u32>,
     pub nvlink_tx_bytes: Option<u64>,
     pub nvlink_rx_bytes: Option<u64>,
-    /// Why the clocks are held down now, decoded: `sw_power_cap`, `hw_slowdown`,
-    /// `sw_thermal_slowdown`, `hw_thermal_slowdown`, `hw_power_brake`, `sync_boost`,
-    /// `applications_clocks`, `display_clocks`, `gpu_idle`. Empty: running free.
-    pub throttle_reasons: Option<Vec<String>>,
+    /// Why the clocks are held down now. Empty: running free.
+    pub throttle_reasons: Option<Vec<ThrottleReason>>,
     /// Since when the hardware has held the clocks down without a break (thermal or HW
     /// slowdown, power brake), as seen by the daemon's readings; absent while running free.
     #[serde(default)]
@@ -887,8 +1076,7 @@ pub struct GpuDevice {
     pub remapped_rows_pending: Option<bool>,
     pub remapped_rows_failed: Option<bool>,
     pub persistence_mode: Option<bool>,
-    /// `default`, `exclusive_process`, `prohibited`.
-    pub compute_mode: Option<String>,
+    pub compute_mode: Option<GpuComputeMode>,
     /// `P0` (fastest) to `P15`.
     pub performance_state: Option<String>,
     /// The latest XID errors the driver reported for this GPU (at most 32, oldest first), and

@@ -164,7 +164,7 @@ fn gpus() -> GpuTelemetry {
             compute_capability: Some("9.0".into()),
             utilization_gpu_pct: Some(97.0),
             memory_used_bytes: Some(80 << 30),
-            throttle_reasons: Some(vec!["sw_power_cap".into()]),
+            throttle_reasons: Some(vec![ThrottleReason::SwPowerCap]),
             nvlink_links: None,
             unsupported: [("nvlink_links".to_string(), "not supported by this GPU or driver".to_string())].into(),
             ..GpuDevice::default()
@@ -190,7 +190,7 @@ pub(crate) fn snapshot() -> Snapshot {
             rules: vec![RuleSummary {
                 name: "hot".into(),
                 metric: "host.cpu_utilization_pct".into(),
-                op: ">".into(),
+                op: RuleOp::Gt,
                 threshold: 90.0,
                 for_ms: 30_000,
                 severity: Severity::Warning,
@@ -232,10 +232,10 @@ pub(crate) fn snapshot() -> Snapshot {
             total_cpus: 2,
             mode: SchedulerMode::Enforce,
             window_ms: 100,
-            attach_mode: Some("tp_btf".into()),
+            attach_mode: Some(ProbeAttach::TpBtf),
             programs: vec![ProbeProgram {
                 name: "sched_switch".into(),
-                attach: "tp_btf".into(),
+                attach: ProbeAttach::TpBtf,
                 state: ProgramState::Attached,
                 detail: None,
             }],
@@ -306,7 +306,7 @@ pub(crate) fn snapshot() -> Snapshot {
             lost: ProbeLosses::default(),
             backend: SchedulerBackend::Scx,
             scx: Some(ScxStatus {
-                state: "enabled".into(),
+                state: ScxState::Enabled,
                 ops: Some("ringside".into()),
                 running: true,
                 nodes: 1,
@@ -563,6 +563,25 @@ fn scheduler_wire_enums_say_their_names() {
     check(&[ProcessRole::Main, ProcessRole::Worker], ProcessRole::as_str);
     check(&[LibraryState::Pending, LibraryState::Probed, LibraryState::Refused], LibraryState::as_str);
     check(&[ProgramState::Attached, ProgramState::Fallback, ProgramState::Failed], ProgramState::as_str);
+    use ProbeAttach::*;
+    check(&[TpBtf, RawTp, Tracepoint, SchedSwitch, Uprobe], ProbeAttach::as_str);
+    let states =
+        [ScxState::Enabled, ScxState::Disabled, ScxState::Enabling, ScxState::Disabling, ScxState::Unavailable];
+    check(&states, ScxState::as_str);
+    for state in states {
+        assert_eq!(ScxState::parse(&format!("{state}\n")), state, "sysfs ends its line");
+    }
+    assert_eq!(ScxState::parse("exploded"), ScxState::Unavailable);
+    let exits: Vec<ScxExitKind> = [1, 64, 65, 66, 67, 1024, 1025, 1026, 7].into_iter().map(ScxExitKind::of).collect();
+    check(&exits, ScxExitKind::as_str);
+    assert_eq!(
+        exits.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(" "),
+        "done unregistered unregistered_bpf unregistered_kernel sysrq error error_bpf watchdog_stall unknown"
+    );
+    check(&KernelKind::ALL, KernelKind::as_str);
+    let ops = [RuleOp::Gt, RuleOp::Ge, RuleOp::Lt, RuleOp::Le, RuleOp::Eq, RuleOp::Ne];
+    check(&ops, RuleOp::as_str);
+    assert!(RuleOp::Ge.holds(1.0, 1.0) && !RuleOp::Gt.holds(1.0, 1.0) && RuleOp::Ne.holds(0.0, 1.0));
     assert!(serde_json::from_str::<SchedulerBackend>("\"cfs\"").is_err());
 }
 

@@ -12,7 +12,7 @@ pub mod writer;
 
 use std::collections::{BTreeMap, HashMap};
 
-use ringside_shared::{AlertType, KernelState, Severity, WindowAggregates};
+use ringside_shared::{AlertType, KernelState, Severity, ThrottleReason, WindowAggregates};
 
 use crate::metrics::{RuleMetric, View};
 use crate::pipeline::Sample;
@@ -107,22 +107,27 @@ fn gpu_conditions(t: &Thresholds, view: &View, now_ms: u64, found: &mut Vec<Cond
         } else if gpu.remapped_rows_pending == Some(true) {
             add("remap", Severity::Warning, 1.0, 0.0, "a row remap is pending: reset the GPU when it is idle".into());
         }
-        let held: Vec<&str> = gpu
-            .throttle_reasons
-            .iter()
-            .flatten()
-            .map(String::as_str)
-            .filter(|r| crate::gpu::HARDWARE_THROTTLES.contains(r))
-            .collect();
+        let held: Vec<ThrottleReason> =
+            gpu.throttle_reasons.iter().flatten().copied().filter(|r| r.is_hardware()).collect();
         let held_s = gpu.hw_throttled_since_ms.map(|since| now_ms.saturating_sub(since) as f64 / 1000.0);
         if !held.is_empty() && held_s.is_some_and(|s| s >= t.gpu_throttle_sustained_s) {
-            let severity = if held.contains(&"hw_power_brake") || held.contains(&"hw_thermal_slowdown") {
-                Severity::Error
-            } else {
-                Severity::Warning
-            };
+            let severity =
+                if held.contains(&ThrottleReason::HwPowerBrake) || held.contains(&ThrottleReason::HwThermalSlowdown) {
+                    Severity::Error
+                } else {
+                    Severity::Warning
+                };
             let (s, threshold) = (held_s.unwrap_or(0.0), t.gpu_throttle_sustained_s);
-            add("throttle", severity, s, threshold, format!("clocks held down by {} for {s:.0} s", held.join(", ")));
+            add(
+                "throttle",
+                severity,
+                s,
+                threshold,
+                format!(
+                    "clocks held down by {} for {s:.0} s",
+                    held.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            );
         }
         if let Some(&pct) = memory_used.get(&source) {
             if pct > t.gpu_memory_used_pct_warning {
@@ -295,14 +300,14 @@ pub fn conditions(
             found.push(Condition {
                 alert_type: AlertType::SchedulerEjected,
                 rule: None,
-                labels: BTreeMap::from([("kind".to_string(), exit.kind.clone())]),
+                labels: BTreeMap::from([("kind".to_string(), exit.kind.as_str().to_string())]),
                 source: "scheduler:sched_ext".into(),
                 severity: Severity::Critical,
                 value: 1.0,
                 threshold: 0.0,
                 message: format!(
                     "the kernel stopped the sched_ext scheduler ({}: {}{}); decisions are carried out with setattr",
-                    exit.kind,
+                    exit.kind.as_str(),
                     exit.reason,
                     if exit.message.is_empty() { String::new() } else { format!(", {}", exit.message) }
                 ),
@@ -416,7 +421,7 @@ mod tests {
             memory_used_bytes: Some(50),
             memory_total_bytes: Some(100),
             temperature_gpu_c: Some(60),
-            throttle_reasons: Some(vec!["gpu_idle".into(), "sw_power_cap".into()]),
+            throttle_reasons: Some(vec![ThrottleReason::GpuIdle, ThrottleReason::SwPowerCap]),
             ecc_uncorrected_volatile: Some(0),
             ..GpuDevice::default()
         };
@@ -426,7 +431,7 @@ mod tests {
             memory_used_bytes: Some(97),
             memory_total_bytes: Some(100),
             temperature_gpu_c: Some(91),
-            throttle_reasons: Some(vec!["hw_thermal_slowdown".into()]),
+            throttle_reasons: Some(vec![ThrottleReason::HwThermalSlowdown]),
             hw_throttled_since_ms: Some(5_000),
             ecc_uncorrected_volatile: Some(2),
             remapped_rows_pending: Some(true),
@@ -509,7 +514,7 @@ mod tests {
 
         let throttled = |since| GpuDevice {
             uuid: "GPU-0".into(),
-            throttle_reasons: Some(vec!["hw_power_brake".into()]),
+            throttle_reasons: Some(vec![ThrottleReason::HwPowerBrake]),
             hw_throttled_since_ms: since,
             ..GpuDevice::default()
         };
@@ -600,7 +605,7 @@ mod tests {
         ejected.scheduler = Some(ringside_shared::SchedulerTelemetry {
             scx: Some(ringside_shared::ScxStatus {
                 exit: Some(ringside_shared::ScxExitInfo {
-                    kind: "watchdog_stall".into(),
+                    kind: ringside_shared::ScxExitKind::WatchdogStall,
                     reason: "runnable task stall".into(),
                     ejected: true,
                     ..Default::default()

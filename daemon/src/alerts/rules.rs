@@ -19,53 +19,19 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use ringside_shared::{AlertType, RuleSummary, Severity, WindowAggregates};
+use ringside_shared::{AlertType, RuleOp, RuleSummary, Severity, WindowAggregates};
 use serde::Deserialize;
 
 use super::Condition;
 use crate::metrics::{RuleMetric, View};
 use crate::pipeline::Sample;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    Gt,
-    Ge,
-    Lt,
-    Le,
-    Eq,
-    Ne,
-}
-
-impl Op {
-    const ALL: [(Op, &'static str); 6] =
-        [(Op::Gt, ">"), (Op::Ge, ">="), (Op::Lt, "<"), (Op::Le, "<="), (Op::Eq, "=="), (Op::Ne, "!=")];
-
-    fn parse(text: &str) -> Option<Op> {
-        Self::ALL.iter().find(|(_, s)| *s == text).map(|(o, _)| *o)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        Self::ALL.iter().find(|(o, _)| *o == self).map(|(_, s)| *s).unwrap_or("?")
-    }
-
-    fn holds(self, value: f64, threshold: f64) -> bool {
-        match self {
-            Op::Gt => value > threshold,
-            Op::Ge => value >= threshold,
-            Op::Lt => value < threshold,
-            Op::Le => value <= threshold,
-            Op::Eq => value == threshold,
-            Op::Ne => value != threshold,
-        }
-    }
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
     pub name: String,
     /// A metric of the registry ([`crate::metrics`]), by one of its rule names.
     pub metric: RuleMetric,
-    pub op: Op,
+    pub op: RuleOp,
     pub threshold: f64,
     pub for_ms: u64,
     pub severity: Severity,
@@ -77,7 +43,7 @@ impl Rule {
         RuleSummary {
             name: self.name.clone(),
             metric: self.metric.name().into(),
-            op: self.op.as_str().into(),
+            op: self.op,
             threshold: self.threshold,
             for_ms: self.for_ms,
             severity: self.severity,
@@ -92,11 +58,11 @@ impl Rule {
 pub struct RuleConfig {
     name: toml::Spanned<String>,
     metric: toml::Spanned<String>,
-    op: toml::Spanned<String>,
+    op: RuleOp,
     threshold: toml::Spanned<f64>,
     #[serde(default, rename = "for")]
     for_: Option<toml::Spanned<String>>,
-    severity: toml::Spanned<String>,
+    severity: Severity,
     #[serde(default)]
     labels: BTreeMap<String, String>,
 }
@@ -163,9 +129,6 @@ pub fn compile(configs: Vec<RuleConfig>, file_text: &str) -> Result<Vec<Rule>, S
                 known.join(", ")
             )
         })?;
-        let op = Op::parse(c.op.get_ref().trim()).ok_or_else(|| {
-            format!("{}: rule {name}: op {:?} must be one of > >= < <= == !=", at(c.op.span()), c.op.get_ref())
-        })?;
         let threshold = *c.threshold.get_ref();
         if !threshold.is_finite() {
             return Err(format!("{}: rule {name}: threshold must be a finite number", at(c.threshold.span())));
@@ -180,14 +143,7 @@ pub fn compile(configs: Vec<RuleConfig>, file_text: &str) -> Result<Vec<Rule>, S
                 )
             })?,
         };
-        let severity = Severity::parse(c.severity.get_ref()).ok_or_else(|| {
-            format!(
-                "{}: rule {name}: severity {:?} must be info, warning, error or critical",
-                at(c.severity.span()),
-                c.severity.get_ref()
-            )
-        })?;
-        rules.push(Rule { name, metric, op, threshold, for_ms, severity, labels: c.labels });
+        rules.push(Rule { name, metric, op: c.op, threshold, for_ms, severity: c.severity, labels: c.labels });
     }
     Ok(rules)
 }
@@ -307,13 +263,22 @@ mod tests {
         let error = compile_text(text).unwrap_err();
         assert!(error.starts_with("line 12: rule b: unknown metric \"host.cpu_temperature\""), "{error}");
         assert!(error.contains("host.memory_used_pct"), "lists the known metrics: {error}");
+        // Ops and severities are refused by the config's own parser, at their line.
         let bad_op =
             text.replace("metric = \"host.cpu_temperature\"\nop = \">\"", "metric = \"host.load1\"\nop = \"=>\"");
-        assert!(compile_text(&bad_op).unwrap_err().starts_with("line 13: rule b: op \"=>\""));
+        let error = compile_text(&bad_op).unwrap_err();
+        assert!(
+            error.contains("line 13") && error.contains("unknown variant `=>`") && error.contains("`>=`"),
+            "{error}"
+        );
         let bad_severity = text
             .replace("host.cpu_temperature", "host.load1")
             .replace("severity = \"warning\"\n\n[[rules]]", "severity = \"loud\"\n\n[[rules]]");
-        assert!(compile_text(&bad_severity).unwrap_err().starts_with("line 8: rule a: severity \"loud\""));
+        let error = compile_text(&bad_severity).unwrap_err();
+        assert!(
+            error.contains("line 8") && error.contains("unknown variant `loud`") && error.contains("`critical`"),
+            "{error}"
+        );
         let duplicate = text.replace("host.cpu_temperature", "host.load1").replace("name = \"b\"", "name = \"a\"");
         assert!(compile_text(&duplicate).unwrap_err().starts_with("line 11: a rule named \"a\""));
         let bad_for = "[[rules]]\nname = \"a\"\nmetric = \"host.load1\"\nop = \">\"\nthreshold = 1\nfor = \"a while\"\nseverity = \"info\"\n";

@@ -7,7 +7,7 @@
 //! only asked about threads of admitted processes.
 
 use ringside_bpf::scx::{self, ScxClass, ScxDecision, ScxScheduler};
-use ringside_shared::{Decision, Phase, SchedulerBackend, ScxCounters, ScxExitInfo, ScxStatus};
+use ringside_shared::{Decision, Phase, SchedulerBackend, ScxCounters, ScxExitInfo, ScxExitKind, ScxState, ScxStatus};
 
 use super::policy::{self, Enforcer, PhasePolicy, SchedPolicy, ThreadId};
 
@@ -157,21 +157,6 @@ pub struct SchedExt {
     fallback: Setattr,
 }
 
-/// The kernel's `enum scx_exit_kind`, by name.
-fn exit_kind_name(kind: i32) -> &'static str {
-    match kind {
-        1 => "done",
-        64 => "unregistered",
-        65 => "unregistered_bpf",
-        66 => "unregistered_kernel",
-        67 => "sysrq",
-        1024 => "error",
-        1025 => "error_bpf",
-        1026 => "watchdog_stall",
-        _ => "unknown",
-    }
-}
-
 /// The class a phase's threads get: short slices and wake-up preemption for the phases that
 /// hold the GPU up when they wait (data loading, optimizer step), long slices for feeding it.
 pub fn scx_class(phase: Phase) -> ScxClass {
@@ -293,7 +278,7 @@ impl Enforcement for SchedExt {
         let exit = self.scheduler.as_ref()?.exit()?;
         let info = ScxExitInfo {
             at_ms: crate::clock::now_ms(),
-            kind: exit_kind_name(exit.kind).into(),
+            kind: ScxExitKind::of(exit.kind),
             reason: exit.reason.clone(),
             message: exit.message.clone(),
             ejected: exit.is_ejection(),
@@ -304,17 +289,17 @@ impl Enforcement for SchedExt {
         }
         self.status.running = false;
         self.status.counters = counters;
-        self.status.error = Some(format!("stopped by the kernel ({}): {}", info.kind, info.reason));
+        self.status.error = Some(format!("stopped by the kernel ({}): {}", info.kind.as_str(), info.reason));
         self.status.exit = Some(info.clone());
         Some(info)
     }
 
     fn scx_status(&self) -> Option<ScxStatus> {
         let mut status = self.status.clone();
-        status.state = scx::state().unwrap_or_else(|_| "unavailable".into());
+        status.state = scx::state().map(|s| ScxState::parse(&s)).unwrap_or(ScxState::Unavailable);
         status.ops = scx::ops_name();
         if let Some(scheduler) = &self.scheduler {
-            status.running = status.ops.as_deref() == Some(scx::OPS_NAME) && status.state == "enabled";
+            status.running = status.ops.as_deref() == Some(scx::OPS_NAME) && status.state == ScxState::Enabled;
             status.decided_threads = scheduler.decided() as u64;
             status.counters = self.counters();
         }

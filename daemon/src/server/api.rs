@@ -21,14 +21,13 @@ pub async fn healthz(State(app): State<SharedApp>, headers: axum::http::HeaderMa
     let components = app.state.components();
     let healthy = NodeState::is_healthy(&components);
     let stalled_after = (3 * app.state.interval_ms()).max(3_000);
-    let status = if app.state.tick_age_ms() > stalled_after {
-        "down"
+    let (status, code) = if app.state.tick_age_ms() > stalled_after {
+        ("down", StatusCode::SERVICE_UNAVAILABLE)
     } else if healthy {
-        "ok"
+        ("ok", StatusCode::OK)
     } else {
-        "degraded"
+        ("degraded", StatusCode::SERVICE_UNAVAILABLE)
     };
-    let code = if status == "ok" { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     if super::auth::authenticate(&app, &headers).is_none() {
         return (code, Json(serde_json::json!({ "status": status }))).into_response();
     }

@@ -3,6 +3,7 @@
 //! `benches/gpu.rs` measures the persistent kernel against.
 
 use cudarc::driver::{sys, CudaFunction, CudaGraph};
+use ringside_shared::KernelKind;
 
 use super::device::{self, describe, Entry};
 use super::kernel::KernelMemory;
@@ -29,10 +30,12 @@ fn cuda(what: &str) -> impl Fn(cudarc::driver::DriverError) -> KernelError + '_ 
 }
 
 impl OneShotKernel {
-    pub fn new(kernel: &str, options: LaunchOptions, mode: LaunchMode) -> Result<OneShotKernel, KernelError> {
+    pub fn new(kernel: KernelKind, options: LaunchOptions, mode: LaunchMode) -> Result<OneShotKernel, KernelError> {
         let device = device::device().map_err(KernelError::CudaUnavailable)?;
-        let function =
-            device.function(kernel, Entry::Once).ok_or_else(|| KernelError::UnknownKernel(kernel.into()))?.clone();
+        let function = device
+            .function(kernel, Entry::Once)
+            .ok_or_else(|| KernelError::Cuda(format!("no one-shot CUDA function for {}", kernel.as_str())))?
+            .clone();
         let mut memory = KernelMemory::new(&device, &options)?;
         let graph = match mode {
             LaunchMode::Launch => None,

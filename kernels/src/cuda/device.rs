@@ -10,14 +10,15 @@ use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, DriverError};
 use cudarc::nvrtc::{self, CompileError, CompileOptions, Ptx};
+use ringside_shared::KernelKind;
 
 use super::layout;
 
 const RING: &str = include_str!("../../cuda/ring.cuh");
-const KERNEL_SOURCES: [(&str, &str); 3] = [
-    ("echo", include_str!("../../cuda/echo.cu")),
-    ("stats", include_str!("../../cuda/stats.cu")),
-    ("saxpy", include_str!("../../cuda/saxpy.cu")),
+const KERNEL_SOURCES: [(KernelKind, &str); 3] = [
+    (KernelKind::Echo, include_str!("../../cuda/echo.cu")),
+    (KernelKind::Stats, include_str!("../../cuda/stats.cu")),
+    (KernelKind::Saxpy, include_str!("../../cuda/saxpy.cu")),
 ];
 
 /// Oldest compute capability the kernels run on: system-scope acquire/release and `nanosleep`
@@ -67,11 +68,11 @@ pub(crate) struct Device {
     pub ctx: Arc<CudaContext>,
     pub info: DeviceInfo,
     _module: Arc<CudaModule>,
-    functions: Vec<(&'static str, Entry, CudaFunction)>,
+    functions: Vec<(KernelKind, Entry, CudaFunction)>,
 }
 
 impl Device {
-    pub(crate) fn function(&self, kernel: &str, entry: Entry) -> Option<&CudaFunction> {
+    pub(crate) fn function(&self, kernel: KernelKind, entry: Entry) -> Option<&CudaFunction> {
         self.functions.iter().find(|(k, e, _)| *k == kernel && *e == entry).map(|(_, _, f)| f)
     }
 }
@@ -243,9 +244,10 @@ fn set_up() -> Result<Device, String> {
     })?;
     let mut functions = Vec::new();
     for (kernel, _) in KERNEL_SOURCES {
-        for (entry, symbol) in
-            [(Entry::Persistent, format!("ringside_{kernel}")), (Entry::Once, format!("ringside_{kernel}_once"))]
-        {
+        for (entry, symbol) in [
+            (Entry::Persistent, format!("ringside_{}", kernel.as_str())),
+            (Entry::Once, format!("ringside_{}_once", kernel.as_str())),
+        ] {
             let function =
                 module.load_function(&symbol).map_err(|e| format!("kernel {symbol} is missing: {}", describe(e)))?;
             functions.push((kernel, entry, function));
@@ -302,7 +304,7 @@ mod tests {
     #[test]
     fn the_program_has_every_entry_point() {
         let source = program_source();
-        for kernel in crate::builtin::KERNELS {
+        for kernel in crate::builtin::KERNELS.map(KernelKind::as_str) {
             assert!(source.contains(&format!("RS_KERNEL_ENTRIES({kernel}, ")), "{kernel}");
         }
         assert!(!source.contains("#include"), "NVRTC compiles it without headers");
@@ -324,7 +326,7 @@ mod tests {
         };
         assert_eq!(compiled.arch, "compute_90");
         let ptx = compiled.ptx.to_src();
-        for kernel in crate::builtin::KERNELS {
+        for kernel in crate::builtin::KERNELS.map(KernelKind::as_str) {
             assert!(ptx.contains(&format!(".entry ringside_{kernel}(")), "{kernel}");
             assert!(ptx.contains(&format!(".entry ringside_{kernel}_once(")), "{kernel}");
         }
@@ -338,7 +340,7 @@ mod tests {
     fn a_machine_without_cuda_gets_a_reason_not_a_panic() {
         // On a GPU node this sets the device up for real; either way it must return.
         match device() {
-            Ok(device) => assert!(device.function("echo", Entry::Persistent).is_some()),
+            Ok(device) => assert!(device.function(KernelKind::Echo, Entry::Persistent).is_some()),
             Err(why) => assert!(!why.is_empty()),
         }
         // SAFETY: only looks for the library.

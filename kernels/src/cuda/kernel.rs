@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{result, sys, CudaFunction, CudaStream, DriverError};
-use ringside_shared::{KernelBackend, KernelState, RingKernelMetrics};
+use ringside_shared::{KernelBackend, KernelKind, KernelState, RingKernelMetrics};
 
 use super::device::{self, describe, Device, Entry};
 use super::layout::{
@@ -35,7 +35,7 @@ use super::layout::{
     STOP_ABORT, STOP_DRAIN,
 };
 use super::memory::{self, DeviceMemory, MappedRing, PinnedMemory, Side};
-use crate::builtin::{MessageError, KERNELS};
+use crate::builtin::MessageError;
 use crate::ring::{self, Consumer, Producer};
 use crate::runtime::{
     can_transition, now_ns, result_too_large, state_at, state_index, Backpressure, KernelError, LaunchOptions,
@@ -184,7 +184,7 @@ struct Calibration {
 /// output's single consumer.
 pub struct CudaKernel {
     id: String,
-    kernel: &'static str,
+    kernel: KernelKind,
     options: LaunchOptions,
     memory: ManuallyDrop<KernelMemory>,
     /// Messages the host refused (input ring full); the device counts its own drops.
@@ -219,15 +219,17 @@ fn connections_limit(setting: Option<&str>) -> usize {
 impl CudaKernel {
     /// Compiles (once per process) and launches the built-in kernel `kernel` (state Launched):
     /// it polls its rings but processes nothing until [`CudaKernel::activate`].
-    pub fn launch(id: impl Into<String>, kernel: &str, options: LaunchOptions) -> Result<CudaKernel, KernelError> {
+    pub fn launch(
+        id: impl Into<String>,
+        kernel: KernelKind,
+        options: LaunchOptions,
+    ) -> Result<CudaKernel, KernelError> {
         let id = id.into();
-        let kernel =
-            KERNELS.iter().copied().find(|k| *k == kernel).ok_or_else(|| KernelError::UnknownKernel(kernel.into()))?;
         ring::check_sizes(options.queue_capacity, options.message_size)?;
         let device = device::device().map_err(KernelError::CudaUnavailable)?;
         let function = device
             .function(kernel, Entry::Persistent)
-            .ok_or_else(|| KernelError::Cuda(format!("no CUDA function for {kernel}")))?
+            .ok_or_else(|| KernelError::Cuda(format!("no CUDA function for {}", kernel.as_str())))?
             .clone();
         let limit = max_persistent_kernels();
         if memory::running_kernels() >= limit {
@@ -238,7 +240,9 @@ impl CudaKernel {
         }
         let mut memory = KernelMemory::new(&device, &options)?;
         memory.control_block().control.store(control_word(KernelState::Launched, 0, 0, 1), Ordering::Release);
-        memory.launch(&function).map_err(|e| KernelError::Cuda(format!("cannot launch {kernel}: {}", describe(e))))?;
+        memory
+            .launch(&function)
+            .map_err(|e| KernelError::Cuda(format!("cannot launch {}: {}", kernel.as_str(), describe(e))))?;
         memory::kernel_started();
         let mut launched = CudaKernel {
             id,
@@ -283,8 +287,8 @@ impl CudaKernel {
         &self.id
     }
 
-    /// The built-in kernel's name.
-    pub fn kernel(&self) -> &'static str {
+    /// The built-in kernel it runs.
+    pub fn kernel(&self) -> KernelKind {
         self.kernel
     }
 
@@ -568,7 +572,7 @@ impl CudaKernel {
             .or_else(|| decode_error(load(&cb.last_error), self.options.message_size));
         RingKernelMetrics {
             id: self.id.clone(),
-            kernel: self.kernel.to_string(),
+            kernel: self.kernel.as_str().to_string(),
             backend: KernelBackend::Cuda,
             state: self.state(),
             messages_processed: processed,
@@ -676,7 +680,7 @@ mod tests {
 
     #[test]
     fn without_cuda_launching_is_an_error_not_a_panic() {
-        match CudaKernel::launch("k", "echo", LaunchOptions::default()) {
+        match CudaKernel::launch("k", KernelKind::Echo, LaunchOptions::default()) {
             Err(KernelError::CudaUnavailable(why)) => assert!(!why.is_empty()),
             Err(other) => panic!("a machine without CUDA should say so, not {other}"),
             Ok(mut kernel) => {
@@ -684,6 +688,5 @@ mod tests {
                 kernel.terminate(Terminate::Abort).unwrap();
             }
         }
-        assert!(matches!(CudaKernel::launch("k", "fft", LaunchOptions::default()), Err(KernelError::UnknownKernel(_))));
     }
 }

@@ -106,7 +106,7 @@ impl Observer {
     /// again that way.
     pub(super) fn check_scx(&mut self) {
         let Some(info) = self.enforcement.take_exit() else { return };
-        tracing::error!(kind = %info.kind, reason = %info.reason, message = %info.message,
+        tracing::error!(kind = info.kind.as_str(), reason = %info.reason, message = %info.message,
             "the kernel stopped the sched_ext scheduler; falling back to setattr");
         let mut in_force: Vec<(u32, Phase)> = self
             .tasks

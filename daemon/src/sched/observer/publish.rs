@@ -5,13 +5,21 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use ringside_bpf::AttachState;
+use ringside_bpf::{AttachMode, AttachState, Attachment};
 use ringside_shared::{
-    clip, LibraryState, LibraryStatus, MlProcessInfo, MlTaskInfo, Phase, PhaseValues, ProbeLosses, ProbeProgram,
-    ProgramState, RefusedEvidence, SchedulerBackend, SchedulerMode, SchedulerTelemetry,
+    clip, LibraryState, LibraryStatus, MlProcessInfo, MlTaskInfo, Phase, PhaseValues, ProbeAttach, ProbeLosses,
+    ProbeProgram, ProgramState, RefusedEvidence, SchedulerBackend, SchedulerMode, SchedulerTelemetry,
 };
 
 use super::{share, Inspection, Observer, Process, Task, MAX_SPANS};
+
+fn probe_attach(mode: AttachMode) -> ProbeAttach {
+    match mode {
+        AttachMode::TpBtf => ProbeAttach::TpBtf,
+        AttachMode::RawTp => ProbeAttach::RawTp,
+        AttachMode::Tracepoint => ProbeAttach::Tracepoint,
+    }
+}
 
 impl Observer {
     pub(super) fn publish(&mut self) {
@@ -131,7 +139,11 @@ impl Observer {
             .into_iter()
             .map(|p| ProbeProgram {
                 name: p.name,
-                attach: p.attach,
+                attach: match p.attach {
+                    Attachment::Mode(mode) => probe_attach(mode),
+                    Attachment::SchedSwitch => ProbeAttach::SchedSwitch,
+                    Attachment::Uprobe => ProbeAttach::Uprobe,
+                },
                 state: match p.state {
                     AttachState::Attached => ProgramState::Attached,
                     AttachState::Fallback => ProgramState::Fallback,
@@ -154,7 +166,7 @@ impl Observer {
             total_cpus: 0,
             mode: if backend == SchedulerBackend::Observe { SchedulerMode::Observe } else { SchedulerMode::Enforce },
             window_ms: self.config.window.as_millis() as u64,
-            attach_mode: Some(self.probe.mode().as_str().into()),
+            attach_mode: Some(probe_attach(self.probe.mode())),
             programs,
             processes,
             processes_not_shown,

@@ -521,7 +521,7 @@ fn when_the_kernel_stops_sched_ext_the_phases_in_force_are_carried_out_again() {
     assert_eq!(h.telemetry().backend, SchedulerBackend::Scx);
     h.asked.lock().unwrap().exit = Some(ScxExitInfo {
         at_ms: h.now_ms,
-        kind: "watchdog_stall".into(),
+        kind: ringside_shared::ScxExitKind::WatchdogStall,
         reason: "runnable task stall".into(),
         message: String::new(),
         ejected: true,
