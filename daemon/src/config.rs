@@ -190,7 +190,7 @@ impl Config {
         if let Some(am) = &mut file.alertmanager {
             let parsed = crate::http_client::Url::parse(&am.url);
             if parsed.is_err() || am.url.ends_with('/') {
-                let credentials = parsed.as_ref().err().is_some_and(|e| e.contains("credentials"));
+                let credentials = parsed.as_ref().err() == Some(&crate::http_client::UrlError::Credentials);
                 return Err(ConfigError::Invalid {
                     key: "alertmanager.url",
                     // A URL with credentials is not echoed back into the log.
@@ -200,7 +200,7 @@ impl Config {
                         format!("{:?}", am.url)
                     },
                     why: match parsed {
-                        Err(e) if credentials => e,
+                        Err(e) if credentials => e.to_string(),
                         _ => "an http:// base URL without a trailing slash, e.g. http://127.0.0.1:9093".into(),
                     },
                 });

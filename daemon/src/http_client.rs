@@ -9,6 +9,36 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// Largest response body read.
 const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
 
+/// Why a URL is refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum UrlError {
+    #[error("{0:?}: only http:// URLs are supported")]
+    NotHttp(String),
+    #[error(
+        "credentials in the URL are refused (they would be logged and shown): put a token in \
+         [alertmanager] bearer_token_file"
+    )]
+    Credentials,
+    #[error("{url:?}: bad port {port:?}")]
+    BadPort { url: String, port: String },
+    #[error("{0:?}: no host")]
+    NoHost(String),
+}
+
+/// Why a request got no usable answer.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("no answer from {host}:{port} within {timeout:?}")]
+    Timeout { host: String, port: u16, timeout: Duration },
+    #[error("cannot connect to {host}:{port}: {source}")]
+    Connect { host: String, port: u16, source: std::io::Error },
+    #[error("{host}:{port}: {source}")]
+    Io { host: String, port: u16, source: std::io::Error },
+    /// The server answered with something that is not an HTTP/1.1 response within bounds.
+    #[error("{0}")]
+    Malformed(String),
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Url {
     pub host: String,
@@ -18,25 +48,23 @@ pub struct Url {
 }
 
 impl Url {
-    pub fn parse(text: &str) -> Result<Url, String> {
-        let rest = text.strip_prefix("http://").ok_or_else(|| format!("{text:?}: only http:// URLs are supported"))?;
+    pub fn parse(text: &str) -> Result<Url, UrlError> {
+        let rest = text.strip_prefix("http://").ok_or_else(|| UrlError::NotHttp(text.into()))?;
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
         };
         if authority.contains('@') {
-            return Err("credentials in the URL are refused (they would be logged and shown): put a token in \
-                        [alertmanager] bearer_token_file"
-                .into());
+            return Err(UrlError::Credentials);
         }
         let (host, port) = match authority.rsplit_once(':') {
             Some((host, port)) if !host.ends_with(']') || authority.starts_with('[') => {
-                (host, port.parse::<u16>().map_err(|_| format!("{text:?}: bad port {port:?}"))?)
+                (host, port.parse::<u16>().map_err(|_| UrlError::BadPort { url: text.into(), port: port.into() })?)
             }
             _ => (authority, 80),
         };
         if host.is_empty() {
-            return Err(format!("{text:?}: no host"));
+            return Err(UrlError::NoHost(text.into()));
         }
         Ok(Url {
             host: host.trim_start_matches('[').trim_end_matches(']').to_string(),
@@ -69,16 +97,18 @@ pub struct Request<'a> {
 }
 
 /// Sends one request and reads the whole response, within `timeout`.
-pub async fn send(url: &Url, request: Request<'_>, timeout: Duration) -> Result<Response, String> {
-    tokio::time::timeout(timeout, exchange(url, request))
-        .await
-        .map_err(|_| format!("no answer from {}:{} within {timeout:?}", url.host, url.port))?
+pub async fn send(url: &Url, request: Request<'_>, timeout: Duration) -> Result<Response, HttpError> {
+    tokio::time::timeout(timeout, exchange(url, request)).await.map_err(|_| HttpError::Timeout {
+        host: url.host.clone(),
+        port: url.port,
+        timeout,
+    })?
 }
 
-async fn exchange(url: &Url, request: Request<'_>) -> Result<Response, String> {
+async fn exchange(url: &Url, request: Request<'_>) -> Result<Response, HttpError> {
     let mut stream = tokio::net::TcpStream::connect((url.host.as_str(), url.port))
         .await
-        .map_err(|e| format!("cannot connect to {}:{}: {e}", url.host, url.port))?;
+        .map_err(|source| HttpError::Connect { host: url.host.clone(), port: url.port, source })?;
     let mut head = format!(
         "{} {}{} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nUser-Agent: ringsided/{}\r\nAccept: application/json\r\n",
         request.method,
@@ -101,12 +131,12 @@ async fn exchange(url: &Url, request: Request<'_>) -> Result<Response, String> {
         }
     };
     head.push_str("\r\n");
-    let io = |e: std::io::Error| format!("{}:{}: {e}", url.host, url.port);
+    let io = |source| HttpError::Io { host: url.host.clone(), port: url.port, source };
     stream.write_all(head.as_bytes()).await.map_err(io)?;
     stream.write_all(body).await.map_err(io)?;
     let mut raw = Vec::new();
     (&mut stream).take(MAX_RESPONSE_BYTES as u64 + 64 * 1024).read_to_end(&mut raw).await.map_err(io)?;
-    parse_response(&raw)
+    parse_response(&raw).map_err(HttpError::Malformed)
 }
 
 fn parse_response(raw: &[u8]) -> Result<Response, String> {

@@ -190,22 +190,16 @@ fn open_alert_store(
 ) -> (alerts::store::AlertStore, Option<String>) {
     use alerts::db::{AlertDb, DbError};
     use alerts::store::AlertStore;
-    let load = |lifecycle| -> Result<AlertStore, String> {
-        let db = AlertDb::open(path).map_err(|e| match e {
-            DbError::TooNew { .. } => format!("too new: {e}"),
-            other => other.to_string(),
-        })?;
-        AlertStore::open(lifecycle, Some(db))
-    };
+    let load = |lifecycle| AlertStore::open(lifecycle, Some(AlertDb::open(path)?));
     let why = match load(lifecycle.clone()) {
         Ok(store) => return (store, None),
-        Err(why) => why,
+        Err(e @ DbError::TooNew { .. }) => {
+            let note =
+                format!("{} was written by a newer ringsided ({e}): alerts are kept in memory only", path.display());
+            return (AlertStore::in_memory(lifecycle), Some(note));
+        }
+        Err(e) => e.to_string(),
     };
-    if why.starts_with("too new: ") {
-        let note =
-            format!("{} was written by a newer ringsided ({why}): alerts are kept in memory only", path.display());
-        return (AlertStore::in_memory(lifecycle), Some(note));
-    }
     let aside = path.with_file_name(format!("alerts.db.corrupt-{}", clock::utc_compact(clock::now_ms())));
     let mut moved = std::fs::rename(path, &aside);
     for suffix in ["-wal", "-shm"] {

@@ -77,7 +77,7 @@ pub struct Forwarder {
 
 impl Forwarder {
     pub fn new(config: AlertmanagerConfig, node: Arc<dyn Node>, generator_url: String) -> Result<Forwarder, String> {
-        Ok(Forwarder { url: Url::parse(&config.url)?, config, node, generator_url })
+        Ok(Forwarder { url: Url::parse(&config.url).map_err(|e| e.to_string())?, config, node, generator_url })
     }
 
     /// Sends `alerts`; whether Alertmanager took them.
@@ -101,7 +101,7 @@ impl Forwarder {
                 response.status,
                 String::from_utf8_lossy(&response.body).chars().take(200).collect::<String>()
             )),
-            Err(e) => Err(e),
+            Err(e) => Err(e.to_string()),
         };
         match outcome {
             Ok(()) => {

@@ -95,7 +95,7 @@ fn push_transition(alert: &mut Alert, kind: TransitionKind, at_ms: u64, by: Opti
 impl AlertStore {
     /// A store that loads what the database holds (active alerts resume standing; the newest
     /// resolved ones are listed again) and writes every change through to it.
-    pub fn open(lifecycle: Lifecycle, db: Option<AlertDb>) -> Result<AlertStore, String> {
+    pub fn open(lifecycle: Lifecycle, db: Option<AlertDb>) -> Result<AlertStore, super::db::DbError> {
         let mut store = AlertStore {
             next_id: 1,
             active: BTreeMap::new(),
@@ -105,7 +105,7 @@ impl AlertStore {
             writer: None,
         };
         if let Some(db) = db {
-            let loaded = db.load(store.lifecycle.resolved_kept, TRANSITIONS_KEPT).map_err(|e| e.to_string())?;
+            let loaded = db.load(store.lifecycle.resolved_kept, TRANSITIONS_KEPT)?;
             store.next_id = loaded.next_id;
             for alert in loaded.alerts {
                 if alert.is_active() {

@@ -153,6 +153,17 @@ fn run(mut db: AlertDb, shared: &Shared) {
         let (answered, waiting): (Vec<_>, Vec<_>) =
             std::mem::take(&mut queue.waiters).into_iter().partition(|(id, version, _)| covered(*id, *version));
         queue.waiters = waiting;
+        // The store's health first: whoever hears of this batch sees it said.
+        let first_failure = {
+            let mut error = shared.error.lock().unwrap_or_else(|e| e.into_inner());
+            match &result {
+                Ok(()) => {
+                    *error = None;
+                    false
+                }
+                Err(why) => error.replace(why.clone()).is_none(),
+            }
+        };
         for (_, _, tx) in answered {
             let _ = tx.send(result.clone());
         }
@@ -163,13 +174,11 @@ fn run(mut db: AlertDb, shared: &Shared) {
                         queue.alerts.remove(id);
                     }
                 }
-                *shared.error.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 retry = FIRST_RETRY;
                 shared.wake.notify_all();
             }
             Err(why) => {
-                let first = shared.error.lock().unwrap_or_else(|e| e.into_inner()).replace(why.clone()).is_none();
-                if first {
+                if first_failure {
                     tracing::error!("alert store write failed: {why}; kept and tried again");
                 }
                 shared.wake.notify_all();

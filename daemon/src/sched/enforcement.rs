@@ -9,7 +9,7 @@
 use ringside_bpf::scx::{self, ScxClass, ScxDecision, ScxScheduler};
 use ringside_shared::{Decision, Phase, SchedulerBackend, ScxCounters, ScxExitInfo, ScxExitKind, ScxState, ScxStatus};
 
-use super::policy::{self, Enforcer, PhasePolicy, SchedPolicy, ThreadId};
+use super::policy::{self, EnforceError, Enforcer, PhasePolicy, SchedPolicy, ThreadId};
 
 /// A thread to carry a decision out on, with what its process allows.
 #[derive(Debug, Clone, Copy)]
@@ -30,7 +30,7 @@ pub trait Enforcement: Send {
     /// `action`, `nice` and `weight` where what was done differs from what was asked.
     fn apply(&mut self, target: &Target, policy: &PhasePolicy, decision: &mut Decision);
     /// Undoes what was done to a thread: `Ok(false)` when nothing was.
-    fn restore(&mut self, tid: u32) -> Result<bool, String>;
+    fn restore(&mut self, tid: u32) -> Result<bool, EnforceError>;
     /// A thread that exited: nothing to restore, nothing to keep.
     fn forget(&mut self, tid: u32);
     /// A process became (or stopped being) admitted; `threads` are its threads known now,
@@ -69,7 +69,7 @@ impl Enforcement for ObserveOnly {
         SchedulerBackend::Observe
     }
     fn apply(&mut self, _: &Target, _: &PhasePolicy, _: &mut Decision) {}
-    fn restore(&mut self, _: u32) -> Result<bool, String> {
+    fn restore(&mut self, _: u32) -> Result<bool, EnforceError> {
         Ok(false)
     }
     fn forget(&mut self, _: u32) {}
@@ -113,11 +113,11 @@ impl Enforcement for Setattr {
                     decision.weight = policy::weight_of_nice(nice);
                 }
             }
-            Err(e) => decision.error = Some(e),
+            Err(e) => decision.error = Some(e.to_string()),
         }
     }
 
-    fn restore(&mut self, tid: u32) -> Result<bool, String> {
+    fn restore(&mut self, tid: u32) -> Result<bool, EnforceError> {
         self.enforcer.restore(tid)
     }
 
@@ -236,7 +236,7 @@ impl Enforcement for SchedExt {
         }
     }
 
-    fn restore(&mut self, tid: u32) -> Result<bool, String> {
+    fn restore(&mut self, tid: u32) -> Result<bool, EnforceError> {
         match &self.scheduler {
             Some(scheduler) => Ok(scheduler.clear(tid)),
             None => self.fallback.restore(tid),

@@ -210,27 +210,42 @@ pub struct Settings {
     pub cpus: Vec<usize>,
 }
 
-fn errno() -> std::io::Error {
-    std::io::Error::last_os_error()
+/// Why a thread's settings could not be read, saved or changed.
+#[derive(Debug, thiserror::Error)]
+pub enum EnforceError {
+    /// A scheduling syscall failed (`call` names it).
+    #[error("{call}: {source}")]
+    Syscall { call: &'static str, source: std::io::Error },
+    #[error("left alone: it runs under real-time or idle policy {0}")]
+    RealTime(i32),
+    #[error("the thread is gone (its id names another thread now)")]
+    Gone,
+    #[error("cannot record its own settings first, so it is not changed: {0}")]
+    Journal(std::io::Error),
+}
+
+/// The error of the scheduling syscall `call` that just failed.
+fn failed(call: &'static str) -> EnforceError {
+    EnforceError::Syscall { call, source: std::io::Error::last_os_error() }
 }
 
 /// Reads a thread's settings.
-pub fn read_settings(tid: u32) -> Result<Settings, String> {
+pub fn read_settings(tid: u32) -> Result<Settings, EnforceError> {
     // SAFETY: plain syscalls on a thread id; errno is cleared first because -1 is a valid
     // priority; the cpu_set_t is zeroed and its size passed.
     let (nice, policy, affinity) = unsafe {
         *libc::__errno_location() = 0;
         let nice = libc::getpriority(libc::PRIO_PROCESS, tid);
         if nice == -1 && *libc::__errno_location() != 0 {
-            return Err(format!("getpriority: {}", errno()));
+            return Err(failed("getpriority"));
         }
         let policy = libc::sched_getscheduler(tid as i32);
         if policy < 0 {
-            return Err(format!("sched_getscheduler: {}", errno()));
+            return Err(failed("sched_getscheduler"));
         }
         let mut affinity: libc::cpu_set_t = std::mem::zeroed();
         if libc::sched_getaffinity(tid as i32, std::mem::size_of::<libc::cpu_set_t>(), &mut affinity) != 0 {
-            return Err(format!("sched_getaffinity: {}", errno()));
+            return Err(failed("sched_getaffinity"));
         }
         (nice, policy, affinity)
     };
@@ -242,7 +257,7 @@ pub fn read_settings(tid: u32) -> Result<Settings, String> {
 }
 
 /// Sets a thread's policy, nice value and (when `cpus` is not empty) CPUs.
-pub fn write_settings(tid: u32, nice: i32, policy: i32, cpus: &[usize]) -> Result<(), String> {
+pub fn write_settings(tid: u32, nice: i32, policy: i32, cpus: &[usize]) -> Result<(), EnforceError> {
     let affinity = (!cpus.is_empty()).then(|| {
         // SAFETY: a zeroed cpu_set_t is valid; CPU_SET is given indices below CPU_SETSIZE.
         unsafe {
@@ -257,14 +272,14 @@ pub fn write_settings(tid: u32, nice: i32, policy: i32, cpus: &[usize]) -> Resul
     unsafe {
         let param = libc::sched_param { sched_priority: 0 };
         if libc::sched_getscheduler(tid as i32) != policy && libc::sched_setscheduler(tid as i32, policy, &param) != 0 {
-            return Err(format!("sched_setscheduler: {}", errno()));
+            return Err(failed("sched_setscheduler"));
         }
         if libc::setpriority(libc::PRIO_PROCESS, tid, nice) != 0 {
-            return Err(format!("setpriority: {}", errno()));
+            return Err(failed("setpriority"));
         }
         if let Some(set) = &affinity {
             if libc::sched_setaffinity(tid as i32, std::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
-                return Err(format!("sched_setaffinity: {}", errno()));
+                return Err(failed("sched_setaffinity"));
             }
         }
     }
@@ -309,7 +324,7 @@ impl Enforcer {
         nice_floor: i32,
         batch: bool,
         cpus: &[usize],
-    ) -> Result<i32, String> {
+    ) -> Result<i32, EnforceError> {
         if self.originals.get(&thread.tid).is_some_and(|o| o.start_time != thread.start_time) {
             // The id now names another thread: the one saved is gone.
             self.forget(thread.tid);
@@ -317,11 +332,11 @@ impl Enforcer {
         if !self.originals.contains_key(&thread.tid) {
             let own = read_settings(thread.tid)?;
             if own.policy != libc::SCHED_OTHER && own.policy != libc::SCHED_BATCH {
-                return Err(format!("left alone: it runs under real-time or idle policy {}", own.policy));
+                return Err(EnforceError::RealTime(own.policy));
             }
             // Checked after reading: the settings read are this thread's.
             if !self.alive(thread) {
-                return Err("the thread is gone (its id names another thread now)".into());
+                return Err(EnforceError::Gone);
             }
             let saved = Saved {
                 pid: thread.pid,
@@ -332,9 +347,7 @@ impl Enforcer {
                 cpus: own.cpus,
             };
             if let Some(journal) = &mut self.journal {
-                journal
-                    .saved(&saved)
-                    .map_err(|e| format!("cannot record its own settings first, so it is not changed: {e}"))?;
+                journal.saved(&saved).map_err(EnforceError::Journal)?;
             }
             self.originals.insert(thread.tid, saved);
         }
@@ -345,7 +358,7 @@ impl Enforcer {
     }
 
     /// Puts a thread's own settings back; false if nothing was changed (or the thread is gone).
-    pub fn restore(&mut self, tid: u32) -> Result<bool, String> {
+    pub fn restore(&mut self, tid: u32) -> Result<bool, EnforceError> {
         let Some(saved) = self.originals.remove(&tid) else { return Ok(false) };
         let thread = ThreadId { pid: saved.pid, tid, start_time: saved.start_time };
         let result = if self.alive(thread) {
@@ -520,7 +533,7 @@ mod tests {
         let reused = ThreadId { start_time: start_time + 1, ..id };
         drop(enforcer);
         let mut enforcer = Enforcer::new("/proc".into(), None);
-        assert!(enforcer.apply(reused, 9, -20, false, &[]).unwrap_err().contains("gone"));
+        assert!(matches!(enforcer.apply(reused, 9, -20, false, &[]).unwrap_err(), EnforceError::Gone));
         assert_eq!(read_settings(tid).unwrap(), before, "dropping the enforcer restored the thread");
         done_tx.send(()).unwrap();
         thread.join().unwrap();

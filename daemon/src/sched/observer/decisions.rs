@@ -80,7 +80,7 @@ impl Observer {
                 if !observing {
                     match self.enforcement.restore(tid) {
                         Ok(restored) => decision.applied = restored,
-                        Err(e) => decision.error = Some(e),
+                        Err(e) => decision.error = Some(e.to_string()),
                     }
                 }
             }

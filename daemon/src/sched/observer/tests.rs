@@ -115,7 +115,7 @@ impl Enforcement for RecordingEnforcement {
         self.asked.lock().unwrap().calls.push(call);
         decision.applied = true;
     }
-    fn restore(&mut self, tid: u32) -> Result<bool, String> {
+    fn restore(&mut self, tid: u32) -> Result<bool, super::super::policy::EnforceError> {
         self.asked.lock().unwrap().calls.push(Call::Restore(tid));
         Ok(true)
     }
