@@ -10,6 +10,12 @@
 //! The scheduling programs are attached as `tp_btf` where the kernel allows, else `raw_tp`, else
 //! classic `tracepoint`; [`SchedProbe::programs`] says which attached and why others did not.
 //!
+//! In parts: [`stats`] (per-thread counters and the intervals in progress), [`events`]
+//! (lifecycle events and run-queue samples), [`calls`] (the CUDA/NCCL entry points the uprobes
+//! count), [`attach`] (attach modes, tracepoints, program states), `elf` (bounded reads of a
+//! library's symbols), [`scx`] (the sched_ext scheduler); the C side's enums and structs
+//! (`intf.h`) reach Rust through the skeleton libbpf-cargo generates from BTF at build time.
+//!
 //! Architecture invariant: BPF owns the fast path (counting), user space owns policy; this crate
 //! depends on nothing of ours.
 
@@ -40,264 +46,25 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/sched.skel.rs"));
 }
 
+use skel::types::ml_thread_stats as RawMlThreadStats;
 /// Per-thread counters, as the BPF side keeps them (`struct thread_stats` in `intf.h`).
 pub use skel::types::thread_stats as RawThreadStats;
-use skel::types::{
-    call_kind as RawCallKind, event as RawEvent, event_kind as RawEventKind, ml_thread_stats as RawMlThreadStats,
-    sys_kind as RawSysKind,
+
+pub mod attach;
+pub mod calls;
+pub mod events;
+pub mod stats;
+
+pub use attach::{AttachMode, AttachState, Attachment, ProgramStatus};
+pub use calls::{
+    calls_of_library, library_entry_points, CallKind, EntryPoint, CUDA_DRIVER_CALLS, CUDA_RUNTIME_CALLS, NCCL_CALLS,
 };
-
-/// Scheduling counters of one thread (cumulative since the probe first saw it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ThreadStats {
-    pub tid: u32,
-    pub tgid: u32,
-    pub on_cpu_ns: u64,
-    pub runq_wait_ns: u64,
-    pub voluntary: u64,
-    pub involuntary: u64,
-    /// Time blocked in block-I/O wait.
-    pub iowait_ns: u64,
-    /// In progress (CLOCK_MONOTONIC ns, 0 if not): the counters above are brought up to date
-    /// only at the next switch or wake-up, so a reader adds these to see the present
-    /// ([`ThreadStats::at`]).
-    pub on_cpu_since_ns: u64,
-    pub runnable_since_ns: u64,
-    pub io_since_ns: u64,
-    /// A tracked thread blocked in a classified syscall: (SYS_KIND, since); its time is added
-    /// to the call counters when it wakes up.
-    pub blocked: (u32, u64),
-}
-
-/// CLOCK_MONOTONIC now, the clock of the BPF side's timestamps.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid timespec out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn in_progress(since: u64, now: u64) -> u64 {
-    if since == 0 {
-        0
-    } else {
-        now.saturating_sub(since)
-    }
-}
-
-impl ThreadStats {
-    /// The counters as of `now_ns` (monotonic), the interval in progress included.
-    pub fn at(&self, now_ns: u64) -> ThreadStats {
-        ThreadStats {
-            on_cpu_ns: self.on_cpu_ns + in_progress(self.on_cpu_since_ns, now_ns),
-            runq_wait_ns: self.runq_wait_ns + in_progress(self.runnable_since_ns, now_ns),
-            iowait_ns: self.iowait_ns + in_progress(self.io_since_ns, now_ns),
-            ..*self
-        }
-    }
-}
-
-/// What one thread of a tracked process did in system and library calls (cumulative).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct MlThreadStats {
-    pub tid: u32,
-    pub tgid: u32,
-    pub futex_wait_ns: u64,
-    pub futex_waits: u64,
-    pub read_ns: u64,
-    pub reads: u64,
-    pub read_bytes: u64,
-    pub nv_ioctl_ns: u64,
-    pub nv_ioctls: u64,
-    pub launches: u64,
-    pub sync_ns: u64,
-    pub syncs: u64,
-    /// Time in NCCL collectives, and in synchronizing on a collective.
-    pub nccl_ns: u64,
-    pub nccl_calls: u64,
-    /// The syscall and library call in progress: (kind, since), as the BPF side keeps them.
-    pub sys_in_progress: (u32, u64),
-    pub call_in_progress: (u32, u64),
-    /// What the GPU queue got last (`CallKind` number).
-    pub last_enqueue: u32,
-}
-
-impl MlThreadStats {
-    /// The counters as of `now_ns` (monotonic), the calls and waits in progress included (the
-    /// thread's `blocked` state from [`ThreadStats`]): a read or a synchronize that blocks for
-    /// longer than a window still shows in that window.
-    pub fn at(&self, now_ns: u64, blocked: (u32, u64)) -> MlThreadStats {
-        let mut s = *self;
-        for (kind, since) in [self.sys_in_progress, blocked] {
-            let spent = in_progress(since, now_ns);
-            match RawSysKind(kind) {
-                RawSysKind::SYS_KIND_FUTEX => s.futex_wait_ns += spent,
-                RawSysKind::SYS_KIND_READ => s.read_ns += spent,
-                RawSysKind::SYS_KIND_NV_IOCTL => s.nv_ioctl_ns += spent,
-                _ => {}
-            }
-        }
-        let (kind, since) = self.call_in_progress;
-        let spent = in_progress(since, now_ns);
-        match kind {
-            k if k == CallKind::Nccl as u32 => s.nccl_ns += spent,
-            k if k == CallKind::Sync as u32 && self.last_enqueue == CallKind::Nccl as u32 => s.nccl_ns += spent,
-            k if k == CallKind::Sync as u32 => s.sync_ns += spent,
-            _ => {}
-        }
-        s
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventKind {
-    /// A new process. `inherited`: it was tracked from birth, as a child of a tracked process.
-    Fork {
-        parent_tgid: u32,
-        inherited: bool,
-    },
-    Exec,
-    /// A process's leader exited.
-    Exit,
-    /// A tracked thread went on a CPU after waiting this long in the run queue.
-    RunqWait {
-        ns: u64,
-    },
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
-    pub kind: EventKind,
-    pub tid: u32,
-    /// 0 where the attach mode cannot tell (a fork seen by the classic tracepoint).
-    pub tgid: u32,
-    /// CLOCK_MONOTONIC.
-    pub at_ns: u64,
-    pub comm: String,
-}
-
-/// How the scheduling programs are attached, best first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AttachMode {
-    TpBtf,
-    RawTp,
-    Tracepoint,
-}
-
-impl AttachMode {
-    pub const ALL: [AttachMode; 3] = [AttachMode::TpBtf, AttachMode::RawTp, AttachMode::Tracepoint];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AttachMode::TpBtf => "tp_btf",
-            AttachMode::RawTp => "raw_tp",
-            AttachMode::Tracepoint => "tracepoint",
-        }
-    }
-
-    fn prefix(self) -> &'static str {
-        match self {
-            AttachMode::TpBtf => "btf_",
-            AttachMode::RawTp => "raw_",
-            AttachMode::Tracepoint => "tp_",
-        }
-    }
-}
-
-/// The state of one program (or one attach point of it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProgramStatus {
-    /// What it observes, e.g. `sched_switch`, `sys_enter_read`.
-    pub name: String,
-    /// How it is (or was to be) attached.
-    pub attach: Attachment,
-    pub state: AttachState,
-    pub detail: Option<String>,
-}
-
-/// How a program is (or was to be) attached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Attachment {
-    /// A scheduling or syscall program, in one of the attach modes.
-    Mode(AttachMode),
-    /// Syscall waits classified from the task's registers at the context switch.
-    SchedSwitch,
-    /// CUDA/NCCL entry points.
-    Uprobe,
-}
-
-/// Whether a program (or one attach point of it) is attached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AttachState {
-    Attached,
-    /// A better attach mode was refused; `detail` says why.
-    Fallback,
-    Failed,
-}
-
-/// Which kind of library call a uprobe counts: the BPF side's `enum call_kind` (intf.h), its
-/// values taken from the skeleton the build generates from BTF.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u32)]
-pub enum CallKind {
-    Launch = RawCallKind::CALL_LAUNCH.0,
-    Sync = RawCallKind::CALL_SYNC.0,
-    Nccl = RawCallKind::CALL_NCCL.0,
-}
-
-/// The library entry points probed, by the library file they live in.
-pub const CUDA_DRIVER_CALLS: [(&str, CallKind); 5] = [
-    ("cuLaunchKernel", CallKind::Launch),
-    ("cuLaunchKernel_ptsz", CallKind::Launch),
-    ("cuStreamSynchronize", CallKind::Sync),
-    ("cuCtxSynchronize", CallKind::Sync),
-    ("cuEventSynchronize", CallKind::Sync),
-];
-pub const CUDA_RUNTIME_CALLS: [(&str, CallKind); 3] = [
-    ("cudaDeviceSynchronize", CallKind::Sync),
-    ("cudaStreamSynchronize", CallKind::Sync),
-    ("cudaEventSynchronize", CallKind::Sync),
-];
-pub const NCCL_CALLS: [(&str, CallKind); 5] = [
-    ("ncclAllReduce", CallKind::Nccl),
-    ("ncclAllGather", CallKind::Nccl),
-    ("ncclReduceScatter", CallKind::Nccl),
-    ("ncclBroadcast", CallKind::Nccl),
-    ("ncclGroupEnd", CallKind::Nccl),
-];
-
-/// The calls to probe in a library, from its file name; empty for other libraries.
-pub fn calls_of_library(path: &Path) -> &'static [(&'static str, CallKind)] {
-    let file = path.file_name().and_then(|f| f.to_str()).unwrap_or("");
-    if file.starts_with("libcuda.so") {
-        &CUDA_DRIVER_CALLS
-    } else if file.starts_with("libcudart.so") {
-        &CUDA_RUNTIME_CALLS
-    } else if file.starts_with("libnccl.so") {
-        &NCCL_CALLS
-    } else {
-        &[]
-    }
-}
-
-/// A probed function found in a library: where its code starts in the file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EntryPoint {
-    pub function: &'static str,
-    pub kind: CallKind,
-    pub offset: u64,
-}
-
 pub use elf::{ElfError, MAX_SECTION_HEADER_BYTES, MAX_SYMBOL_BYTES};
+pub use events::{Event, EventKind};
+pub use stats::{monotonic_ns, MlThreadStats, ThreadStats};
 
-/// The probed functions (by [`calls_of_library`] of its name) that a library file of `size`
-/// bytes defines, read with bounded positioned reads (the `elf` module).
-pub fn library_entry_points(file: &std::fs::File, size: u64, library: &Path) -> Result<Vec<EntryPoint>, ElfError> {
-    let calls = calls_of_library(library);
-    let names: Vec<&str> = calls.iter().map(|(f, _)| *f).collect();
-    let found = elf::function_offsets(file, size, &names)?;
-    Ok(found.into_iter().map(|(i, offset)| EntryPoint { function: calls[i].0, kind: calls[i].1, offset }).collect())
-}
+use attach::{ensure_tracefs, SCHED_POINTS, SYSCALL_POINTS};
+use events::{decode_event, EventQueue, MAX_QUEUED_EVENTS};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
@@ -315,45 +82,6 @@ fn failed(stage: &'static str) -> impl Fn(libbpf_rs::Error) -> ProbeError {
             ProbeError::Failed { stage, detail: format!("{e:#}") }
         }
     }
-}
-
-/// The scheduling and lifecycle programs of one attach mode: (tracepoint, program suffix).
-const SCHED_POINTS: [(&str, &str); 6] = [
-    ("sched_wakeup", "wakeup"),
-    ("sched_wakeup_new", "wakeup_new"),
-    ("sched_switch", "switch"),
-    ("sched_process_fork", "fork"),
-    ("sched_process_exec", "exec"),
-    ("sched_process_exit", "exit"),
-];
-
-/// Syscall tracepoints of tracked processes: (tracepoint, program).
-const SYSCALL_POINTS: [(&str, &str); 16] = [
-    ("sys_enter_futex", "sys_enter_futex"),
-    ("sys_enter_read", "sys_enter_read"),
-    ("sys_enter_pread64", "sys_enter_read"),
-    ("sys_enter_readv", "sys_enter_read"),
-    ("sys_enter_preadv", "sys_enter_read"),
-    ("sys_enter_recvfrom", "sys_enter_read"),
-    ("sys_enter_recvmsg", "sys_enter_read"),
-    ("sys_enter_ioctl", "sys_enter_ioctl"),
-    ("sys_exit_futex", "sys_exit_any"),
-    ("sys_exit_read", "sys_exit_any"),
-    ("sys_exit_pread64", "sys_exit_any"),
-    ("sys_exit_readv", "sys_exit_any"),
-    ("sys_exit_preadv", "sys_exit_any"),
-    ("sys_exit_recvfrom", "sys_exit_any"),
-    ("sys_exit_recvmsg", "sys_exit_any"),
-    ("sys_exit_ioctl", "sys_exit_any"),
-];
-
-/// Events kept between two [`SchedProbe::drain_events`] calls; beyond it they are counted lost.
-const MAX_QUEUED_EVENTS: usize = 1 << 18;
-
-#[derive(Default)]
-struct EventQueue {
-    events: Vec<Event>,
-    overflow: u64,
 }
 
 /// Losses: what could not be recorded (cumulative).
@@ -377,38 +105,6 @@ pub struct SchedProbe {
     uprobes: HashMap<u32, Vec<(PathBuf, Vec<Link>)>>,
     /// Where detached uprobe links go to be dropped (see [`SchedProbe::detach_process`]).
     reaper: Option<std::sync::mpsc::Sender<Vec<Link>>>,
-}
-
-fn decode_event(bytes: &[u8]) -> Option<Event> {
-    if bytes.len() < std::mem::size_of::<RawEvent>() {
-        return None;
-    }
-    // SAFETY: records on both ring buffers are `struct event`, whose Rust twin the skeleton
-    // generated from the same BTF; the length was checked and the read is unaligned-safe.
-    let raw: RawEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-    // The kinds are `enum event_kind` of intf.h, as the skeleton generated them from BTF.
-    let kind = match raw.kind {
-        RawEventKind::EVENT_FORK => EventKind::Fork { parent_tgid: raw.parent_tgid, inherited: raw.value != 0 },
-        RawEventKind::EVENT_EXEC => EventKind::Exec,
-        RawEventKind::EVENT_EXIT => EventKind::Exit,
-        RawEventKind::EVENT_RUNQ => EventKind::RunqWait { ns: raw.value },
-        _ => return None,
-    };
-    let comm: Vec<u8> = raw.comm.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
-    Some(Event { kind, tid: raw.tid, tgid: raw.tgid, at_ns: raw.at_ns, comm: String::from_utf8_lossy(&comm).into() })
-}
-
-/// Where libbpf finds tracepoint ids; mounted if missing (root only), since the classic and
-/// syscall tracepoints need it.
-fn ensure_tracefs() {
-    let mounted = |p: &str| Path::new(p).join("events").is_dir();
-    if mounted("/sys/kernel/tracing") || mounted("/sys/kernel/debug/tracing") {
-        return;
-    }
-    let _ = std::process::Command::new("mount")
-        .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
-        .stderr(std::process::Stdio::null())
-        .status();
 }
 
 impl SchedProbe {
