@@ -1,7 +1,7 @@
-//! Alerts: the built-in checks ([`conditions`]) and the config's rules ([`rules`]) turn a tick
-//! into conditions; the [`store`] turns conditions into alerts with a lifecycle, persisted in
-//! the [`db`]; [`alertmanager`] forwards them to a fleet's Alertmanager. [`config`] holds the
-//! subsystem's own settings.
+//! Alerts: the built-in checks ([`conditions`], reading the metric registry) and the config's
+//! rules ([`rules`]) turn a tick into conditions; the [`store`] turns conditions into alerts
+//! with a lifecycle, persisted in the [`db`] by its one [`writer`] thread; [`alertmanager`]
+//! forwards them to a fleet's Alertmanager. [`config`] holds the subsystem's own settings.
 
 pub mod alertmanager;
 pub mod config;
