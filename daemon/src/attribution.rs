@@ -323,6 +323,7 @@ mod tests {
             admission: String::new(),
             phase_ms,
             timeline: Vec::new(),
+            ..MlProcessInfo::default()
         };
         let main = process(10, "train", phase_ms);
         let worker = process(11, "worker", PhaseValues::default());

@@ -431,6 +431,19 @@ fn check_thresholds(t: &Thresholds) -> Result<(), ConfigError> {
             why: "must be in [0, 86400] s".into(),
         });
     }
+    let in_range = |key: &'static str, value: f64, ok: bool, why: &str| {
+        if ok {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid { key, value: value.to_string(), why: why.into() })
+        }
+    };
+    let hang = t.collective_hang_s;
+    in_range("thresholds.collective_hang_s", hang, (1.0..=86_400.0).contains(&hang), "must be in [1, 86400] s")?;
+    let input = t.input_bound_pct;
+    in_range("thresholds.input_bound_pct", input, input > 0.0 && input <= 100.0, "must be in (0, 100]")?;
+    let factor = t.step_p99_regression_factor;
+    in_range("thresholds.step_p99_regression_factor", factor, factor > 1.0 && factor <= 100.0, "must be in (1, 100]")?;
     if !(t.memory_stall_pct_warning > 0.0 && t.memory_stall_pct_warning <= 100.0) {
         return Err(ConfigError::Invalid {
             key: "thresholds.memory_stall_pct_warning",

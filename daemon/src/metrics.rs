@@ -128,6 +128,8 @@ pub struct View<'a> {
     pub components: &'a [ComponentHealth],
     pub alerts: &'a [Alert],
     pub daemon: Option<&'a DaemonStats>,
+    /// When the tick was taken (Unix ms): what "for how long" is measured to.
+    pub now_ms: u64,
 }
 
 impl<'a> View<'a> {
@@ -142,6 +144,7 @@ impl<'a> View<'a> {
             components: &[],
             alerts: &[],
             daemon: None,
+            now_ms: sample.taken_at_ms,
         }
     }
 
@@ -342,6 +345,54 @@ fn job_gpu_value(v: &View, out: &mut Vec<Point>, value: fn(&GpuIdleAttribution) 
     }
 }
 
+/// An ML job as the scheduler sees it: its main process (the job's pid) and every process of
+/// it (workers included).
+pub struct Job<'a> {
+    pub main: &'a MlProcessInfo,
+    pub members: Vec<&'a MlProcessInfo>,
+}
+
+impl Job<'_> {
+    /// `job`, `comm` and `command` label values.
+    pub fn labels(&self) -> Vec<String> {
+        vec![self.main.job.to_string(), self.main.comm.clone(), self.main.cmdline.clone()]
+    }
+
+    pub fn source(&self) -> String {
+        format!("job:{}", self.main.job)
+    }
+
+    /// How long (s) the job has waited in a collective with none of its collectives returning:
+    /// from the later of when its longest wait began and when a collective last returned; 0
+    /// while none of its threads is in one.
+    pub fn collective_stalled_s(&self, now_ms: u64) -> f64 {
+        let waiting = self.members.iter().filter_map(|p| p.collective_waiting_since_ms).min();
+        let returned = self.members.iter().filter_map(|p| p.collective_returned_ms).max().unwrap_or(0);
+        waiting.map_or(0.0, |since| now_ms.saturating_sub(since.max(returned)) as f64 / 1000.0)
+    }
+}
+
+/// The ML jobs the scheduler lists, by job: a job whose main process is not listed is led by
+/// its lowest pid.
+pub fn jobs<'a>(v: &View<'a>) -> Vec<Job<'a>> {
+    let mut jobs: std::collections::BTreeMap<u32, Vec<&'a MlProcessInfo>> = std::collections::BTreeMap::new();
+    for p in v.scheduler.map(|s| s.processes.as_slice()).unwrap_or_default() {
+        jobs.entry(p.job).or_default().push(p);
+    }
+    jobs.into_iter()
+        .filter_map(|(job, mut members)| {
+            members.sort_by_key(|p| (p.pid != job, p.pid));
+            Some(Job { main: *members.first()?, members })
+        })
+        .collect()
+}
+
+fn job_point(out: &mut Vec<Point>, job: &Job, extra: &[&str], value: f64) {
+    let mut labels = job.labels();
+    labels.extend(extra.iter().map(|l| l.to_string()));
+    point(out, job.source(), labels, value);
+}
+
 fn ratio(pct: f64) -> f64 {
     pct / 100.0
 }
@@ -351,6 +402,8 @@ const GPU: &[&str] = &["gpu", "uuid"];
 const JOB_GPU: &[&str] = &["job", "comm", "gpu", "uuid"];
 const JOB_GPU_PHASE: &[&str] = &["job", "comm", "gpu", "uuid", "phase"];
 const PROCESS_PHASE: &[&str] = &["pid", "job", "comm", "phase"];
+const JOB: &[&str] = &["job", "comm", "command"];
+const JOB_PHASE: &[&str] = &["job", "comm", "command", "phase"];
 
 macro_rules! daemon_counter {
     ($name:literal, $kind:expr, $help:literal, $field:ident) => {
@@ -1202,6 +1255,81 @@ pub static ALL: &[Def] = &[
             }
         },
     },
+    // Each ML job (its main process and workers), for job-aware rules and alerts.
+    Def {
+        name: "ringside_job_collective_stalled_seconds",
+        kind: Kind::Gauge,
+        unit: Unit::Seconds,
+        help: "How long an ML job has waited in an NCCL collective with none of its collectives returning (0 when not waiting).",
+        labels: JOB,
+        rules: &[rule("job.collective_stalled_s", 1.0)],
+        read: |v, out| {
+            for job in jobs(v) {
+                job_point(out, &job, &[], job.collective_stalled_s(v.now_ms));
+            }
+        },
+    },
+    Def {
+        name: "ringside_job_phase_share_ratio",
+        kind: Kind::Gauge,
+        unit: Unit::Ratio,
+        help: "Share of an ML job's recent window (job_window_s) its main process spent in each phase.",
+        labels: JOB_PHASE,
+        rules: &[
+            RuleName { name: "job.data_loading_pct", select: &[("phase", "data_loading")], scale: 100.0 },
+            RuleName { name: "job.gpu_compute_pct", select: &[("phase", "gpu_compute")], scale: 100.0 },
+            RuleName { name: "job.nccl_collective_pct", select: &[("phase", "nccl_collective")], scale: 100.0 },
+            RuleName { name: "job.optimizer_step_pct", select: &[("phase", "optimizer_step")], scale: 100.0 },
+        ],
+        read: |v, out| {
+            for job in jobs(v).iter().filter(|j| j.main.recent_observed_ms > 0) {
+                for phase in Phase::ALL {
+                    job_point(out, job, &[phase.as_str()], ratio(job.main.recent_phase_pct.get(phase)));
+                }
+            }
+        },
+    },
+    Def {
+        name: "ringside_job_phase_held_seconds",
+        kind: Kind::Gauge,
+        unit: Unit::Seconds,
+        help: "How long an ML job's main process has been in the phase it is in now.",
+        labels: JOB_PHASE,
+        rules: &[rule("job.phase_held_s", 1.0)],
+        read: |v, out| {
+            for job in jobs(v) {
+                let held = v.now_ms.saturating_sub(job.main.phase_since_ms) as f64 / 1000.0;
+                job_point(out, &job, &[job.main.phase.as_str()], held);
+            }
+        },
+    },
+    Def {
+        name: "ringside_job_step_time_seconds",
+        kind: Kind::Gauge,
+        unit: Unit::Seconds,
+        help: "An ML job's step time quantiles over its recent window and over the last hour, where steps are visible.",
+        labels: &["job", "comm", "command", "quantile", "window"],
+        rules: &[
+            RuleName { name: "job.step_p50_s", select: &[("quantile", "0.5"), ("window", "recent")], scale: 1.0 },
+            RuleName { name: "job.step_p99_s", select: &[("quantile", "0.99"), ("window", "recent")], scale: 1.0 },
+            RuleName { name: "job.step_p99_hour_s", select: &[("quantile", "0.99"), ("window", "hour")], scale: 1.0 },
+        ],
+        read: |v, out| {
+            for job in jobs(v) {
+                let Some(s) = &job.main.steps else { continue };
+                for (q, window, ms, count) in [
+                    ("0.5", "recent", s.recent_p50_ms, s.recent_count),
+                    ("0.99", "recent", s.recent_p99_ms, s.recent_count),
+                    ("0.5", "hour", s.hour_p50_ms, s.hour_count),
+                    ("0.99", "hour", s.hour_p99_ms, s.hour_count),
+                ] {
+                    if count > 0 {
+                        job_point(out, &job, &[q, window], ms as f64 / 1000.0);
+                    }
+                }
+            }
+        },
+    },
     // Why each GPU an ML job uses sat idle (see docs/gpu.md, "Idle attribution").
     Def {
         name: "ringside_job_gpu_idle_overall_ratio",
@@ -1273,24 +1401,30 @@ mod tests {
             numa: vec![NumaNodeMetrics::default()],
             ..Default::default()
         };
+        let mut by_phase = PhaseValues::<f64>::default();
+        *by_phase.get_mut(Phase::DataLoading) = 30.0;
         let process = MlProcessInfo {
             pid: 7,
             job: 7,
             comm: "python3".into(),
-            role: ringside_shared::ProcessRole::Main,
-            reason: String::new(),
             phase: Phase::DataLoading,
             phase_since_ms: 0,
             threads: 1,
-            gpus: vec![0],
-            numa_node: None,
-            probed_libraries: vec![],
-            libraries: vec![],
-            uid: None,
-            admitted: false,
-            admission: String::new(),
-            phase_ms: PhaseValues::default(),
-            timeline: vec![],
+            cmdline: "python3 train.py".into(),
+            collective_waiting_since_ms: Some(1000),
+            recent_phase_pct: by_phase.clone(),
+            recent_observed_ms: 1000,
+            steps: Some(ringside_shared::StepTimes {
+                anchor: Phase::DataLoading,
+                recent_count: 5,
+                recent_p50_ms: 900,
+                recent_p99_ms: 1800,
+                hour_count: 50,
+                hour_p50_ms: 800,
+                hour_p99_ms: 900,
+                ..Default::default()
+            }),
+            ..Default::default()
         };
         let scheduler = SchedulerTelemetry {
             ml_tasks: 3,
@@ -1347,8 +1481,6 @@ mod tests {
             throttle_reasons: Some(vec![]),
             ..Default::default()
         };
-        let mut by_phase = PhaseValues::<f64>::default();
-        *by_phase.get_mut(Phase::DataLoading) = 30.0;
         let idle = GpuIdleAttribution {
             job: 7,
             gpu: 0,
@@ -1441,7 +1573,10 @@ mod tests {
                 }
             }
         }
-        assert_eq!(names.len(), 26, "the rule names of the first release are all still there");
+        assert_eq!(names.len(), 35);
+        for first_release in ["host.cpu_utilization_pct", "kernel.drop_rate", "gpu.power_w", "job.gpu_idle_pct"] {
+            assert!(names.contains(first_release), "{first_release} is still there");
+        }
     }
 
     #[test]

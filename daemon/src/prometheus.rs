@@ -48,6 +48,7 @@ pub fn render(state: &NodeState) -> String {
         components: &snapshot.components,
         alerts: &snapshot.alerts,
         daemon: Some(&state.stats),
+        now_ms: snapshot.taken_at_ms,
     };
     render_view(&view)
 }
@@ -167,6 +168,7 @@ mod tests {
             components: &[],
             alerts: &[],
             daemon: None,
+            now_ms: 0,
         }
     }
 

@@ -51,10 +51,18 @@ pub enum AlertType {
     /// A GPU in trouble: lost, uncorrectable ECC errors, rows waiting to be remapped or a remap
     /// that failed, clocks held down by the hardware, memory nearly full, running hot.
     GpuHealth,
+    /// An ML job waits in an NCCL collective and none of its collective calls has returned for
+    /// `collective_hang_s`: one rank has probably stalled.
+    CollectiveHang,
+    /// An ML job spends more than `input_bound_pct` of its recent time loading data.
+    InputBound,
+    /// An ML job's recent step time p99 is `step_p99_regression_factor` times its own over the
+    /// last hour.
+    StepTimeRegression,
 }
 
 impl AlertType {
-    pub const ALL: [AlertType; 9] = [
+    pub const ALL: [AlertType; 12] = [
         AlertType::HighDropRate,
         AlertType::HighLatency,
         AlertType::QueueNearFull,
@@ -64,6 +72,9 @@ impl AlertType {
         AlertType::Rule,
         AlertType::SchedulerEjected,
         AlertType::GpuHealth,
+        AlertType::CollectiveHang,
+        AlertType::InputBound,
+        AlertType::StepTimeRegression,
     ];
 
     pub fn parse(text: &str) -> Option<AlertType> {
@@ -81,6 +92,9 @@ impl AlertType {
             AlertType::Rule => "rule",
             AlertType::SchedulerEjected => "scheduler_ejected",
             AlertType::GpuHealth => "gpu_health",
+            AlertType::CollectiveHang => "collective_hang",
+            AlertType::InputBound => "input_bound",
+            AlertType::StepTimeRegression => "step_time_regression",
         }
     }
 }

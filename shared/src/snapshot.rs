@@ -319,8 +319,10 @@ wire_enum! {
 
 wire_enum! {
     /// An ML process's part in its job.
+    #[derive(Default)]
     ProcessRole {
         /// Uses the GPU itself (its own job's main process).
+        #[default]
         Main => "main",
         /// A descendant that does not, e.g. a DataLoader worker.
         Worker => "worker",
@@ -525,13 +527,14 @@ impl ScxExitKind {
 }
 
 /// A phase of ML work a thread can be in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     DataLoading,
     GpuCompute,
     NcclCollective,
     OptimizerStep,
+    #[default]
     Unknown,
 }
 
@@ -602,6 +605,9 @@ pub struct SchedulerTelemetry {
     /// Length of the phase detector's window.
     #[serde(default)]
     pub window_ms: u64,
+    /// The recent window of each process's `recent_phase_pct` and step times.
+    #[serde(default)]
+    pub job_window_ms: u64,
     /// How the scheduling programs are attached: `tp_btf`, `raw_tp` or `tracepoint`.
     #[serde(default)]
     pub attach_mode: Option<ProbeAttach>,
@@ -768,7 +774,7 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// An ML process.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MlProcessInfo {
     pub pid: u32,
     /// The job's main process (its own pid for a main process).
@@ -804,6 +810,40 @@ pub struct MlProcessInfo {
     /// Recent phase history (the last two minutes, at most 600 spans, fewer when many processes
     /// are listed: see [`SchedulerTelemetry::MAX_SPANS`]), oldest first.
     pub timeline: Vec<PhaseSpan>,
+    /// Its command line, clipped (the job's `command` in alerts and `/metrics`).
+    #[serde(default)]
+    pub cmdline: String,
+    /// Since when the longest-waiting of its threads has been inside an NCCL collective (or a
+    /// synchronize on one); absent when none is.
+    #[serde(default)]
+    pub collective_waiting_since_ms: Option<UnixMillis>,
+    /// When one of its collective calls last returned, as far as the probe has seen.
+    #[serde(default)]
+    pub collective_returned_ms: Option<UnixMillis>,
+    /// Share of the recent window (`[scheduler] job_window_s`) it spent in each phase, 0-100,
+    /// and how much of that window it was observed.
+    #[serde(default)]
+    pub recent_phase_pct: PhaseValues<f64>,
+    #[serde(default)]
+    pub recent_observed_ms: u64,
+    /// Its step times, where steps are visible (runs of data loading, or of GPU compute, each
+    /// starting one).
+    #[serde(default)]
+    pub steps: Option<StepTimes>,
+}
+
+/// A job's step times: over the recent window, and over the hour before it (the baseline).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StepTimes {
+    /// The phase whose runs start a step.
+    pub anchor: Phase,
+    pub last_ms: u64,
+    pub recent_count: u64,
+    pub recent_p50_ms: u64,
+    pub recent_p99_ms: u64,
+    pub hour_count: u64,
+    pub hour_p50_ms: u64,
+    pub hour_p99_ms: u64,
 }
 
 /// A CUDA/NCCL library an ML process maps.

@@ -107,8 +107,14 @@ impl Workload {
     /// Starts it with `phase_ms` phases for `cycles` cycles, its ground truth in
     /// `dir/truth.jsonl`, and waits until it is set up (`dir/ready`).
     pub fn start(dir: &Path, phase_ms: u64, cycles: u32) -> Result<Workload> {
+        Workload::start_with(dir, phase_ms, cycles, &[])
+    }
+
+    /// [`Workload::start`] with more arguments (`--hang-ms`, `--data-weight`).
+    pub fn start_with(dir: &Path, phase_ms: u64, cycles: u32, extra: &[&str]) -> Result<Workload> {
         let child = Command::new(workload_binary())
             .args(["--phase-ms", &phase_ms.to_string(), "--cycles", &cycles.to_string()])
+            .args(extra)
             .arg("--log")
             .arg(dir.join("truth.jsonl"))
             .arg("--ready")

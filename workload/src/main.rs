@@ -13,7 +13,12 @@
 //!
 //! ```text
 //! ml-workload [--doubles DIR] [--phase-ms 1500] [--cycles 3] [--log FILE] [--ready FILE] [--stats FILE]
+//!             [--data-weight K] [--hang-ms N]
 //! ```
+//! `--data-weight K`: data loading lasts K phases (an input-bound job). `--hang-ms N`: in the
+//! second cycle (the first if there is one), the other rank joins the first collective N ms
+//! late, so the main thread blocks in `ncclAllReduce` that long (a stalled rank); the log then
+//! has a line `{"hang_start_ms","hang_end_ms"}` for the blocked call.
 //! `--log`: one JSON line per phase, `{"phase","start_ms","end_ms","pid","tid"}` (Unix ms);
 //! `--ready`: written with the pid once set up; `--stats`: per-phase iteration times (p50/p99)
 //! as JSON at the end.
@@ -58,6 +63,8 @@ struct Args {
     ready: Option<PathBuf>,
     stats: Option<PathBuf>,
     pingpong: Option<u32>,
+    data_weight: u32,
+    hang_ms: u64,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -69,6 +76,8 @@ fn parse_args() -> Result<Args, String> {
         ready: None,
         stats: None,
         pingpong: None,
+        data_weight: 1,
+        hang_ms: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -80,14 +89,18 @@ fn parse_args() -> Result<Args, String> {
             "--log" => args.log = Some(value()?.into()),
             "--ready" => args.ready = Some(value()?.into()),
             "--stats" => args.stats = Some(value()?.into()),
+            "--data-weight" => {
+                args.data_weight = value()?.parse().map_err(|e| format!("--data-weight: {e}"))?;
+            }
+            "--hang-ms" => args.hang_ms = value()?.parse().map_err(|e| format!("--hang-ms: {e}"))?,
             "--pingpong" => {
                 args.pingpong = Some(value()?.parse().map_err(|e| format!("--pingpong: {e}"))?);
             }
             other => return Err(format!("unknown argument {other}")),
         }
     }
-    if args.phase_ms < 100 || args.cycles == 0 {
-        return Err("--phase-ms must be at least 100 and --cycles at least 1".into());
+    if args.phase_ms < 100 || args.cycles == 0 || !(1..=100).contains(&args.data_weight) {
+        return Err("--phase-ms must be at least 100, --cycles at least 1 and --data-weight 1 to 100".into());
     }
     Ok(args)
 }
@@ -245,6 +258,8 @@ fn worker(fd: c_int) -> ! {
 struct Rounds {
     requested: u64,
     stop: bool,
+    /// The other rank joins the next collective this late (a stalled rank), once.
+    late_ms: u64,
 }
 
 struct Samples(Vec<(usize, f64)>);
@@ -315,6 +330,7 @@ fn run(args: Args) -> Result<(), String> {
                 let send = vec![1.0f32; ALLREDUCE_FLOATS];
                 let mut recv = vec![0.0f32; ALLREDUCE_FLOATS];
                 let mut done = 0u64;
+                let mut late;
                 loop {
                     {
                         let (lock, cv) = &*rounds;
@@ -325,7 +341,9 @@ fn run(args: Args) -> Result<(), String> {
                         if r.requested == done && r.stop {
                             return;
                         }
+                        late = std::mem::take(&mut r.late_ms);
                     }
+                    std::thread::sleep(Duration::from_millis(late));
                     doubles.all_reduce(&send, &mut recv, comm1 as *mut c_void);
                     done += 1;
                 }
@@ -380,12 +398,15 @@ fn run(args: Args) -> Result<(), String> {
     let mut step = 0;
     let mut last_launch = Instant::now();
     let phase_len = Duration::from_millis(args.phase_ms);
-    for _ in 0..args.cycles {
+    let hang_cycle = if args.hang_ms > 0 { Some(1.min(args.cycles - 1)) } else { None };
+    for cycle in 0..args.cycles {
         for (phase, name) in PHASES.iter().enumerate() {
             let start_ms = now_ms();
             let start = Instant::now();
             let mut batches = 0u64;
-            while start.elapsed() < phase_len {
+            let mut hang = (phase == 2 && hang_cycle == Some(cycle)).then_some(args.hang_ms);
+            let length = if phase == 0 { phase_len * args.data_weight } else { phase_len };
+            while start.elapsed() < length {
                 let t = Instant::now();
                 match phase {
                     0 => {
@@ -410,12 +431,20 @@ fn run(args: Args) -> Result<(), String> {
                         doubles.synchronize();
                     }
                     2 => {
+                        let late_ms = hang.take().unwrap_or(0);
                         {
                             let (lock, cv) = &*rounds;
-                            lock.lock().unwrap_or_else(|e| e.into_inner()).requested += 1;
+                            let mut r = lock.lock().unwrap_or_else(|e| e.into_inner());
+                            r.requested += 1;
+                            r.late_ms = late_ms;
                             cv.notify_all();
                         }
+                        let called_ms = now_ms();
                         doubles.all_reduce(&send, &mut recv, comm0);
+                        if late_ms > 0 {
+                            let line = serde_json::json!({ "hang_start_ms": called_ms, "hang_end_ms": now_ms() });
+                            writeln!(log, "{line}").and_then(|()| log.flush()).map_err(|e| format!("--log: {e}"))?;
+                        }
                     }
                     _ => {
                         step += 1;

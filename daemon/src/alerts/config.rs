@@ -36,6 +36,15 @@ pub struct Thresholds {
     /// How long (s) the hardware must hold a GPU's clocks down without a break before a
     /// `throttle` alert: brief power-brake or thermal blips are normal under load.
     pub gpu_throttle_sustained_s: f64,
+    /// An ML job waiting in an NCCL collective with none of its collectives returning for this
+    /// long (s) raises a critical `collective_hang`.
+    pub collective_hang_s: f64,
+    /// An ML job loading data more than this share (percent) of its recent window
+    /// (`[scheduler] job_window_s`) raises an `input_bound` warning.
+    pub input_bound_pct: f64,
+    /// An ML job whose recent step time p99 is this many times its p99 over the last hour raises
+    /// a `step_time_regression` warning.
+    pub step_p99_regression_factor: f64,
 }
 
 impl Thresholds {
@@ -57,6 +66,9 @@ impl Thresholds {
             ("gpu_temperature_c_warning", self.gpu_temperature_c_warning),
             ("gpu_temperature_margin_c", self.gpu_temperature_margin_c),
             ("gpu_throttle_sustained_s", self.gpu_throttle_sustained_s),
+            ("collective_hang_s", self.collective_hang_s),
+            ("input_bound_pct", self.input_bound_pct),
+            ("step_p99_regression_factor", self.step_p99_regression_factor),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -82,6 +94,9 @@ impl Default for Thresholds {
             gpu_temperature_c_warning: 85.0,
             gpu_temperature_margin_c: 5.0,
             gpu_throttle_sustained_s: 10.0,
+            collective_hang_s: 60.0,
+            input_bound_pct: 50.0,
+            step_p99_regression_factor: 2.0,
         }
     }
 }

@@ -12,7 +12,7 @@ pub mod writer;
 
 use std::collections::{BTreeMap, HashMap};
 
-use ringside_shared::{AlertType, KernelState, Severity, ThrottleReason, WindowAggregates};
+use ringside_shared::{AlertType, KernelState, Phase, Severity, ThrottleReason, WindowAggregates};
 
 use crate::metrics::{RuleMetric, View};
 use crate::pipeline::Sample;
@@ -150,6 +150,85 @@ fn gpu_conditions(t: &Thresholds, view: &View, now_ms: u64, found: &mut Vec<Cond
         };
         if let Some(&c) = temperature.get(&source).filter(|c| **c > threshold) {
             add("temperature", Severity::Warning, c, threshold, format!("{c:.0} °C ({against})"));
+        }
+    }
+}
+
+/// Steps a job must have made in its recent window, and in the hour before, before its step
+/// time is compared with itself.
+const MIN_RECENT_STEPS: u64 = 5;
+const MIN_BASELINE_STEPS: u64 = 20;
+/// Share of its recent window a job must have been observed before it is called input-bound.
+const MIN_OBSERVED_SHARE: f64 = 0.8;
+
+/// The job-aware conditions: a hung collective, an input-bound job, a step-time regression.
+/// Each is the job's own alert (source `job:<pid>`), labelled with its pid, name and command.
+fn job_conditions(t: &Thresholds, view: &View, job_window_ms: u64, found: &mut Vec<Condition>) {
+    for job in crate::metrics::jobs(view) {
+        let main = job.main;
+        let labels: BTreeMap<String, String> =
+            ["job", "comm", "command"].into_iter().map(String::from).zip(job.labels()).collect();
+        let mut add = |alert_type: AlertType, severity: Severity, value: f64, threshold: f64, message: String| {
+            found.push(Condition {
+                alert_type,
+                rule: None,
+                labels: labels.clone(),
+                source: job.source(),
+                severity,
+                value,
+                threshold,
+                message: format!("job {} ({}): {message}", main.job, main.comm),
+            });
+        };
+        let stalled = job.collective_stalled_s(view.now_ms);
+        if stalled >= t.collective_hang_s {
+            let waiting = job.members.iter().filter(|p| p.collective_waiting_since_ms.is_some()).count();
+            add(
+                AlertType::CollectiveHang,
+                Severity::Critical,
+                stalled,
+                t.collective_hang_s,
+                format!(
+                    "waiting in an NCCL collective for {stalled:.0} s with none returning (threshold {} s); \
+                     {waiting} of its {} processes wait in one",
+                    t.collective_hang_s,
+                    job.members.len()
+                ),
+            );
+        }
+        let loading = main.recent_phase_pct.get(Phase::DataLoading);
+        let observed = main.recent_observed_ms as f64 >= job_window_ms as f64 * MIN_OBSERVED_SHARE;
+        if observed && job_window_ms > 0 && loading > t.input_bound_pct {
+            add(
+                AlertType::InputBound,
+                Severity::Warning,
+                loading,
+                t.input_bound_pct,
+                format!(
+                    "loading data {loading:.0}% of the last {} s (threshold {}%): the GPU waits for input",
+                    job_window_ms / 1000,
+                    t.input_bound_pct
+                ),
+            );
+        }
+        if let Some(s) = &main.steps {
+            let baseline = s.hour_p99_ms as f64;
+            let enough = s.recent_count >= MIN_RECENT_STEPS && s.hour_count >= MIN_BASELINE_STEPS && baseline > 0.0;
+            let factor = s.recent_p99_ms as f64 / baseline.max(1.0);
+            if enough && factor >= t.step_p99_regression_factor {
+                add(
+                    AlertType::StepTimeRegression,
+                    Severity::Warning,
+                    factor,
+                    t.step_p99_regression_factor,
+                    format!(
+                        "step time p99 {:.2} s over the last {} s, {factor:.1}x its {:.2} s over the hour before",
+                        s.recent_p99_ms as f64 / 1000.0,
+                        job_window_ms / 1000,
+                        baseline / 1000.0
+                    ),
+                );
+            }
         }
     }
 }
@@ -293,6 +372,9 @@ pub fn conditions(
     }
 
     gpu_conditions(t, &view, sample.taken_at_ms, &mut found);
+    if let Some(scheduler) = &sample.scheduler {
+        job_conditions(t, &view, scheduler.job_window_ms, &mut found);
+    }
 
     // Ejected sched_ext scheduler: a standing condition while the daemon runs on the fallback.
     if let Some(exit) = sample.scheduler.as_ref().and_then(|s| s.scx.as_ref()).and_then(|x| x.exit.as_ref()) {
@@ -620,5 +702,83 @@ mod tests {
         let failures = vec![("bpf".to_string(), "permission denied".to_string())];
         let cs = conditions(&t, &Sample::new(0), &WindowAggregates::default(), &failures);
         assert_eq!(cs[0].source, "source:bpf");
+    }
+}
+
+#[cfg(test)]
+mod job_tests {
+    use super::*;
+    use ringside_shared::{MlProcessInfo, PhaseValues, ProcessRole, SchedulerTelemetry, StepTimes};
+
+    fn job(now_ms: u64, processes: Vec<MlProcessInfo>) -> Vec<Condition> {
+        let mut sample = Sample::new(now_ms);
+        sample.scheduler =
+            Some(SchedulerTelemetry { processes, job_window_ms: 300_000, ..SchedulerTelemetry::default() });
+        let t = Thresholds { collective_hang_s: 60.0, ..Thresholds::default() };
+        conditions(&t, &sample, &WindowAggregates::default(), &[])
+    }
+
+    fn main(pid: u32) -> MlProcessInfo {
+        MlProcessInfo {
+            pid,
+            job: pid,
+            comm: "python3".into(),
+            cmdline: "python3 train.py".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_job_waiting_in_a_collective_with_none_returning_hangs_once_past_the_threshold() {
+        let now = 1_000_000;
+        // The main process has waited 61 s; its worker returned from one 30 s ago: the
+        // job's stall counts from the later of the two.
+        let waiting = MlProcessInfo { collective_waiting_since_ms: Some(now - 61_000), ..main(10) };
+        let worker = MlProcessInfo {
+            pid: 11,
+            job: 10,
+            role: ProcessRole::Worker,
+            collective_returned_ms: Some(now - 30_000),
+            ..Default::default()
+        };
+        assert!(job(now, vec![waiting.clone(), worker]).is_empty(), "30 s without progress is under 60 s");
+        let found = job(now, vec![waiting.clone()]);
+        let hang = found.iter().find(|c| c.alert_type == AlertType::CollectiveHang).expect("a hang");
+        assert_eq!((hang.source.as_str(), hang.severity, hang.value), ("job:10", Severity::Critical, 61.0));
+        assert_eq!(hang.labels["command"], "python3 train.py");
+        assert_eq!(hang.labels["job"], "10");
+        assert!(hang.message.contains("1 of its 1 processes wait"), "{}", hang.message);
+        // Nobody waiting: no hang, however long ago the last return.
+        let idle = MlProcessInfo { collective_returned_ms: Some(now - 600_000), ..main(10) };
+        assert!(job(now, vec![idle]).is_empty());
+    }
+
+    #[test]
+    fn input_bound_needs_the_share_over_a_window_mostly_observed() {
+        let now = 1_000_000;
+        let share = |pct: f64, observed_ms: u64| MlProcessInfo {
+            recent_phase_pct: PhaseValues { data_loading: pct, gpu_compute: 100.0 - pct, ..Default::default() },
+            recent_observed_ms: observed_ms,
+            ..main(10)
+        };
+        let types = |p: MlProcessInfo| job(now, vec![p]).into_iter().map(|c| c.alert_type).collect::<Vec<_>>();
+        assert_eq!(types(share(62.0, 290_000)), [AlertType::InputBound]);
+        assert!(types(share(62.0, 100_000)).is_empty(), "a job just started is not judged yet");
+        assert!(types(share(40.0, 300_000)).is_empty());
+    }
+
+    #[test]
+    fn a_step_time_p99_doubled_against_the_hour_before_is_a_regression() {
+        let now = 1_000_000;
+        let steps = |recent_p99_ms: u64, recent_count: u64, hour_count: u64| MlProcessInfo {
+            steps: Some(StepTimes { recent_count, recent_p99_ms, hour_count, hour_p99_ms: 1000, ..Default::default() }),
+            ..main(10)
+        };
+        let found = job(now, vec![steps(2500, 10, 100)]);
+        let regression = found.iter().find(|c| c.alert_type == AlertType::StepTimeRegression).expect("regressed");
+        assert_eq!((regression.value, regression.threshold), (2.5, 2.0));
+        assert!(job(now, vec![steps(1900, 10, 100)]).is_empty(), "under twice");
+        assert!(job(now, vec![steps(2500, 3, 100)]).is_empty(), "too few recent steps");
+        assert!(job(now, vec![steps(2500, 10, 5)]).is_empty(), "too few before");
     }
 }

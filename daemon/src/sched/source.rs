@@ -50,6 +50,9 @@ pub struct SchedulerConfig {
     pub max_library_bytes: u64,
     /// `[scheduler.enforce]`: whose processes `enforce` may change.
     pub enforce: AdmissionConfig,
+    /// The recent window of each ML job's phase shares and step times (the input-bound and
+    /// step-time alerts read them), in seconds.
+    pub job_window_s: u64,
 }
 
 /// One library file's inspection may take this long before it is abandoned.
@@ -73,6 +76,7 @@ impl Default for SchedulerConfig {
             max_processes: 256,
             max_library_bytes: 2 << 30,
             enforce: AdmissionConfig::default(),
+            job_window_s: 300,
         }
     }
 }
@@ -126,6 +130,13 @@ impl SchedulerConfig {
             return Err(format!(
                 "[scheduler] max_library_bytes = {} must be from 1048576 (1 MiB) to 68719476736 (64 GiB)",
                 self.max_library_bytes
+            ));
+        }
+        if !(5..=super::jobs::MAX_WINDOW_S).contains(&self.job_window_s) {
+            return Err(format!(
+                "[scheduler] job_window_s = {} must be from 5 to {}",
+                self.job_window_s,
+                super::jobs::MAX_WINDOW_S
             ));
         }
         Admission::resolve(&self.enforce)?;
@@ -214,6 +225,7 @@ impl SchedulerSource {
                 max_processes: config.max_processes,
                 libraries: Limits { max_bytes: config.max_library_bytes, timeout: LIBRARY_TIMEOUT },
                 admission: Admission::resolve(&config.enforce)?,
+                job_window: Duration::from_secs(config.job_window_s),
             };
             let published = Arc::new(Mutex::new(Published::default()));
             let stop = Arc::new(AtomicBool::new(false));

@@ -3,6 +3,7 @@
 
 use std::collections::{HashSet, VecDeque};
 
+use ringside_bpf::{CallKind, MlThreadStats};
 use ringside_shared::{PhaseSpan, PhaseValues};
 
 use super::super::journal::thread_start_time;
@@ -11,6 +12,14 @@ use super::{
     read_chars, read_trimmed, Observer, Task, CPU_WAIT_SHARE, MAX_SPANS, MAX_THREADS_OBSERVED, MAX_THREADS_PER_PROCESS,
     TIMELINE_MS,
 };
+
+/// Since when (monotonic ns) a thread has been inside an NCCL collective, or synchronizing on
+/// one it enqueued; `None` when it is not.
+fn collective_since(calls: &MlThreadStats) -> Option<u64> {
+    let (kind, since) = calls.call_in_progress;
+    let nccl = CallKind::Nccl as u32;
+    (since != 0 && (kind == nccl || (kind == CallKind::Sync as u32 && calls.last_enqueue == nccl))).then_some(since)
+}
 
 impl Observer {
     pub(super) fn observe(&mut self, window_ns: u64, start_ms: u64, end_ms: u64) {
@@ -44,14 +53,23 @@ impl Observer {
             let mut evidence = Evidence::default();
             // The longest any of its threads waited for a CPU this window.
             let mut most_runq_ns = 0;
+            // Its threads inside a collective now (the oldest since when, monotonic), and
+            // whether one of its collective calls returned this window.
+            let mut oldest_collective_ns: Option<u64> = None;
+            let mut collective_returned = false;
+            let now_ns = ringside_bpf::monotonic_ns();
             for &tid in &tids {
                 seen_tids.insert(tid);
-                let now_ns = ringside_bpf::monotonic_ns();
                 let sched = self.probe.thread(tid);
                 let blocked = sched.map(|s| s.blocked).unwrap_or_default();
+                let calls = self.probe.ml_thread(tid);
+                let in_collective = calls.as_ref().and_then(collective_since);
+                if let Some(since) = in_collective {
+                    oldest_collective_ns = Some(oldest_collective_ns.map_or(since, |o: u64| o.min(since)));
+                }
                 let mut counters = Counters::from_probe(
                     sched.map(|s| s.at(now_ns)).as_ref(),
-                    self.probe.ml_thread(tid).map(|s| s.at(now_ns, blocked)).as_ref(),
+                    calls.map(|s| s.at(now_ns, blocked)).as_ref(),
                 );
                 // Bytes read, from the kernel's own per-thread I/O accounting.
                 if !self.config.syscall_tracepoints {
@@ -70,11 +88,18 @@ impl Observer {
                     runq: VecDeque::new(),
                     last_decision: None,
                     window_ns,
+                    collective_since_ns: None,
                 });
+                let was_in_collective = std::mem::replace(&mut task.collective_since_ns, in_collective);
                 // A thread seen for the first time has no window yet: its counters so far
                 // cover its whole life.
                 let Some(before) = task.before.replace(counters) else { continue };
                 task.last = counters.since(&before);
+                // A collective returned: the one it was in has ended, or it entered one and is
+                // out again, or it entered two (the probe counts calls as they start).
+                collective_returned |= (was_in_collective.is_some() && was_in_collective != in_collective)
+                    || (task.last.nccl_calls > 0 && in_collective.is_none())
+                    || task.last.nccl_calls >= 2;
                 most_runq_ns = most_runq_ns.max(task.last.runq_ns);
                 task.window_ns = window_ns;
                 task.evidence = Evidence::of(&task.last, window_ns, role);
@@ -89,12 +114,19 @@ impl Observer {
             }
             let process = self.processes.get_mut(&pid).expect("listed above");
             process.threads = tids.len() as u32;
+            process.collective_waiting_since_ms =
+                oldest_collective_ns.map(|since| end_ms.saturating_sub(now_ns.saturating_sub(since) / 1_000_000));
+            if collective_returned {
+                process.collective_returned_ms = Some(end_ms);
+            }
             tracing::debug!(pid, ?evidence, phase = ?process.phase.phase, "window");
             if process.phase.step(&evidence, window_ns).is_some() {
                 process.phase_since_ms = start_ms;
             }
             let phase = process.phase.phase;
             *process.phase_ms.get_mut(phase) += window_ms;
+            process.recent.add(end_ms, phase, window_ms);
+            process.steps.window(phase, start_ms, end_ms);
             let waiting_for_cpu = most_runq_ns as f64 >= window_ns as f64 * CPU_WAIT_SHARE;
             match process.timeline.back_mut() {
                 Some(span)

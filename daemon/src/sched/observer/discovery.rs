@@ -7,6 +7,7 @@ use std::collections::{HashSet, VecDeque};
 use ringside_bpf::{calls_of_library, EventKind};
 use ringside_shared::{PhaseValues, ProcessRole, SchedulerBackend};
 
+use super::super::jobs::{RecentPhases, Steps};
 use super::super::journal::thread_start_time;
 use super::super::library::{self, Request};
 use super::super::ml::MlReason;
@@ -14,6 +15,25 @@ use super::super::phase::Hysteresis;
 use super::super::policy;
 use super::super::trust::Credentials;
 use super::{Inspection, Library, Observer, Process, MAPS_EVERY, MAX_LIBRARIES, RUNQ_SAMPLES};
+
+/// Longest command line kept for a process (it travels in every update and labels its job's
+/// alerts and series).
+const MAX_CMDLINE: usize = 256;
+
+/// A process's command line, arguments separated by spaces, read within a bound and clipped.
+fn read_cmdline(proc_root: &std::path::Path, pid: u32) -> String {
+    use std::io::Read;
+    let mut raw = Vec::new();
+    let path = proc_root.join(pid.to_string()).join("cmdline");
+    let _ = std::fs::File::open(path).and_then(|f| f.take(4096).read_to_end(&mut raw));
+    let text = String::from_utf8_lossy(&raw).replace('\0', " ");
+    let text = text.trim();
+    if text.chars().count() <= MAX_CMDLINE {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(MAX_CMDLINE - 1).collect();
+    format!("{head}…")
+}
 
 impl Observer {
     pub(super) fn handle_events(&mut self) {
@@ -110,6 +130,12 @@ impl Observer {
                 numa_node: None,
                 node_cpus: Vec::new(),
                 threads: 0,
+                cmdline: read_cmdline(&self.config.proc_root, pid),
+                collective_waiting_since_ms: None,
+                collective_returned_ms: None,
+                recent: RecentPhases::new(self.config.job_window.as_secs()),
+                steps: Steps::default(),
+                step_times: None,
             },
         );
     }

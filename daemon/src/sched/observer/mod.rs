@@ -15,11 +15,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ringside_shared::{Decision, PhaseSpan, PhaseValues, ProcessRole, SchedulerTelemetry};
+use ringside_shared::{Decision, PhaseSpan, PhaseValues, ProcessRole, SchedulerTelemetry, StepTimes};
 
 use crate::pipeline::Feed;
 
 use super::enforcement::Enforcement;
+use super::jobs::{RecentPhases, Steps};
 use super::library::{LibraryInspector, Limits};
 use super::ml::{MlDetector, DEFAULT_LIBRARIES};
 use super::phase::{Counters, Evidence, Hysteresis};
@@ -68,6 +69,8 @@ pub struct ObserverConfig {
     pub libraries: Limits,
     /// Whose processes decisions may change.
     pub admission: Admission,
+    /// The recent window of each job's phase shares and step times.
+    pub job_window: Duration,
 }
 
 /// What the observer publishes.
@@ -121,6 +124,17 @@ struct Process {
     numa_node: Option<u32>,
     node_cpus: Vec<usize>,
     threads: u32,
+    /// Its command line, clipped.
+    cmdline: String,
+    /// Since when (wall ms) its longest-waiting thread has been in a collective, and when one
+    /// of its collectives last returned.
+    collective_waiting_since_ms: Option<u64>,
+    collective_returned_ms: Option<u64>,
+    /// Its phase time over the recent window, and its steps.
+    recent: RecentPhases,
+    steps: Steps,
+    /// Its step times as last computed, and the second they were (recomputed once a second).
+    step_times: Option<(u64, Option<StepTimes>)>,
 }
 
 struct Task {
@@ -135,6 +149,8 @@ struct Task {
     runq: VecDeque<u64>,
     last_decision: Option<String>,
     window_ns: u64,
+    /// Since when (monotonic ns) it has been inside a collective, as of the latest window.
+    collective_since_ns: Option<u64>,
 }
 
 pub struct Observer {
@@ -270,6 +286,6 @@ impl Observer {
         self.stage("observing threads");
         self.observe(window_ns, start_ms, end_ms);
         self.stage("publishing");
-        self.publish();
+        self.publish(end_ms);
     }
 }

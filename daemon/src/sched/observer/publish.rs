@@ -22,7 +22,7 @@ fn probe_attach(mode: AttachMode) -> ProbeAttach {
 }
 
 impl Observer {
-    pub(super) fn publish(&mut self) {
+    pub(super) fn publish(&mut self, now_ms: u64) {
         let backend = self.enforcement.backend();
         let mut distribution = PhaseValues::<u64>::default();
         for task in self.tasks.values() {
@@ -83,13 +83,24 @@ impl Observer {
         for task in self.tasks.values() {
             *activity.entry(task.pid).or_default() += task.last.on_cpu_ns;
         }
-        let mut ranked: Vec<(&u32, &Process)> = self.processes.iter().collect();
-        ranked.sort_by_key(|(pid, _)| (std::cmp::Reverse(activity.get(pid).copied().unwrap_or(0)), **pid));
+        let mut ranked: Vec<u32> = self.processes.keys().copied().collect();
+        ranked.sort_by_key(|pid| (std::cmp::Reverse(activity.get(pid).copied().unwrap_or(0)), *pid));
         ranked.truncate(SchedulerTelemetry::MAX_PROCESSES);
         let spans_each = (SchedulerTelemetry::MAX_SPANS / ranked.len().max(1)).min(MAX_SPANS);
+        let recent_ms = self.config.job_window.as_millis() as u64;
+        // Step times sort up to an hour of steps: recomputed once a second, for listed ones.
+        for pid in &ranked {
+            if let Some(p) = self.processes.get_mut(pid) {
+                if p.step_times.as_ref().is_none_or(|(at_s, _)| *at_s != now_ms / 1000) {
+                    p.step_times = Some((now_ms / 1000, p.steps.times(now_ms, recent_ms)));
+                }
+            }
+        }
+        let ranked: Vec<(&u32, &Process)> = ranked.iter().filter_map(|pid| self.processes.get_key_value(pid)).collect();
         let mut processes: Vec<MlProcessInfo> = ranked
             .into_iter()
-            .map(|(pid, p)| MlProcessInfo {
+            .map(|(pid, p)| (pid, p, p.recent.shares(now_ms)))
+            .map(|(pid, p, recent)| MlProcessInfo {
                 pid: *pid,
                 job: p.job,
                 comm: p.comm.clone(),
@@ -129,6 +140,12 @@ impl Observer {
                 },
                 phase_ms: p.phase_ms.clone(),
                 timeline: p.timeline.iter().skip(p.timeline.len().saturating_sub(spans_each)).cloned().collect(),
+                cmdline: p.cmdline.clone(),
+                collective_waiting_since_ms: p.collective_waiting_since_ms,
+                collective_returned_ms: p.collective_returned_ms,
+                recent_phase_pct: recent.0,
+                recent_observed_ms: recent.1,
+                steps: p.step_times.as_ref().and_then(|(_, t)| t.clone()),
             })
             .collect();
         processes.sort_by_key(|p| (p.job, p.pid));
@@ -166,6 +183,7 @@ impl Observer {
             total_cpus: 0,
             mode: if backend == SchedulerBackend::Observe { SchedulerMode::Observe } else { SchedulerMode::Enforce },
             window_ms: self.config.window.as_millis() as u64,
+            job_window_ms: recent_ms,
             attach_mode: Some(probe_attach(self.probe.mode())),
             programs,
             processes,

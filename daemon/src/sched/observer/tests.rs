@@ -227,6 +227,7 @@ impl Harness {
             max_processes: 16,
             libraries: Limits { max_bytes: 1 << 20, timeout: Duration::from_secs(1) },
             admission: Admission::resolve(&admission).unwrap(),
+            job_window: Duration::from_secs(10),
         };
         let enforcement: Box<dyn Enforcement> = match backend {
             SchedulerBackend::Observe => Box::new(ObserveOnly),
@@ -568,4 +569,35 @@ fn what_is_published_is_bounded_and_the_timeline_merges_windows() {
     let pct: f64 = Phase::ALL.iter().map(|p| t.phase_time_pct.get(*p)).sum();
     assert!((pct - 100.0).abs() < 1e-6, "{pct}");
     assert_eq!(t.phase_distribution.get(Phase::NcclCollective), 2);
+}
+
+#[test]
+fn a_thread_blocked_in_a_collective_says_since_when_and_a_return_is_progress() {
+    let mut h = training("observer-collective", SchedulerBackend::Observe);
+    let began = ringside_bpf::monotonic_ns() - 5_000 * MS;
+    h.spend(4001, |_, c| {
+        c.call_in_progress = (ringside_bpf::CallKind::Nccl as u32, began);
+        c.nccl_calls += 1;
+    });
+    h.window();
+    let process = h.telemetry().processes[0].clone();
+    let since = process.collective_waiting_since_ms.expect("waiting in a collective");
+    let waited = h.now_ms.saturating_sub(since);
+    assert!((4_900..5_300).contains(&waited), "began 5 s ago: {waited} ms");
+    assert_eq!(process.collective_returned_ms, None, "entered, not returned");
+    // A synchronize on the collective it enqueued is waiting in it too.
+    h.spend(4001, |_, c| {
+        c.call_in_progress = (ringside_bpf::CallKind::Sync as u32, began);
+        c.last_enqueue = ringside_bpf::CallKind::Nccl as u32;
+    });
+    h.window();
+    assert!(h.telemetry().processes[0].collective_waiting_since_ms.is_some());
+    // It returns: progress, and nobody waits.
+    h.spend(4001, |_, c| c.call_in_progress = (0, 0));
+    h.window();
+    let process = h.telemetry().processes[0].clone();
+    assert_eq!(process.collective_waiting_since_ms, None);
+    assert_eq!(process.collective_returned_ms, Some(h.now_ms));
+    assert_eq!(process.cmdline, "python3 train.py --epochs 3");
+    assert!(process.recent_observed_ms > 0);
 }
