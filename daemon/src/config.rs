@@ -40,9 +40,15 @@ pub struct Cli {
     #[arg(long, env = "RINGSIDE_LISTEN")]
     pub listen: Option<String>,
     /// Listen on an address other than loopback without TLS: the token and everything the
-    /// console shows then cross the network in the clear. Prefer an SSH tunnel.
+    /// console shows then cross the network in the clear. Prefer TLS or an SSH tunnel.
     #[arg(long)]
     pub allow_plain_http: bool,
+    /// Serve HTTPS with this PEM certificate chain (with --tls-key).
+    #[arg(long, env = "RINGSIDE_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's PEM private key; a key file other users can read is refused.
+    #[arg(long, env = "RINGSIDE_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
     /// Directory for the daemon's state [default: /var/lib/ringside as root, else ~/.local/state/ringside].
     #[arg(long, env = "RINGSIDE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -83,6 +89,8 @@ struct FileConfig {
     data_dir: Option<PathBuf>,
     interval_ms: Option<u64>,
     token_file: Option<PathBuf>,
+    tls_cert_file: Option<PathBuf>,
+    tls_key_file: Option<PathBuf>,
     history_len: Option<usize>,
     window_ms: Option<u64>,
     allowed_origins: Vec<String>,
@@ -126,6 +134,8 @@ pub struct Config {
     pub server: ServerConfig,
     pub tokens: Vec<Credential>,
     pub token_origin: TokenOrigin,
+    /// HTTPS: the server's TLS configuration, built from the certificate and key files.
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
 /// The name a single, unnamed token (env, bare file, generated) goes by.
@@ -151,13 +161,33 @@ impl Config {
             value: format!("{listen_text:?}"),
             why: format!("{e}; expected IP:PORT such as {DEFAULT_LISTEN}"),
         })?;
-        if !listen.ip().is_loopback() && !cli.allow_plain_http {
+        let tls = match (
+            cli.tls_cert.clone().or(file.tls_cert_file.clone()),
+            cli.tls_key.clone().or(file.tls_key_file.clone()),
+        ) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => {
+                Some(crate::server::tls::server_config(&cert, &key).map_err(|e| ConfigError::Invalid {
+                    key: "tls_cert_file / tls_key_file",
+                    value: cert.display().to_string(),
+                    why: e.to_string(),
+                })?)
+            }
+            (cert, _) => {
+                return Err(ConfigError::Invalid {
+                    key: "tls_cert_file / tls_key_file",
+                    value: cert.map(|c| c.display().to_string()).unwrap_or_else(|| "(none)".into()),
+                    why: "HTTPS needs both a certificate (--tls-cert) and its key (--tls-key)".into(),
+                })
+            }
+        };
+        if !listen.ip().is_loopback() && !cli.allow_plain_http && tls.is_none() {
             return Err(ConfigError::Invalid {
                 key: "listen",
                 value: listen.to_string(),
                 why: format!(
                     "not a loopback address: the token and the console would cross the network in plain HTTP. \
-                     Reach the console through an SSH tunnel instead (`ssh -L 9650:127.0.0.1:{port} NODE`, then \
+                     Serve HTTPS (--tls-cert and --tls-key), or reach the console through an SSH tunnel instead (`ssh -L 9650:127.0.0.1:{port} NODE`, then \
                      open the console URL on http://127.0.0.1:9650), or pass --allow-plain-http on a network \
                      you trust",
                     port = listen.port()
@@ -286,6 +316,7 @@ impl Config {
             server: file.server,
             tokens,
             token_origin,
+            tls,
         })
     }
 }

@@ -141,7 +141,8 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
 
     let collector = tokio::spawn(collector::run(state.clone(), sources, stop_rx.clone()));
     if let Some(am) = &config.alertmanager {
-        let generator = format!("http://{local}/");
+        let scheme = if config.tls.is_some() { "https" } else { "http" };
+        let generator = format!("{scheme}://{local}/");
         let forwarder = alerts::alertmanager::Forwarder::new(am.clone(), state.clone(), generator)
             .map_err(|e| anyhow::anyhow!("alertmanager: {e}"))?;
         let (tx, rx) = tokio::sync::mpsc::channel(alerts::alertmanager::QUEUE);
@@ -159,7 +160,8 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
             Some(config.data_dir.join(server::session::FILE)),
             local.port(),
             clock::now_ms(),
-        ),
+        )
+        .secure(config.tls.is_some()),
         auth_failures: server::throttle::AuthFailures::new(config.server.auth_failures_per_address),
     });
     let served = app.state.clone();
@@ -168,7 +170,8 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         tracing::info!("stopping");
         let _ = stop_tx.send(true);
     });
-    server::listen::serve(listener, server::router(app), &config.server, served.clone(), stop_rx).await;
+    let tls = config.tls.clone();
+    server::listen::serve(listener, server::router(app), &config.server, tls, served.clone(), stop_rx).await;
     let _ = collector.await;
     // The last alert changes reach the disk before the process ends.
     let flushed =
@@ -312,7 +315,8 @@ pub async fn fetch_snapshot(url: &str, token: &str) -> anyhow::Result<String> {
 fn announce(config: &Config, local: SocketAddr) {
     let host = if local.ip().is_unspecified() { "127.0.0.1".to_string() } else { local.ip().to_string() };
     let host = if local.is_ipv6() && !local.ip().is_unspecified() { format!("[{host}]") } else { host };
-    let base = format!("http://{host}:{}", local.port());
+    let scheme = if config.tls.is_some() { "https" } else { "http" };
+    let base = format!("{scheme}://{host}:{}", local.port());
     match config.token_origin {
         TokenOrigin::Generated => {
             let secret = config.tokens.first().map(|t| t.secret.as_str()).unwrap_or_default();

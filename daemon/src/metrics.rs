@@ -41,6 +41,8 @@ pub struct DaemonStats {
     pub alertmanager_sent_total: AtomicU64,
     pub alertmanager_errors_total: AtomicU64,
     pub alertmanager_dropped_total: AtomicU64,
+    /// TLS handshakes that failed or did not finish in time (plain HTTP to an HTTPS port...).
+    pub tls_handshake_failures_total: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -491,6 +493,12 @@ pub static ALL: &[Def] = &[
         Kind::Counter,
         "HTTP connections closed at once because max_connections were open.",
         http_connections_refused_total
+    ),
+    daemon_counter!(
+        "ringside_tls_handshake_failures_total",
+        Kind::Counter,
+        "TLS handshakes that failed or did not finish within the header timeout.",
+        tls_handshake_failures_total
     ),
     daemon_counter!(
         "ringside_ws_refused_total",

@@ -81,7 +81,7 @@ async fn a_lagging_client_is_resynchronised_with_a_snapshot() {
     tokio::spawn(async move {
         // The daemon's own accept loop, as it serves.
         let config = ringside_daemon::config::ServerConfig::default();
-        server::listen::serve(listener, server::router(app), &config, state_for_server, shutdown).await;
+        server::listen::serve(listener, server::router(app), &config, None, state_for_server, shutdown).await;
     });
 
     // A client with a tiny receive buffer that reads hello and snapshot, then stops reading.

@@ -418,7 +418,7 @@ impl Daemon {
                 console_url.split_once("?token=").map(|(_, t)| t.to_string()).context("no token in console URL")?
             }
         };
-        let addr = base.trim_start_matches("http://").to_string();
+        let addr = base.split_once("://").map_or(base.as_str(), |(_, a)| a).to_string();
         Ok(Daemon { child, base, addr, token, console_url, data_dir, _scratch: scratch })
     }
 

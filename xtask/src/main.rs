@@ -34,7 +34,7 @@ use anyhow::{bail, Context, Result};
 /// Debian packages, by command: a build needs the first list (clang and libelf for the BPF
 /// programs), the tests the second too.
 const BUILD_PACKAGES: &[&str] = &["clang-19", "libelf-dev", "zlib1g-dev", "pkg-config"];
-const TEST_PACKAGES: &[&str] = &["chromium", "chromium-driver", "prometheus", "prometheus-alertmanager"];
+const TEST_PACKAGES: &[&str] = &["chromium", "chromium-driver", "prometheus", "prometheus-alertmanager", "openssl"];
 /// Miri ships with nightly toolchains only; a dated one keeps the check reproducible.
 const MIRI_TOOLCHAIN: &str = "nightly-2026-05-20";
 

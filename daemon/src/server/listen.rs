@@ -4,7 +4,9 @@
 //! - at most `max_connections` are open; one over the cap is closed at once (and counted);
 //! - the request headers must arrive within `header_read_timeout` (also between the requests
 //!   of a kept-alive connection: an idle connection is closed after it);
-//! - on shutdown, open connections finish the request in flight and close, within 5 s.
+//! - on shutdown, open connections finish the request in flight and close, within 5 s;
+//! - with TLS, the handshake happens on the connection's own task and must also finish within
+//!   `header_read_timeout`; a failed one closes the connection (and is counted).
 //!
 //! WebSocket sessions leave this count when they are upgraded; they have their own cap
 //! (`max_ws_sessions`, in the WebSocket handler).
@@ -26,14 +28,36 @@ use crate::state::NodeState;
 /// How long open connections get to finish when the daemon stops.
 const DRAIN: Duration = Duration::from_secs(5);
 
-/// Serves `router` on `listener` until `shutdown` turns true.
+/// Serves one connection until it ends or the daemon stops (then drains it within [`DRAIN`]).
+async fn connection<I>(io: I, service: Service, header_timeout: Duration, mut stop: watch::Receiver<bool>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(header_timeout).keep_alive(true);
+    let connection = builder.serve_connection(TokioIo::new(io), service).with_upgrades();
+    tokio::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        _ = stop.changed() => {
+            connection.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(DRAIN, connection).await;
+        }
+    }
+}
+
+type Service = TowerToHyperService<Router>;
+
+/// Serves `router` on `listener` (over TLS when `tls` is given) until `shutdown` turns true.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     config: &ServerConfig,
+    tls: Option<Arc<rustls::ServerConfig>>,
     state: Arc<NodeState>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let tls = tls.map(tokio_rustls::TlsAcceptor::from);
     let stats = &state.stats;
     let slots = Arc::new(Semaphore::new(config.max_connections));
     let header_timeout = Duration::from_millis(config.header_read_timeout_ms);
@@ -66,18 +90,23 @@ pub async fn serve(
         stats.http_connections_open.fetch_add(1, Ordering::Relaxed);
         let service = TowerToHyperService::new(router.clone().layer(Extension(ConnectInfo(peer))));
         let state = state.clone();
-        let mut stop = shutdown.clone();
+        let stop = shutdown.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(TokioTimer::new()).header_read_timeout(header_timeout).keep_alive(true);
-            let connection = builder.serve_connection(TokioIo::new(stream), service).with_upgrades();
-            tokio::pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                _ = stop.changed() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(DRAIN, connection).await;
-                }
+            match tls {
+                None => connection(stream, service, header_timeout, stop).await,
+                Some(acceptor) => match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
+                    Ok(Ok(stream)) => connection(stream, service, header_timeout, stop).await,
+                    // A plain-HTTP client, a scanner, a certificate the client refused: closed.
+                    Ok(Err(e)) => {
+                        state.stats.tls_handshake_failures_total.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(%peer, "TLS handshake failed: {e}");
+                    }
+                    Err(_) => {
+                        state.stats.tls_handshake_failures_total.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(%peer, "TLS handshake not finished within {header_timeout:?}");
+                    }
+                },
             }
             state.stats.http_connections_open.fetch_sub(1, Ordering::Relaxed);
             drop(permit);

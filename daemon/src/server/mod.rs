@@ -8,6 +8,7 @@ pub mod console;
 pub mod listen;
 pub mod session;
 pub mod throttle;
+pub mod tls;
 mod ws;
 
 use std::sync::Arc;

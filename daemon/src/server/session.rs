@@ -41,6 +41,8 @@ pub struct Sessions {
     file: Option<PathBuf>,
     cookie_name: String,
     kept: Mutex<Vec<Session>>,
+    /// Served over HTTPS: the cookie is `Secure` (never sent over plain HTTP).
+    secure: bool,
 }
 
 fn digest(bytes: &[u8]) -> [u8; 32] {
@@ -76,7 +78,13 @@ impl Sessions {
                 Err(e) => tracing::warn!("sessions file {}: {e}; console sessions start afresh", path.display()),
             }
         }
-        Sessions { file, cookie_name: format!("ringside_session_{port}"), kept: Mutex::new(kept) }
+        Sessions { file, cookie_name: format!("ringside_session_{port}"), kept: Mutex::new(kept), secure: false }
+    }
+
+    /// Cookies marked `Secure` (the daemon serves HTTPS).
+    pub fn secure(mut self, secure: bool) -> Sessions {
+        self.secure = secure;
+        self
     }
 
     pub fn cookie_name(&self) -> &str {
@@ -112,7 +120,8 @@ impl Sessions {
     /// `Set-Cookie` for a session id.
     pub fn cookie(&self, id: &str) -> HeaderValue {
         let max_age = SESSION_TTL_MS / 1000;
-        let cookie = format!("{}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}", self.cookie_name);
+        let secure = if self.secure { "; Secure" } else { "" };
+        let cookie = format!("{}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}", self.cookie_name);
         // The id is hex and the name `ringside_session_<digits>`: always a valid header value.
         HeaderValue::from_str(&cookie).unwrap_or_else(|_| HeaderValue::from_static("ringside_session=invalid; Path=/"))
     }

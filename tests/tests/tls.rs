@@ -1,0 +1,162 @@
+//! HTTPS end to end: the real daemon serving a certificate made here with `openssl`, spoken to
+//! by a rustls client that trusts exactly that certificate — the API, the console's cookie,
+//! the WebSocket and `/metrics` — and refused where it must be: plain HTTP to the TLS port, a
+//! client that does not trust the certificate, a key file other users can read, half a pair.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use anyhow::{ensure, Context, Result};
+use futures_util::StreamExt;
+use ringside_tests::{daemon_binary, Daemon, DaemonOptions, Scratch};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_rustls::TlsConnector;
+
+/// A self-signed certificate for 127.0.0.1 and its key (mode 0600), made with `openssl`.
+fn certificate(dir: &Path) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+        .args(["-subj", "/CN=ringside-test", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"])
+        // A server certificate, not a CA (a CA's certificate is refused as a server's).
+        .args(["-addext", "basicConstraints=critical,CA:FALSE", "-addext", "extendedKeyUsage=serverAuth"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .context("openssl is missing: `cargo xtask setup --test` installs it")?;
+    ensure!(out.status.success(), "openssl: {}", String::from_utf8_lossy(&out.stderr));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))?;
+    Ok((cert, key))
+}
+
+/// A rustls client trusting `cert` only (or nothing, when `None`).
+fn connector(cert: Option<&Path>) -> Result<TlsConnector> {
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(cert) = cert {
+        for der in CertificateDer::pem_file_iter(cert)? {
+            roots.add(der?)?;
+        }
+    }
+    #[allow(deprecated)]
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+/// One HTTPS request (`Connection: close`); the whole response as text.
+async fn https(connector: &TlsConnector, addr: &str, request: &str) -> Result<String> {
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let mut tls = connector.connect(ServerName::try_from("127.0.0.1")?.to_owned(), tcp).await?;
+    tls.write_all(request.as_bytes()).await?;
+    let mut response = Vec::new();
+    tls.read_to_end(&mut response).await?;
+    Ok(String::from_utf8_lossy(&response).into_owned())
+}
+
+fn get(path: &str, token: Option<&str>) -> String {
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_api_websocket_and_metrics_are_served_over_https_only() -> Result<()> {
+    let dir = Scratch::new("tls");
+    let (cert, key) = certificate(&dir.0)?;
+    let daemon = Daemon::start(DaemonOptions {
+        config: format!("tls_cert_file = {:?}\ntls_key_file = {:?}\n", cert, key),
+        // Not loopback: allowed without --allow-plain-http, since the traffic is encrypted.
+        listen: "0.0.0.0:0".into(),
+        ..DaemonOptions::default()
+    })?;
+    ensure!(daemon.base.starts_with("https://"), "announced as {}", daemon.base);
+    let addr = daemon.addr.clone();
+    let trusted = connector(Some(&cert))?;
+
+    let snapshot = https(&trusted, &addr, &get("/api/snapshot", Some(&daemon.token))).await?;
+    ensure!(snapshot.starts_with("HTTP/1.1 200"), "{}", &snapshot[..snapshot.len().min(300)]);
+    ensure!(snapshot.contains("\"schema_version\""), "a snapshot");
+    let refused = https(&trusted, &addr, &get("/api/snapshot", None)).await?;
+    ensure!(refused.starts_with("HTTP/1.1 401"), "still needs the token: {refused}");
+    // The console's session cookie is never sent over plain HTTP.
+    let console = https(&trusted, &addr, &get(&format!("/?token={}", daemon.token), None)).await?;
+    let cookie = console.lines().find(|l| l.to_ascii_lowercase().starts_with("set-cookie:")).unwrap_or_default();
+    ensure!(cookie.contains("HttpOnly") && cookie.contains("; Secure"), "{cookie}");
+
+    // The WebSocket, over the same TLS: the session opens with its hello.
+    let tcp = tokio::net::TcpStream::connect(&addr).await?;
+    let tls = trusted.connect(ServerName::try_from("127.0.0.1")?.to_owned(), tcp).await?;
+    let request = http_request(&format!("wss://{addr}/ws"), &daemon.token)?;
+    let (mut socket, _) = tokio_tungstenite::client_async(request, tls).await?;
+    let first = tokio::time::timeout(std::time::Duration::from_secs(10), socket.next())
+        .await?
+        .context("closed")??
+        .into_text()?;
+    ensure!(first.starts_with("{\"type\":\"hello\""), "{}", &first[..first.len().min(200)]);
+
+    // Plain HTTP to the TLS port gets no HTTP answer, and is counted.
+    let mut plain = tokio::net::TcpStream::connect(&addr).await?;
+    plain.write_all(get("/healthz", None).as_bytes()).await?;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), plain.read_to_end(&mut answer)).await;
+    ensure!(!String::from_utf8_lossy(&answer).contains("HTTP/1.1 200"), "plain HTTP was served");
+    // A client that does not trust the certificate does not get through.
+    let untrusting = connector(None)?;
+    ensure!(https(&untrusting, &addr, &get("/healthz", None)).await.is_err(), "an unknown certificate was accepted");
+    let metrics = https(&trusted, &addr, &get("/metrics", Some(&daemon.token))).await?;
+    let failures = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("ringside_tls_handshake_failures_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .context("the handshake failure counter")?;
+    ensure!(failures >= 2.0, "both refused handshakes counted: {failures}");
+    Ok(())
+}
+
+fn http_request(url: &str, token: &str) -> Result<tokio_tungstenite::tungstenite::http::Request<()>> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = url.into_client_request()?;
+    request.headers_mut().insert("authorization", format!("Bearer {token}").parse()?);
+    Ok(request)
+}
+
+#[test]
+fn a_key_others_can_read_or_half_a_pair_stops_the_daemon_with_the_reason() -> Result<()> {
+    let dir = Scratch::new("tls-refused");
+    let (cert, key) = certificate(&dir.0)?;
+    let start = |args: &[&std::ffi::OsStr]| -> Result<(bool, String)> {
+        let out = Command::new(daemon_binary())
+            .arg("--data-dir")
+            .arg(dir.0.join("data"))
+            .args(args)
+            .env("RINGSIDE_TOKEN", ringside_tests::random_token())
+            .output()?;
+        Ok((out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned()))
+    };
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644))?;
+    let loopback: &std::ffi::OsStr = "127.0.0.1:0".as_ref();
+    let (ok, stderr) = start(&[
+        "--listen".as_ref(),
+        loopback,
+        "--tls-cert".as_ref(),
+        cert.as_os_str(),
+        "--tls-key".as_ref(),
+        key.as_os_str(),
+    ])?;
+    ensure!(!ok && stderr.contains("key.pem") && stderr.contains("chmod 600"), "{stderr}");
+    let (ok, stderr) = start(&["--listen".as_ref(), loopback, "--tls-cert".as_ref(), cert.as_os_str()])?;
+    ensure!(!ok && stderr.contains("--tls-key"), "{stderr}");
+    // Without TLS, a non-loopback address is still refused, now pointing at TLS.
+    let (ok, stderr) = start(&["--listen".as_ref(), "0.0.0.0:0".as_ref()])?;
+    ensure!(!ok && stderr.contains("--tls-cert"), "{stderr}");
+    Ok(())
+}
