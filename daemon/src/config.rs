@@ -78,6 +78,10 @@ pub enum Command {
         /// Without it, env RINGSIDE_TOKEN.
         #[arg(long)]
         token_file: Option<PathBuf>,
+        /// For an https:// URL: the PEM certificates to check the daemon's against [default:
+        /// the system's bundle].
+        #[arg(long)]
+        ca_file: Option<PathBuf>,
     },
 }
 
@@ -231,7 +235,8 @@ impl Config {
                     },
                     why: match parsed {
                         Err(e) if credentials => e.to_string(),
-                        _ => "an http:// base URL without a trailing slash, e.g. http://127.0.0.1:9093".into(),
+                        _ => "an http:// or https:// base URL without a trailing slash, e.g. http://127.0.0.1:9093"
+                            .into(),
                     },
                 });
             }

@@ -1,6 +1,7 @@
 //! A minimal HTTP/1.1 client over tokio: one request per connection (`Connection: close`),
-//! plain `http://` only. Enough for `ringsided snapshot` and Alertmanager forwarding, without
-//! pulling a second HTTP stack into the daemon.
+//! `http://`, or `https://` with rustls (the server's certificate checked against a CA file
+//! given, else the system's bundle). Enough for `ringsided snapshot` and Alertmanager
+//! forwarding, without pulling a second HTTP stack into the daemon.
 
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
 /// Why a URL is refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum UrlError {
-    #[error("{0:?}: only http:// URLs are supported")]
+    #[error("{0:?}: only http:// and https:// URLs are supported")]
     NotHttp(String),
     #[error(
         "credentials in the URL are refused (they would be logged and shown): put a token in \
@@ -37,10 +38,17 @@ pub enum HttpError {
     /// The server answered with something that is not an HTTP/1.1 response within bounds.
     #[error("{0}")]
     Malformed(String),
+    /// An `https://` URL, and no certificate authorities to check the server against.
+    #[error("{0}")]
+    Trust(String),
+    #[error("TLS with {host}:{port}: {source}")]
+    Tls { host: String, port: u16, source: std::io::Error },
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Url {
+    /// `https://`.
+    pub tls: bool,
     pub host: String,
     pub port: u16,
     /// Path prefix without a trailing slash ("" for the root).
@@ -49,7 +57,11 @@ pub struct Url {
 
 impl Url {
     pub fn parse(text: &str) -> Result<Url, UrlError> {
-        let rest = text.strip_prefix("http://").ok_or_else(|| UrlError::NotHttp(text.into()))?;
+        let (tls, rest) = match (text.strip_prefix("http://"), text.strip_prefix("https://")) {
+            (Some(rest), _) => (false, rest),
+            (_, Some(rest)) => (true, rest),
+            _ => return Err(UrlError::NotHttp(text.into())),
+        };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
@@ -61,12 +73,13 @@ impl Url {
             Some((host, port)) if !host.ends_with(']') || authority.starts_with('[') => {
                 (host, port.parse::<u16>().map_err(|_| UrlError::BadPort { url: text.into(), port: port.into() })?)
             }
-            _ => (authority, 80),
+            _ => (authority, if tls { 443 } else { 80 }),
         };
         if host.is_empty() {
             return Err(UrlError::NoHost(text.into()));
         }
         Ok(Url {
+            tls,
             host: host.trim_start_matches('[').trim_end_matches(']').to_string(),
             port,
             base_path: path.trim_end_matches('/').to_string(),
@@ -96,19 +109,86 @@ pub struct Request<'a> {
     pub body: Option<(&'a str, &'a [u8])>,
 }
 
+/// Certificate bundles of the usual distributions, the first found is the system's trust.
+const SYSTEM_BUNDLES: [&str; 2] = ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"];
+
+/// What `https://` URLs are checked against: the certificates of `ca_file` (PEM), else the
+/// system's bundle. Built once; cheap to clone.
+#[derive(Clone, Default)]
+pub struct Client {
+    tls: Option<tokio_rustls::TlsConnector>,
+    /// Why there is no TLS (said when an `https://` URL is used).
+    no_tls: Option<String>,
+}
+
+impl Client {
+    pub fn new(ca_file: Option<&std::path::Path>) -> Result<Client, HttpError> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::CertificateDer;
+        let file = match ca_file {
+            Some(file) => file.to_path_buf(),
+            None => match SYSTEM_BUNDLES.iter().map(std::path::Path::new).find(|p| p.exists()) {
+                Some(bundle) => bundle.to_path_buf(),
+                None => {
+                    let why = format!("no CA file given and no system bundle ({})", SYSTEM_BUNDLES.join(", "));
+                    return Ok(Client { tls: None, no_tls: Some(why) });
+                }
+            },
+        };
+        let trust = |why: String| HttpError::Trust(format!("{}: {why}", file.display()));
+        let mut roots = rustls::RootCertStore::empty();
+        for der in CertificateDer::pem_file_iter(&file).map_err(|e| trust(e.to_string()))? {
+            // A bundle may hold certificates this TLS stack cannot use: those are skipped.
+            let _ = roots.add(der.map_err(|e| trust(e.to_string()))?);
+        }
+        if roots.is_empty() {
+            return Err(trust("no usable certificate".into()));
+        }
+        #[allow(deprecated)]
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| trust(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(Client { tls: Some(tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))), no_tls: None })
+    }
+}
+
 /// Sends one request and reads the whole response, within `timeout`.
-pub async fn send(url: &Url, request: Request<'_>, timeout: Duration) -> Result<Response, HttpError> {
-    tokio::time::timeout(timeout, exchange(url, request)).await.map_err(|_| HttpError::Timeout {
+pub async fn send(client: &Client, url: &Url, request: Request<'_>, timeout: Duration) -> Result<Response, HttpError> {
+    tokio::time::timeout(timeout, exchange(client, url, request)).await.map_err(|_| HttpError::Timeout {
         host: url.host.clone(),
         port: url.port,
         timeout,
     })?
 }
 
-async fn exchange(url: &Url, request: Request<'_>) -> Result<Response, HttpError> {
-    let mut stream = tokio::net::TcpStream::connect((url.host.as_str(), url.port))
+async fn exchange(client: &Client, url: &Url, request: Request<'_>) -> Result<Response, HttpError> {
+    let stream = tokio::net::TcpStream::connect((url.host.as_str(), url.port))
         .await
         .map_err(|source| HttpError::Connect { host: url.host.clone(), port: url.port, source })?;
+    if !url.tls {
+        return over(stream, url, request).await;
+    }
+    let Some(connector) = &client.tls else {
+        return Err(HttpError::Trust(client.no_tls.clone().unwrap_or_else(|| "TLS is not set up".into())));
+    };
+    let name = rustls::pki_types::ServerName::try_from(url.host.clone())
+        .map_err(|e| HttpError::Trust(format!("{:?} cannot name a TLS server: {e}", url.host)))?;
+    let tls = connector.connect(name, stream).await.map_err(|source| HttpError::Tls {
+        host: url.host.clone(),
+        port: url.port,
+        source,
+    })?;
+    over(tls, url, request).await
+}
+
+/// The request and its response over an open connection.
+async fn over<S>(mut stream: S, url: &Url, request: Request<'_>) -> Result<Response, HttpError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let mut head = format!(
         "{} {}{} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nUser-Agent: ringsided/{}\r\nAccept: application/json\r\n",
         request.method,
@@ -135,7 +215,14 @@ async fn exchange(url: &Url, request: Request<'_>) -> Result<Response, HttpError
     stream.write_all(head.as_bytes()).await.map_err(io)?;
     stream.write_all(body).await.map_err(io)?;
     let mut raw = Vec::new();
-    (&mut stream).take(MAX_RESPONSE_BYTES as u64 + 64 * 1024).read_to_end(&mut raw).await.map_err(io)?;
+    let read = (&mut stream).take(MAX_RESPONSE_BYTES as u64 + 64 * 1024).read_to_end(&mut raw).await;
+    match read {
+        Ok(_) => {}
+        // A TLS peer that closes without `close_notify` after a whole response: the response
+        // stands (it says its own length); a cut one fails to parse below.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+        Err(e) => return Err(io(e)),
+    }
     parse_response(&raw).map_err(HttpError::Malformed)
 }
 
@@ -212,7 +299,10 @@ mod tests {
         assert_eq!((url.host.as_str(), url.port, url.base_path.as_str()), ("am.example", 80, "/prefix"));
         let url = Url::parse("http://[::1]:9650").unwrap();
         assert_eq!((url.host.as_str(), url.port), ("::1", 9650));
-        assert!(Url::parse("https://x").is_err());
+        let url = Url::parse("https://am.example").unwrap();
+        assert_eq!((url.tls, url.port), (true, 443));
+        assert!(!Url::parse("http://x").unwrap().tls);
+        assert!(Url::parse("ftp://x").is_err());
         assert!(Url::parse("http://x:notaport").is_err());
         assert!(Url::parse("http://").is_err());
     }

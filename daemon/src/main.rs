@@ -7,8 +7,8 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    if let Some(Command::Snapshot { url, token_file }) = &cli.command {
-        return snapshot(url, token_file.as_deref());
+    if let Some(Command::Snapshot { url, token_file, ca_file }) = &cli.command {
+        return snapshot(url, token_file.as_deref(), ca_file.as_deref());
     }
     let config = match Config::load(&cli, std::env::var("RINGSIDE_TOKEN").ok()) {
         Ok(config) => config,
@@ -34,7 +34,11 @@ fn main() -> std::process::ExitCode {
 }
 
 /// `ringsided snapshot --url URL [--token-file FILE] > snapshot.json`
-fn snapshot(url: &str, token_file: Option<&std::path::Path>) -> std::process::ExitCode {
+fn snapshot(
+    url: &str,
+    token_file: Option<&std::path::Path>,
+    ca_file: Option<&std::path::Path>,
+) -> std::process::ExitCode {
     let token = match token_file {
         Some(path) => match read_token_file(path) {
             Ok(tokens) => tokens.into_iter().next().map(|t| t.secret),
@@ -56,7 +60,7 @@ fn snapshot(url: &str, token_file: Option<&std::path::Path>) -> std::process::Ex
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(ringside_daemon::fetch_snapshot(url, &token)) {
+    match runtime.block_on(ringside_daemon::fetch_snapshot(url, &token, ca_file)) {
         Ok(body) => {
             println!("{body}");
             std::process::ExitCode::SUCCESS

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use futures_util::{SinkExt, StreamExt};
 use ringside_shared::ServerMessage;
 use tokio::net::TcpStream;
@@ -273,8 +273,31 @@ impl Drop for Alertmanager {
 impl Alertmanager {
     pub const BINARY: &'static str = "/usr/bin/prometheus-alertmanager";
 
+    /// GET `path` (over TLS with `tls`): status and body.
+    pub async fn get_with(&self, tls: Option<&tokio_rustls::TlsConnector>, path: &str) -> Result<(u16, String)> {
+        let addr = self.url.split_once("://").map_or(self.url.as_str(), |(_, a)| a);
+        match tls {
+            Some(connector) => {
+                let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+                let response = https(connector, addr, &request).await?;
+                let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+                let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+                Ok((status, body))
+            }
+            None => {
+                let response = reqwest::Client::new().get(format!("{}{path}", self.url)).send().await?;
+                Ok((response.status().as_u16(), response.text().await?))
+            }
+        }
+    }
+
     /// Starts one with `config` (its YAML) and waits until it is ready (30 s at most).
     pub async fn start(config: &str) -> Result<Alertmanager> {
+        Alertmanager::start_with(config, None).await
+    }
+
+    /// [`Alertmanager::start`], serving HTTPS with `tls` (certificate, key) when given.
+    pub async fn start_with(config: &str, tls: Option<(&Path, &Path)>) -> Result<Alertmanager> {
         anyhow::ensure!(
             Path::new(Self::BINARY).exists(),
             "{} is missing: `cargo xtask setup --test` installs prometheus-alertmanager",
@@ -284,7 +307,14 @@ impl Alertmanager {
         let file = scratch.0.join("alertmanager.yml");
         std::fs::write(&file, config)?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let child = Command::new(Self::BINARY)
+        let mut command = Command::new(Self::BINARY);
+        if let Some((cert, key)) = tls {
+            let web = scratch.0.join("web.yml");
+            let yaml = format!("tls_server_config:\n  cert_file: {}\n  key_file: {}\n", cert.display(), key.display());
+            std::fs::write(&web, yaml)?;
+            command.arg(format!("--web.config.file={}", web.display()));
+        }
+        let child = command
             .arg(format!("--config.file={}", file.display()))
             .arg(format!("--storage.path={}", scratch.0.join("data").display()))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
@@ -293,14 +323,13 @@ impl Alertmanager {
             .stderr(Stdio::null())
             .spawn()
             .context("cannot start prometheus-alertmanager")?;
-        let manager = Alertmanager { child, url: format!("http://127.0.0.1:{port}"), _scratch: scratch };
-        let http = reqwest::Client::new();
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let manager = Alertmanager { child, url: format!("{scheme}://127.0.0.1:{port}"), _scratch: scratch };
+        let connector = tls.map(|(cert, _)| tls_connector(Some(cert))).transpose()?;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok(response) = http.get(format!("{}/-/ready", manager.url)).send().await {
-                if response.status().is_success() {
-                    return Ok(manager);
-                }
+            if manager.get_with(connector.as_ref(), "/-/ready").await.is_ok_and(|(status, _)| status == 200) {
+                return Ok(manager);
             }
             if Instant::now() > deadline {
                 bail!("Alertmanager did not become ready within 30 s");
@@ -308,6 +337,55 @@ impl Alertmanager {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+}
+
+/// A self-signed certificate for 127.0.0.1 and its key (mode 0600), made with `openssl`.
+pub fn certificate(dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+        .args(["-subj", "/CN=ringside-test", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"])
+        // A server certificate, not a CA (a CA's certificate is refused as a server's).
+        .args(["-addext", "basicConstraints=critical,CA:FALSE", "-addext", "extendedKeyUsage=serverAuth"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .context("openssl is missing: `cargo xtask setup --test` installs it")?;
+    ensure!(out.status.success(), "openssl: {}", String::from_utf8_lossy(&out.stderr));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))?;
+    Ok((cert, key))
+}
+
+/// A rustls client trusting `cert` only (or nothing, when `None`).
+pub fn tls_connector(cert: Option<&Path>) -> Result<tokio_rustls::TlsConnector> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(cert) = cert {
+        for der in rustls::pki_types::CertificateDer::pem_file_iter(cert)? {
+            roots.add(der?)?;
+        }
+    }
+    #[allow(deprecated)]
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)))
+}
+
+/// One HTTPS request (`Connection: close`); the whole response as text.
+pub async fn https(connector: &tokio_rustls::TlsConnector, addr: &str, request: &str) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let mut tls = connector.connect(rustls::pki_types::ServerName::try_from("127.0.0.1")?.to_owned(), tcp).await?;
+    tls.write_all(request.as_bytes()).await?;
+    let mut response = Vec::new();
+    tls.read_to_end(&mut response).await?;
+    Ok(String::from_utf8_lossy(&response).into_owned())
 }
 
 /// The environment that makes a daemon load the NVML test double (`tests/doubles/

@@ -195,3 +195,40 @@ async fn a_resolution_sent_during_an_outage_arrives_once_alertmanager_is_back() 
     assert_eq!(ringside_tests::component(&health, "alertmanager")["status"], "up", "{health}");
     Ok(())
 }
+
+#[tokio::test]
+async fn alerts_reach_an_alertmanager_served_over_https_and_an_untrusted_one_is_degraded() -> Result<()> {
+    let dir = Scratch::new("am-tls");
+    let (cert, key) = ringside_tests::certificate(&dir.0)?;
+    let config = "route:\n  receiver: nowhere\nreceivers:\n  - name: nowhere\n";
+    let manager = Alertmanager::start_with(config, Some((&cert, &key))).await?;
+    ensure!(manager.url.starts_with("https://"), "{}", manager.url);
+    let trusting = format!(
+        "{LOW_MEMORY_THRESHOLDS}\n[alertmanager]\nurl = \"{}\"\nresend_interval_ms = 1000\nca_file = {:?}\n",
+        manager.url, cert
+    );
+    let daemon = Daemon::start(DaemonOptions { config: trusting, ..DaemonOptions::default() })?;
+    let connector = ringside_tests::tls_connector(Some(&cert))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = manager.get_with(Some(&connector), "/api/v2/alerts").await?;
+        if status == 200 && body.contains("\"alertname\":\"memory_pressure\"") {
+            break;
+        }
+        ensure!(Instant::now() < deadline, "Alertmanager over HTTPS did not receive the alert within 30 s: {body}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    daemon.component_when("alertmanager", "up", 10).await?;
+    drop(daemon);
+
+    // Without the CA file the system's bundle does not know this certificate: nothing is
+    // sent, and the component says why.
+    let untrusting =
+        format!("{LOW_MEMORY_THRESHOLDS}\n[alertmanager]\nurl = \"{}\"\nresend_interval_ms = 1000\n", manager.url);
+    let daemon = Daemon::start(DaemonOptions { config: untrusting, ..DaemonOptions::default() })?;
+    let degraded = daemon.component_when("alertmanager", "degraded", 15).await?;
+    let component = ringside_tests::component(&degraded, "alertmanager");
+    let detail = component["detail"].as_str().unwrap_or_default();
+    ensure!(detail.contains("TLS") && detail.contains("certificate"), "{component}");
+    Ok(())
+}

@@ -3,64 +3,13 @@
 //! the WebSocket and `/metrics` — and refused where it must be: plain HTTP to the TLS port, a
 //! client that does not trust the certificate, a key file other users can read, half a pair.
 
-use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
 
 use anyhow::{ensure, Context, Result};
 use futures_util::StreamExt;
-use ringside_tests::{daemon_binary, Daemon, DaemonOptions, Scratch};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use ringside_tests::{certificate, daemon_binary, https, tls_connector as connector, Daemon, DaemonOptions, Scratch};
+use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio_rustls::TlsConnector;
-
-/// A self-signed certificate for 127.0.0.1 and its key (mode 0600), made with `openssl`.
-fn certificate(dir: &Path) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let out = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
-        .args(["-subj", "/CN=ringside-test", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"])
-        // A server certificate, not a CA (a CA's certificate is refused as a server's).
-        .args(["-addext", "basicConstraints=critical,CA:FALSE", "-addext", "extendedKeyUsage=serverAuth"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .context("openssl is missing: `cargo xtask setup --test` installs it")?;
-    ensure!(out.status.success(), "openssl: {}", String::from_utf8_lossy(&out.stderr));
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))?;
-    Ok((cert, key))
-}
-
-/// A rustls client trusting `cert` only (or nothing, when `None`).
-fn connector(cert: Option<&Path>) -> Result<TlsConnector> {
-    let mut roots = rustls::RootCertStore::empty();
-    if let Some(cert) = cert {
-        for der in CertificateDer::pem_file_iter(cert)? {
-            roots.add(der?)?;
-        }
-    }
-    #[allow(deprecated)]
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(TlsConnector::from(Arc::new(config)))
-}
-
-/// One HTTPS request (`Connection: close`); the whole response as text.
-async fn https(connector: &TlsConnector, addr: &str, request: &str) -> Result<String> {
-    let tcp = tokio::net::TcpStream::connect(addr).await?;
-    let mut tls = connector.connect(ServerName::try_from("127.0.0.1")?.to_owned(), tcp).await?;
-    tls.write_all(request.as_bytes()).await?;
-    let mut response = Vec::new();
-    tls.read_to_end(&mut response).await?;
-    Ok(String::from_utf8_lossy(&response).into_owned())
-}
 
 fn get(path: &str, token: Option<&str>) -> String {
     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
@@ -101,6 +50,21 @@ async fn the_console_api_websocket_and_metrics_are_served_over_https_only() -> R
         .context("closed")??
         .into_text()?;
     ensure!(first.starts_with("{\"type\":\"hello\""), "{}", &first[..first.len().min(200)]);
+
+    // `ringsided snapshot` over HTTPS, trusting the certificate given.
+    let cli = Command::new(daemon_binary())
+        .args(["snapshot", "--url", &daemon.base, "--ca-file"])
+        .arg(&cert)
+        .env("RINGSIDE_TOKEN", &daemon.token)
+        .output()?;
+    ensure!(cli.status.success(), "{}", String::from_utf8_lossy(&cli.stderr));
+    ensure!(String::from_utf8_lossy(&cli.stdout).contains("\"schema_version\""));
+    let untrusted = Command::new(daemon_binary())
+        .args(["snapshot", "--url", &daemon.base])
+        .env("RINGSIDE_TOKEN", &daemon.token)
+        .output()?;
+    let stderr = String::from_utf8_lossy(&untrusted.stderr);
+    ensure!(!untrusted.status.success() && stderr.contains("certificate"), "{stderr}");
 
     // Plain HTTP to the TLS port gets no HTTP answer, and is counted.
     let mut plain = tokio::net::TcpStream::connect(&addr).await?;

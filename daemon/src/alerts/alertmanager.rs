@@ -73,11 +73,14 @@ pub struct Forwarder {
     config: AlertmanagerConfig,
     node: Arc<dyn Node>,
     generator_url: String,
+    client: http_client::Client,
 }
 
 impl Forwarder {
     pub fn new(config: AlertmanagerConfig, node: Arc<dyn Node>, generator_url: String) -> Result<Forwarder, String> {
-        Ok(Forwarder { url: Url::parse(&config.url).map_err(|e| e.to_string())?, config, node, generator_url })
+        let url = Url::parse(&config.url).map_err(|e| e.to_string())?;
+        let client = http_client::Client::new(config.ca_file.as_deref()).map_err(|e| format!("ca_file {e}"))?;
+        Ok(Forwarder { url, config, node, generator_url, client })
     }
 
     /// Sends `alerts`; whether Alertmanager took them.
@@ -93,7 +96,7 @@ impl Forwarder {
         let bearer = self.config.bearer_token.as_ref().map(|s| s.0.as_str());
         let request =
             Request { method: "POST", path: "/api/v2/alerts", bearer, body: Some(("application/json", &body)) };
-        let outcome = match http_client::send(&self.url, request, Duration::from_secs(10)).await {
+        let outcome = match http_client::send(&self.client, &self.url, request, Duration::from_secs(10)).await {
             Ok(response) if (200..300).contains(&response.status) => Ok(()),
             Ok(response) => Err(format!(
                 "{} answered {}: {}",

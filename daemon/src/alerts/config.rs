@@ -142,7 +142,7 @@ impl AlertsConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AlertmanagerConfig {
-    /// Base URL, e.g. `http://127.0.0.1:9093`.
+    /// Base URL, e.g. `http://127.0.0.1:9093` or `https://am.example:9093`.
     pub url: String,
     /// Active alerts are sent again this often, so Alertmanager keeps them firing.
     #[serde(default = "default_resend_ms")]
@@ -154,6 +154,10 @@ pub struct AlertmanagerConfig {
     /// The token read from it at start.
     #[serde(skip)]
     pub bearer_token: Option<Secret>,
+    /// For an `https://` URL: PEM certificates to check Alertmanager's against (default: the
+    /// system's bundle).
+    #[serde(default)]
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// A secret read from a file: never printed.
