@@ -138,8 +138,8 @@ pub struct Config {
     pub server: ServerConfig,
     pub tokens: Vec<Credential>,
     pub token_origin: TokenOrigin,
-    /// HTTPS: the server's TLS configuration, built from the certificate and key files.
-    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// HTTPS: the certificate and key files and the server's TLS configuration over them.
+    pub tls: Option<std::sync::Arc<crate::server::tls::Tls>>,
 }
 
 /// The name a single, unnamed token (env, bare file, generated) goes by.
@@ -171,7 +171,7 @@ impl Config {
         ) {
             (None, None) => None,
             (Some(cert), Some(key)) => {
-                Some(crate::server::tls::server_config(&cert, &key).map_err(|e| ConfigError::Invalid {
+                Some(crate::server::tls::Tls::load(&cert, &key).map_err(|e| ConfigError::Invalid {
                     key: "tls_cert_file / tls_key_file",
                     value: cert.display().to_string(),
                     why: e.to_string(),

@@ -137,6 +137,9 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
             "listening on {local}, reachable from other machines: anyone with the token can use the console"
         );
     }
+    // Before the address is announced: from then on SIGHUP reloads, it never ends the daemon.
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("cannot install the SIGHUP handler")?;
     announce(&config, local);
 
     let collector = tokio::spawn(collector::run(state.clone(), sources, stop_rx.clone()));
@@ -170,7 +173,8 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         tracing::info!("stopping");
         let _ = stop_tx.send(true);
     });
-    let tls = config.tls.clone();
+    let tls = config.tls.as_ref().map(|t| t.config.clone());
+    tokio::spawn(reload_on_hangup(hangups, config.tls.clone(), served.clone()));
     server::listen::serve(listener, server::router(app), &config.server, tls, served.clone(), stop_rx).await;
     let _ = collector.await;
     // The last alert changes reach the disk before the process ends.
@@ -310,6 +314,40 @@ pub async fn fetch_snapshot(url: &str, token: &str, ca_file: Option<&std::path::
         }
         401 => anyhow::bail!("the daemon refused the token (401): pass --token-file or set RINGSIDE_TOKEN"),
         status => anyhow::bail!("the daemon answered {status}: {}", body.chars().take(300).collect::<String>()),
+    }
+}
+
+/// The TLS component's name in health.
+const TLS_COMPONENT: &str = "tls";
+
+/// SIGHUP: the TLS certificate and key are read again (a renewed certificate is served to new
+/// connections); one that does not load leaves the pair in use, and the `tls` component says
+/// why until a reload succeeds. Without TLS there is nothing to reload, and SIGHUP no longer
+/// ends the daemon.
+async fn reload_on_hangup(
+    mut hangups: tokio::signal::unix::Signal,
+    tls: Option<Arc<server::tls::Tls>>,
+    state: Arc<state::NodeState>,
+) {
+    if tls.is_some() {
+        state.set_health(TLS_COMPONENT, ComponentStatus::Up, None);
+    }
+    while hangups.recv().await.is_some() {
+        let Some(tls) = &tls else {
+            tracing::info!("SIGHUP: no TLS certificate to reload");
+            continue;
+        };
+        match tls.reload() {
+            Ok(()) => {
+                tracing::info!("SIGHUP: TLS certificate and key reloaded");
+                state.set_health(TLS_COMPONENT, ComponentStatus::Up, None);
+            }
+            Err(e) => {
+                tracing::error!("SIGHUP: TLS reload failed, the previous certificate stays in use: {e}");
+                let why = format!("reload failed, the previous certificate stays in use: {e}");
+                state.set_health(TLS_COMPONENT, ComponentStatus::Degraded, Some(why));
+            }
+        }
     }
 }
 

@@ -124,3 +124,55 @@ fn a_key_others_can_read_or_half_a_pair_stops_the_daemon_with_the_reason() -> Re
     ensure!(!ok && stderr.contains("--tls-cert"), "{stderr}");
     Ok(())
 }
+
+/// The certificate the server presents to a client that trusts `cert`.
+async fn served_certificate(addr: &str, cert: &std::path::Path) -> Result<Vec<u8>> {
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let tls = connector(Some(cert))?.connect(ServerName::try_from("127.0.0.1")?.to_owned(), tcp).await?;
+    let (_, session) = tls.get_ref();
+    Ok(session.peer_certificates().and_then(|c| c.first()).context("no certificate")?.to_vec())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_serves_a_renewed_certificate_and_keeps_the_old_one_when_the_new_is_broken() -> Result<()> {
+    let dir = Scratch::new("tls-reload");
+    let (cert, key) = certificate(&dir.0)?;
+    let daemon = Daemon::start(DaemonOptions {
+        config: format!("tls_cert_file = {:?}\ntls_key_file = {:?}\n", cert, key),
+        ..DaemonOptions::default()
+    })?;
+    let first = served_certificate(&daemon.addr, &cert).await?;
+    // Renewed in place, as certbot or an operator would: a new pair in the same files.
+    let renewed = Scratch::new("tls-renewed");
+    let (new_cert, new_key) = certificate(&renewed.0)?;
+    std::fs::copy(&new_cert, &cert)?;
+    std::fs::copy(&new_key, &key)?;
+    let hup = |pid: u32| Command::new("kill").args(["-HUP", &pid.to_string()]).status();
+    ensure!(hup(daemon.pid())?.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let second = loop {
+        // Trusting the new certificate: a handshake with the old one fails until the reload.
+        if let Ok(served) = served_certificate(&daemon.addr, &new_cert).await {
+            break served;
+        }
+        ensure!(std::time::Instant::now() < deadline, "still the first certificate after SIGHUP");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    ensure!(second != first);
+    // A broken renewal: the daemon keeps serving the pair it has, and says why.
+    std::fs::write(&cert, "-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n")?;
+    ensure!(hup(daemon.pid())?.success());
+    let trusted = connector(Some(&new_cert))?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let health = https(&trusted, &daemon.addr, &get("/healthz", Some(&daemon.token))).await?;
+        if health.contains("reload failed") {
+            ensure!(health.contains("\"name\":\"tls\"") && health.contains("degraded"), "{health}");
+            break;
+        }
+        ensure!(std::time::Instant::now() < deadline, "no failed reload reported: {health}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    ensure!(served_certificate(&daemon.addr, &new_cert).await? == second, "the renewed pair stays in use");
+    Ok(())
+}

@@ -1,13 +1,15 @@
 //! HTTPS for the console, the API, the WebSocket and `/metrics`: a certificate chain and its
 //! private key in PEM files (`tls_cert_file`, `tls_key_file`), served with rustls (TLS 1.2 and
 //! 1.3, the ring provider's safe defaults). The key is a secret: a key file other users can
-//! read is refused, as a token file is.
+//! read is refused, as a token file is. SIGHUP reads both files again ([`Tls::reload`]).
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::ResolvesServerCert;
+use rustls::sign::CertifiedKey;
 
 /// Largest certificate chain or key file read.
 const MAX_PEM_BYTES: u64 = 1 << 20;
@@ -42,9 +44,29 @@ fn read(path: &Path, secret: bool) -> Result<Vec<u8>, TlsError> {
     Ok(bytes)
 }
 
-/// The server's TLS configuration from a PEM certificate chain (the server's first) and its
-/// PEM private key (PKCS#8, PKCS#1 or SEC1).
-pub fn server_config(cert_file: &Path, key_file: &Path) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+/// The certificate and key files, and the pair in use: SIGHUP reads the files again, and a
+/// pair that does not load leaves the one in use in place.
+#[derive(Debug)]
+pub struct Tls {
+    cert_file: PathBuf,
+    key_file: PathBuf,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    current: RwLock<Arc<CertifiedKey>>,
+    /// What the server serves with; new handshakes take the current pair.
+    pub config: Arc<rustls::ServerConfig>,
+}
+
+impl ResolvesServerCert for Resolver {
+    fn resolve(&self, _: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.0.upgrade().map(|tls| tls.current.read().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+}
+
+/// Hands the handshakes the pair in use (the server config cannot own the [`Tls`] it is in).
+#[derive(Debug)]
+struct Resolver(std::sync::Weak<Tls>);
+
+fn load(cert_file: &Path, key_file: &Path, provider: &rustls::crypto::CryptoProvider) -> Result<CertifiedKey, TlsError> {
     let pem_error = |path: &Path| {
         let path = path.display().to_string();
         move |e: rustls::pki_types::pem::Error| TlsError::Pem { path: path.clone(), why: e.to_string() }
@@ -56,18 +78,42 @@ pub fn server_config(cert_file: &Path, key_file: &Path) -> Result<Arc<rustls::Se
         return Err(TlsError::NoCertificate { path: cert_file.display().to_string() });
     }
     let key = PrivateKeyDer::from_pem_slice(&read(key_file, true)?).map_err(pem_error(key_file))?;
-    // ring: it builds with the C compiler the rest of the daemon already needs (the aws-lc-rs
-    // provider would bring post-quantum key exchange, at the price of a much larger native
-    // build, also for the static guest binary).
-    #[allow(deprecated)]
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)?;
-    // HTTP/1.1 only: the server speaks nothing else (the WebSocket upgrade included).
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    // Refuses a key that is not the certificate's.
+    Ok(CertifiedKey::from_der(certs, key, provider)?)
+}
+
+impl Tls {
+    /// TLS from a PEM certificate chain (the server's first) and its PEM private key (PKCS#8,
+    /// PKCS#1 or SEC1).
+    pub fn load(cert_file: &Path, key_file: &Path) -> Result<Arc<Tls>, TlsError> {
+        // ring: it builds with the C compiler the rest of the daemon already needs (the
+        // aws-lc-rs provider would bring post-quantum key exchange, at the price of a much
+        // larger native build, also for the static guest binary).
+        #[allow(deprecated)]
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let pair = load(cert_file, key_file, &provider)?;
+        let versions = rustls::ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
+        Ok(Arc::new_cyclic(|me| {
+            let mut config = versions.with_no_client_auth().with_cert_resolver(Arc::new(Resolver(me.clone())));
+            // HTTP/1.1 only: the server speaks nothing else (the WebSocket upgrade included).
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Tls {
+                cert_file: cert_file.to_path_buf(),
+                key_file: key_file.to_path_buf(),
+                provider,
+                current: RwLock::new(Arc::new(pair)),
+                config: Arc::new(config),
+            }
+        }))
+    }
+
+    /// Reads the files again (a renewed certificate): new connections get the new pair; on an
+    /// error the pair in use stays.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let pair = load(&self.cert_file, &self.key_file, &self.provider)?;
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(pair);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -83,13 +129,13 @@ mod tests {
         std::fs::write(&cert, "not a certificate\n").unwrap();
         std::fs::write(&key, "not a key\n").unwrap();
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let error = server_config(&cert, &key).unwrap_err().to_string();
+        let error = Tls::load(&cert, &key).unwrap_err().to_string();
         assert!(error.contains("holds no PEM certificate"), "{error}");
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
         std::fs::write(&cert, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n").unwrap();
-        let error = server_config(&cert, &key).unwrap_err().to_string();
+        let error = Tls::load(&cert, &key).unwrap_err().to_string();
         assert!(error.contains("open to every user") && error.contains("chmod 600"), "{error}");
-        let missing = server_config(&dir.path().join("none.pem"), &key).unwrap_err().to_string();
+        let missing = Tls::load(&dir.path().join("none.pem"), &key).unwrap_err().to_string();
         assert!(missing.contains("none.pem"), "{missing}");
     }
 }
