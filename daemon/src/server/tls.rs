@@ -66,7 +66,11 @@ impl ResolvesServerCert for Resolver {
 #[derive(Debug)]
 struct Resolver(std::sync::Weak<Tls>);
 
-fn load(cert_file: &Path, key_file: &Path, provider: &rustls::crypto::CryptoProvider) -> Result<CertifiedKey, TlsError> {
+fn load(
+    cert_file: &Path,
+    key_file: &Path,
+    provider: &rustls::crypto::CryptoProvider,
+) -> Result<CertifiedKey, TlsError> {
     let pem_error = |path: &Path| {
         let path = path.display().to_string();
         move |e: rustls::pki_types::pem::Error| TlsError::Pem { path: path.clone(), why: e.to_string() }
@@ -92,7 +96,8 @@ impl Tls {
         #[allow(deprecated)]
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let pair = load(cert_file, key_file, &provider)?;
-        let versions = rustls::ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
+        let versions =
+            rustls::ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
         Ok(Arc::new_cyclic(|me| {
             let mut config = versions.with_no_client_auth().with_cert_resolver(Arc::new(Resolver(me.clone())));
             // HTTP/1.1 only: the server speaks nothing else (the WebSocket upgrade included).
