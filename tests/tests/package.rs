@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use ringside_tests::{component, workspace_root};
+use ringside_tests::{component, ml_process, workspace_root, Scratch, Workload};
 
 fn run(program: &str, args: &[&str]) -> Result<String> {
     let out = Command::new(program).args(args).output().with_context(|| format!("cannot run {program}"))?;
@@ -32,13 +32,27 @@ fn unit_value(unit: &str, key: &str) -> Result<String> {
         .with_context(|| format!("{key} in the unit"))
 }
 
-/// `ringsided` as the unit starts it, on `port`, its bounding set `caps` (setpriv's names).
-fn start(exec: &str, caps: &[String], port: u16) -> Result<Child> {
+/// Capabilities this process may hand on (its own bounding set), by setpriv's names: a
+/// container may lack some (e.g. CAP_SYS_RESOURCE), and those cannot be granted here.
+fn grantable() -> Result<Vec<String>> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let hex = status.lines().find_map(|l| l.strip_prefix("CapBnd:")).context("CapBnd")?.trim();
+    let decoded = run("capsh", &[&format!("--decode={hex}")])?;
+    let list = decoded.split_once('=').map(|(_, l)| l.trim()).unwrap_or_default();
+    Ok(list.split(',').map(|c| c.trim_start_matches("cap_").to_string()).collect())
+}
+
+/// `ringsided` as the unit starts it, on `port`: as the unit's user, with exactly `caps`
+/// (setpriv's names) as its ambient, inheritable and bounding sets, as systemd's `User=` and
+/// `AmbientCapabilities=` give them.
+fn start(exec: &str, user: &str, caps: &[String], port: u16) -> Result<Child> {
     let mut words = exec.split_whitespace();
     let program = words.next().context("ExecStart")?;
-    let bounding = format!("-all,{}", caps.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(","));
+    let set = format!("-all,{}", caps.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(","));
+    let set = set.trim_end_matches(',').to_string();
     Ok(Command::new("setpriv")
-        .args(["--bounding-set", &bounding, "--inh-caps", "-all", "--"])
+        .args([&format!("--reuid={user}"), &format!("--regid={user}"), "--clear-groups"])
+        .args(["--inh-caps", &set, "--ambient-caps", &set, "--bounding-set", &set, "--"])
         .arg(program)
         .args(words)
         .env("RINGSIDE_LISTEN", format!("127.0.0.1:{port}"))
@@ -93,9 +107,11 @@ async fn the_package_installs_runs_with_the_units_capabilities_and_purges_clean(
     let installed = run("dpkg", &["-i", deb.to_str().context("path")?])?;
     let outcome = async {
         ensure!(installed.contains("operator token was written to /etc/ringside/tokens"), "{installed}");
+        let uid: u32 = run("id", &["-u", "ringside"])?.trim().parse().context("the ringside user")?;
+        ensure!(uid != 0, "a system user of its own");
         assert_eq!(mode("/usr/bin/ringsided")?, (0o755, 0));
-        assert_eq!(mode("/var/lib/ringside")?, (0o700, 0));
-        assert_eq!(mode("/etc/ringside/tokens")?, (0o600, 0));
+        assert_eq!(mode("/var/lib/ringside")?, (0o700, uid));
+        assert_eq!(mode("/etc/ringside/tokens")?, (0o600, uid));
         assert_eq!(mode("/etc/ringside/ringsided.toml")?.0, 0o644);
         let tokens = std::fs::read_to_string("/etc/ringside/tokens")?;
         let token = tokens.trim().split(':').nth(1).context("operator:TOKEN:operator")?.to_string();
@@ -107,16 +123,31 @@ async fn the_package_installs_runs_with_the_units_capabilities_and_purges_clean(
         let exposure = security.lines().find(|l| l.contains("Overall exposure level")).unwrap_or_default().to_string();
         println!("systemd-analyze security: {exposure}");
 
-        // The unit's way: its flags, its capabilities and no others.
+        // The unit's way: its flags, its user, its capabilities and no others (those this
+        // machine can grant: a container's bounding set may lack some).
         let exec = unit_value(&unit, "ExecStart")?;
-        let caps: Vec<String> = unit_value(&unit, "CapabilityBoundingSet")?
-            .split_whitespace()
-            .map(|c| c.trim_start_matches("CAP_").to_ascii_lowercase())
-            .collect();
+        let user = unit_value(&unit, "User")?;
+        let unit_caps = |key: &str| -> Result<Vec<String>> {
+            Ok(unit_value(&unit, key)?
+                .split_whitespace()
+                .map(|c| c.trim_start_matches("CAP_").to_ascii_lowercase())
+                .collect())
+        };
+        ensure!(unit_caps("AmbientCapabilities")? == unit_caps("CapabilityBoundingSet")?, "granted = bounded");
+        let grantable = grantable()?;
+        let (caps, missing): (Vec<String>, Vec<String>) =
+            unit_caps("AmbientCapabilities")?.into_iter().partition(|c| grantable.contains(c));
+        if !missing.is_empty() {
+            println!("not grantable on this machine, so not granted here: {missing:?}");
+        }
         let port = free_port();
-        let daemon = start(&exec, &caps, port)?;
+        let daemon = start(&exec, &user, &caps, port)?;
         let up = |h: &serde_json::Value, name: &str| component(h, name)["status"] == "up";
         let health = health_when(port, &token, |h| up(h, "scheduler") && up(h, "alert-store")).await;
+        // Serving by now: setpriv has become the daemon, as the unit's user.
+        let daemon_uid = std::fs::read_to_string(format!("/proc/{}/status", daemon.id())).ok().and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|v| v.split_whitespace().next()).map(String::from)
+        });
         let console = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .build()?
@@ -124,16 +155,66 @@ async fn the_package_installs_runs_with_the_units_capabilities_and_purges_clean(
             .send()
             .await;
         stop(daemon)?;
+        ensure!(daemon_uid == Some(uid.to_string()), "ran as {user} ({uid}), not {daemon_uid:?}");
         let health = health.context("with the unit's capabilities, the scheduler and the alert store come up")?;
         ensure!(console?.status() == 303, "the console takes the token");
         ensure!(Path::new("/var/lib/ringside/alerts.db").exists(), "the alert store in the data dir");
         println!("with the unit's capabilities: scheduler {}", component(&health, "scheduler"));
 
+        // A training job beside it, and enforcement on: as the unit's user and capabilities the
+        // CUDA/NCCL uprobes attach and a decision is applied to the job's thread.
+        let shipped_config = std::fs::read_to_string("/etc/ringside/ringsided.toml")?;
+        std::fs::write(
+            "/etc/ringside/ringsided.toml",
+            "[scheduler]\nbackend = \"setattr\"\nwindow_ms = 100\nscan_interval_ms = 200\n\n[scheduler.enforce]\nusers = [\"root\"]\n",
+        )?;
+        let port = free_port();
+        let daemon = start(&exec, &user, &caps, port)?;
+        let job = Scratch::new("package-job");
+        let workload = Workload::start(&job.0, 1000, 4);
+        let enforced = async {
+            let pid = workload.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?.pid();
+            let client = reqwest::Client::new();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let answer = client
+                    .get(format!("http://127.0.0.1:{port}/api/snapshot"))
+                    .bearer_auth(&token)
+                    .send()
+                    .await;
+                let snapshot: serde_json::Value = match answer {
+                    Ok(response) => response.json().await?,
+                    Err(_) => serde_json::Value::Null,
+                };
+                let probed = ml_process(&snapshot, pid)
+                    .and_then(|p| p["probed_libraries"].as_array())
+                    .is_some_and(|l| l.len() >= 2);
+                let applied = snapshot["scheduler"]["decisions"]
+                    .as_array()
+                    .is_some_and(|d| d.iter().any(|d| d["pid"] == pid && d["applied"] == true));
+                if probed && applied {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                ensure!(
+                    Instant::now() < deadline,
+                    "within 20 s: libraries probed {probed}, a decision applied {applied}: {}",
+                    snapshot["scheduler"]
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+        .await;
+        drop(workload);
+        stop(daemon)?;
+        std::fs::write("/etc/ringside/ringsided.toml", shipped_config)?;
+        enforced.context("uprobes and enforcement as the unit's user")?;
+        println!("as {user} with the unit's capabilities: CUDA/NCCL uprobes attached, a decision applied");
+
         // Without the BPF capabilities the probe cannot load: said, and the rest serves.
         let fewer: Vec<String> =
             caps.iter().filter(|c| !["bpf", "perfmon", "sys_admin"].contains(&c.as_str())).cloned().collect();
         let port = free_port();
-        let daemon = start(&exec, &fewer, port)?;
+        let daemon = start(&exec, &user, &fewer, port)?;
         let health = health_when(port, &token, |h| {
             let s = component(h, "scheduler");
             !s.is_null() && s["status"] != "up" && !s["detail"].as_str().unwrap_or_default().starts_with("starting")
@@ -158,5 +239,6 @@ async fn the_package_installs_runs_with_the_units_capabilities_and_purges_clean(
     for gone in ["/usr/bin/ringsided", "/etc/ringside", "/var/lib/ringside", "/lib/systemd/system/ringsided.service"] {
         ensure!(!Path::new(gone).exists(), "{gone} is left after purge");
     }
+    ensure!(!Command::new("id").arg("ringside").output()?.status.success(), "the ringside user is left after purge");
     Ok(())
 }

@@ -51,7 +51,7 @@ pub fn build(root: &Path) -> Result<PathBuf> {
     let size_kib = dir_size(&tree)? / 1024;
     let control = format!(
         "Package: ringside\nVersion: {version}\nArchitecture: amd64\nMaintainer: Ringside developers <ringside@localhost>\n\
-         Installed-Size: {size_kib}\nDepends: libc6 (>= 2.36), libelf1, zlib1g, libgcc-s1\nSection: admin\nPriority: optional\n\
+         Installed-Size: {size_kib}\nDepends: libc6 (>= 2.36), libelf1, zlib1g, libgcc-s1, passwd\nSection: admin\nPriority: optional\n\
          Description: node console for machines that run ML work\n \
          ringsided watches every thread of a GPU/ML node with BPF, works out which phase each ML job\n \
          is in, reads the GPUs through NVML, raises alerts and serves a live console and /metrics.\n"
