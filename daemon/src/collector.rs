@@ -9,8 +9,13 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use ringside_shared::ComponentStatus;
+
 use crate::pipeline::{self, MetricsSource};
 use crate::state::NodeState;
+
+/// The collection loop's name in health, once a tick has gone wrong.
+const COMPONENT: &str = "collector";
 
 /// Runs until `shutdown` turns true, then drops the sources (which stop their threads) off the
 /// async runtime too.
@@ -19,6 +24,7 @@ pub async fn run(state: Arc<NodeState>, sources: Vec<Box<dyn MetricsSource>>, mu
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut sources = Some(sources);
     let mut attribution = crate::attribution::IdleAttribution::default();
+    let mut panicked = false;
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
@@ -33,12 +39,32 @@ pub async fn run(state: Arc<NodeState>, sources: Vec<Box<dyn MetricsSource>>, mu
         match tick.await {
             Ok((back, (mut sample, components, failures))) => {
                 sources = Some(back);
-                attribution.update(&mut sample);
-                state.apply_tick(sample, components, &failures, started.elapsed());
+                // A panic folding the tick in (a bug) costs that tick: said in health, and the
+                // next tick is tried as usual.
+                let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    attribution.update(&mut sample);
+                    state.apply_tick(sample, components, &failures, started.elapsed());
+                }));
+                match applied {
+                    Ok(()) if panicked => {
+                        panicked = false;
+                        state.set_health(COMPONENT, ComponentStatus::Up, None);
+                    }
+                    Ok(()) => {}
+                    Err(panic) => {
+                        let what = crate::pipeline::panic_message(panic.as_ref()).to_string();
+                        tracing::error!("a collection tick panicked: {what}; the next tick is tried");
+                        let why = format!("a tick panicked: {what}; collecting on");
+                        state.set_health(COMPONENT, ComponentStatus::Degraded, Some(why));
+                        panicked = true;
+                    }
+                }
             }
             Err(e) => {
-                // The sources went down with the panicking thread: nothing is collected any more.
-                tracing::error!("a metrics source panicked; collection stopped: {e}");
+                // The sources went down with the panicking thread (each source's own panics are
+                // caught in `collect_all`: this is the loop itself): nothing can be collected.
+                tracing::error!("the collection loop panicked; collection stopped: {e}");
+                state.set_health(COMPONENT, ComponentStatus::Down, Some(format!("collection stopped: {e}")));
                 return;
             }
         }

@@ -80,8 +80,23 @@ impl GpuSource {
         let published = Arc::new(Mutex::new(None));
         let stop = Arc::new(AtomicBool::new(false));
         let (out, quit) = (published.clone(), stop.clone());
-        let spawned =
-            std::thread::Builder::new().name("ringside-gpu".into()).spawn(move || sample(interval, out, quit));
+        // A panic in the sampler (a driver answering what nobody expected) is reported as the
+        // GPUs' state and the sampler started again after a backoff.
+        let spawned = std::thread::Builder::new().name("ringside-gpu".into()).spawn(move || {
+            let report = |why: &str, wait: Duration| {
+                tracing::error!("the GPU sampler panicked: {why}; starting it again in {wait:?}");
+                let reason = format!("the GPU sampler panicked: {why}; starting it again in {} s", wait.as_secs());
+                let telemetry = GpuTelemetry { available: false, reason: Some(reason), ..GpuTelemetry::default() };
+                *out.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(Published { telemetry, at: Instant::now(), no_driver: false });
+            };
+            crate::pipeline::supervised(
+                crate::pipeline::Backoff::DEFAULT,
+                &quit,
+                || sample(interval, out.clone(), quit.clone()),
+                report,
+            );
+        });
         if let Err(e) = spawned {
             tracing::warn!("cannot start the GPU sampler thread: {e}");
         }

@@ -321,6 +321,52 @@ pub fn window_aggregates(records: &HistoryRing<CounterRecord>, window_ms: u64) -
     WindowAggregates { window_ms, covered_ms, cpu_avg_pct, cpu_max_pct, context_switches_per_s, kernels, scheduler }
 }
 
+/// Waits between restarts of a supervised task: `first`, doubling up to `last`, and `first`
+/// again once a run lasted `healthy_for`.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    pub first: std::time::Duration,
+    pub last: std::time::Duration,
+    pub healthy_for: std::time::Duration,
+}
+
+impl Backoff {
+    /// 1 s doubling to 60 s, reset after 5 minutes of running.
+    pub const DEFAULT: Backoff = Backoff {
+        first: std::time::Duration::from_secs(1),
+        last: std::time::Duration::from_secs(60),
+        healthy_for: std::time::Duration::from_secs(300),
+    };
+}
+
+/// Runs `body` on this thread until it returns, starting it again each time it panics: `report`
+/// hears the panic's message and the wait before the next run; a `stop` seen during the wait
+/// ends supervision.
+pub fn supervised(
+    backoff: Backoff,
+    stop: &std::sync::atomic::AtomicBool,
+    mut body: impl FnMut(),
+    mut report: impl FnMut(&str, std::time::Duration),
+) {
+    let mut wait = backoff.first;
+    loop {
+        let started = std::time::Instant::now();
+        let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut body)) else { return };
+        if started.elapsed() >= backoff.healthy_for {
+            wait = backoff.first;
+        }
+        report(panic_message(panic.as_ref()), wait);
+        let until = std::time::Instant::now() + wait;
+        while std::time::Instant::now() < until {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10).min(wait));
+        }
+        wait = (wait * 2).min(backoff.last);
+    }
+}
+
 /// What a caught panic says.
 pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
     panic
@@ -454,5 +500,42 @@ mod tests {
         assert_eq!(components[0].status, ComponentStatus::Down);
         assert_eq!(failures, vec![("broken".to_string(), "cannot read /nonexistent".to_string())]);
         assert_ne!(components[1].status, ComponentStatus::Down);
+    }
+
+    #[test]
+    fn a_supervised_task_that_panics_runs_again_after_a_doubling_wait() {
+        use std::sync::atomic::AtomicBool;
+        use std::time::Duration;
+        let backoff =
+            Backoff { first: Duration::from_millis(10), last: Duration::from_millis(25), healthy_for: Duration::MAX };
+        let (mut runs, mut heard) = (0, Vec::new());
+        supervised(
+            backoff,
+            &AtomicBool::new(false),
+            || {
+                runs += 1;
+                if runs <= 3 {
+                    panic!("run {runs} failed");
+                }
+            },
+            |why, wait| heard.push((why.to_string(), wait)),
+        );
+        assert_eq!(runs, 4, "started again until it returned");
+        let waits: Vec<u128> = heard.iter().map(|(_, w)| w.as_millis()).collect();
+        assert_eq!(waits, [10, 20, 25], "doubling, up to the last");
+        assert_eq!(heard[0].0, "run 1 failed");
+        // A stop during the wait ends it.
+        let stop = AtomicBool::new(true);
+        let mut again = 0;
+        supervised(
+            backoff,
+            &stop,
+            || {
+                again += 1;
+                panic!("always");
+            },
+            |_, _| {},
+        );
+        assert_eq!(again, 1);
     }
 }

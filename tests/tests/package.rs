@@ -94,6 +94,52 @@ fn stop(mut child: Child) -> Result<()> {
     bail!("ringsided did not stop on SIGTERM within 10 s")
 }
 
+/// Runs the installed daemon (the config in /etc enforcing) with `caps` beside `ml-workload`
+/// until its CUDA/NCCL libraries are probed and a decision for it is `wanted`; that decision.
+async fn enforcing(
+    exec: &str,
+    user: &str,
+    caps: &[String],
+    token: &str,
+    wanted: impl Fn(&serde_json::Value) -> bool,
+) -> Result<serde_json::Value> {
+    let port = free_port();
+    let daemon = start(exec, user, caps, port)?;
+    let job = Scratch::new("package-job");
+    let workload = Workload::start(&job.0, 1000, 4);
+    let found = async {
+        let pid = workload.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?.pid();
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let answer = client.get(format!("http://127.0.0.1:{port}/api/snapshot")).bearer_auth(token).send().await;
+            let snapshot: serde_json::Value = match answer {
+                Ok(response) => response.json().await?,
+                Err(_) => serde_json::Value::Null,
+            };
+            let probed =
+                ml_process(&snapshot, pid).and_then(|p| p["probed_libraries"].as_array()).is_some_and(|l| l.len() >= 2);
+            let decision = snapshot["scheduler"]["decisions"]
+                .as_array()
+                .and_then(|d| d.iter().find(|d| d["pid"] == pid && wanted(d)).cloned());
+            if let (true, Some(decision)) = (probed, &decision) {
+                return Ok::<_, anyhow::Error>(decision.clone());
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "within 20 s: libraries probed {probed}, the decision wanted {}: {}",
+                decision.is_some(),
+                snapshot["scheduler"]
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    .await;
+    drop(workload);
+    stop(daemon)?;
+    found
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
 }
@@ -162,55 +208,27 @@ async fn the_package_installs_runs_with_the_units_capabilities_and_purges_clean(
         println!("with the unit's capabilities: scheduler {}", component(&health, "scheduler"));
 
         // A training job beside it, and enforcement on: as the unit's user and capabilities the
-        // CUDA/NCCL uprobes attach and a decision is applied to the job's thread.
+        // CUDA/NCCL uprobes attach and a decision is applied to the job's thread; without
+        // CAP_SYS_NICE the decisions are made and say why they could not be applied.
         let shipped_config = std::fs::read_to_string("/etc/ringside/ringsided.toml")?;
         std::fs::write(
             "/etc/ringside/ringsided.toml",
             "[scheduler]\nbackend = \"setattr\"\nwindow_ms = 100\nscan_interval_ms = 200\n\n[scheduler.enforce]\nusers = [\"root\"]\n",
         )?;
-        let port = free_port();
-        let daemon = start(&exec, &user, &caps, port)?;
-        let job = Scratch::new("package-job");
-        let workload = Workload::start(&job.0, 1000, 4);
-        let enforced = async {
-            let pid = workload.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?.pid();
-            let client = reqwest::Client::new();
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                let answer = client
-                    .get(format!("http://127.0.0.1:{port}/api/snapshot"))
-                    .bearer_auth(&token)
-                    .send()
-                    .await;
-                let snapshot: serde_json::Value = match answer {
-                    Ok(response) => response.json().await?,
-                    Err(_) => serde_json::Value::Null,
-                };
-                let probed = ml_process(&snapshot, pid)
-                    .and_then(|p| p["probed_libraries"].as_array())
-                    .is_some_and(|l| l.len() >= 2);
-                let applied = snapshot["scheduler"]["decisions"]
-                    .as_array()
-                    .is_some_and(|d| d.iter().any(|d| d["pid"] == pid && d["applied"] == true));
-                if probed && applied {
-                    return Ok::<_, anyhow::Error>(());
-                }
-                ensure!(
-                    Instant::now() < deadline,
-                    "within 20 s: libraries probed {probed}, a decision applied {applied}: {}",
-                    snapshot["scheduler"]
-                );
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        }
+        let applied = enforcing(&exec, &user, &caps, &token, |d| d["applied"] == true).await;
+        let no_nice: Vec<String> = caps.iter().filter(|c| c.as_str() != "sys_nice").cloned().collect();
+        let refused = enforcing(&exec, &user, &no_nice, &token, |d| {
+            d["applied"] == false && d["error"].as_str().is_some_and(|e| e.contains("Operation not permitted"))
+        })
         .await;
-        drop(workload);
-        stop(daemon)?;
         std::fs::write("/etc/ringside/ringsided.toml", shipped_config)?;
-        enforced.context("uprobes and enforcement as the unit's user")?;
-        println!("as {user} with the unit's capabilities: CUDA/NCCL uprobes attached, a decision applied");
+        let applied = applied.context("uprobes and enforcement as the unit's user")?;
+        println!("as {user} with the unit's capabilities: CUDA/NCCL uprobes attached, applied: {applied}");
+        let refused = refused.context("enforcement without CAP_SYS_NICE")?;
+        println!("without CAP_SYS_NICE: {refused}");
 
-        // Without the BPF capabilities the probe cannot load: said, and the rest serves.
+        // Without the BPF capabilities the probe cannot load: said, and the rest serves. (The
+        // three go together: the kernel lets CAP_SYS_ADMIN do what CAP_BPF and CAP_PERFMON do.)
         let fewer: Vec<String> =
             caps.iter().filter(|c| !["bpf", "perfmon", "sys_admin"].contains(&c.as_str())).cloned().collect();
         let port = free_port();

@@ -119,11 +119,36 @@ impl Forwarder {
         }
     }
 
+    /// Forwards until the daemon stops. A panic in forwarding (a bug) is reported, and
+    /// forwarding starts again after a backoff (0.5 s doubling to 60 s) with what was not sent
+    /// yet.
     pub async fn run(self, mut changes: mpsc::Receiver<Alert>, mut shutdown: watch::Receiver<bool>) {
-        let mut resend = tokio::time::interval(Duration::from_millis(self.config.resend_interval_ms));
-        resend.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // What Alertmanager has not taken yet, by alert id (the newest version of each).
         let mut unsent: BTreeMap<u64, Alert> = BTreeMap::new();
+        let mut wait = FIRST_RETRY;
+        loop {
+            let pass = std::panic::AssertUnwindSafe(self.forward(&mut changes, &mut shutdown, &mut unsent));
+            let Err(panic) = futures_util::FutureExt::catch_unwind(pass).await else { return };
+            let what = crate::pipeline::panic_message(panic.as_ref()).to_string();
+            tracing::error!("forwarding to Alertmanager panicked: {what}; starting again in {wait:?}");
+            let why = format!("forwarding panicked: {what}; starting again in {} ms", wait.as_millis());
+            self.node.forwarded(Err((ComponentStatus::Down, why)));
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = shutdown.changed() => return,
+            }
+            wait = (wait * 2).min(LAST_RETRY);
+        }
+    }
+
+    async fn forward(
+        &self,
+        changes: &mut mpsc::Receiver<Alert>,
+        shutdown: &mut watch::Receiver<bool>,
+        unsent: &mut BTreeMap<u64, Alert>,
+    ) {
+        let mut resend = tokio::time::interval(Duration::from_millis(self.config.resend_interval_ms));
+        resend.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut retry = FIRST_RETRY;
         let mut retry_at: Option<tokio::time::Instant> = None;
         loop {
@@ -135,15 +160,15 @@ impl Forwarder {
             };
             let batch: Vec<Alert> = tokio::select! {
                 Some(first) = changes.recv() => {
-                    keep(&mut unsent, first);
+                    keep(unsent, first);
                     while let Ok(more) = changes.try_recv() {
-                        keep(&mut unsent, more);
+                        keep(unsent, more);
                     }
                     unsent.values().cloned().collect()
                 }
                 _ = resend.tick() => {
                     for alert in self.node.active_alerts() {
-                        keep(&mut unsent, alert);
+                        keep(unsent, alert);
                     }
                     unsent.values().cloned().collect()
                 }

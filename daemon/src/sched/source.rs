@@ -150,6 +150,34 @@ pub struct SchedulerSource {
     total_cpus: u32,
     /// Why enforcement is off although the config asks for it.
     enforcement_off: Option<String>,
+    /// Starts the observer again after it panicked (the probe loaded afresh, the journal's
+    /// leftovers restored first), feeding the same run-queue feed.
+    relaunch: Option<Relaunch>,
+    restart: Restart,
+}
+
+/// What starting the observer gives: it running, or why not; and why enforcement is off.
+type Launched = (Result<Running, String>, Option<String>);
+type Relaunch = Box<dyn FnMut(Feed<u64>) -> Launched + Send>;
+
+/// The first wait before an observer that panicked is started again; it doubles up to the
+/// last, and starts over once an observer has run for [`HEALTHY_FOR`].
+const FIRST_RESTART: Duration = Duration::from_secs(1);
+const LAST_RESTART: Duration = Duration::from_secs(60);
+const HEALTHY_FOR: Duration = Duration::from_secs(300);
+
+/// The observer's supervision: when it is to be started again, and why it stopped.
+struct Restart {
+    at: Option<Instant>,
+    why: String,
+    backoff: Duration,
+    restarts: u32,
+}
+
+impl Default for Restart {
+    fn default() -> Self {
+        Restart { at: None, why: String::new(), backoff: FIRST_RESTART, restarts: 0 }
+    }
 }
 
 struct Running {
@@ -187,6 +215,22 @@ impl SchedulerSource {
     /// `data_dir` holds the enforcement journal: what it holds from an earlier run is put back
     /// first, whatever this run's mode.
     pub fn start(config: &SchedulerConfig, numa_nodes: u32, total_cpus: u32, data_dir: &Path) -> SchedulerSource {
+        let (config, data_dir) = (config.clone(), data_dir.to_path_buf());
+        let mut relaunch: Relaunch = Box::new(move |runq| Self::launch(&config, &data_dir, runq));
+        let (running, enforcement_off) = relaunch(Feed::new(RUNQ_PENDING));
+        SchedulerSource {
+            running,
+            numa_nodes,
+            total_cpus,
+            enforcement_off,
+            relaunch: Some(relaunch),
+            restart: Restart::default(),
+        }
+    }
+
+    /// Loads the probe and starts the observer thread, publishing run-queue samples into
+    /// `runq`.
+    fn launch(config: &SchedulerConfig, data_dir: &Path, runq: Feed<u64>) -> Launched {
         let journal_path = data_dir.join(JOURNAL_FILE);
         let journal = recover(&journal_path);
         let probe = SchedProbe::load_with_options(&AttachMode::ALL, config.syscall_tracepoints);
@@ -231,7 +275,6 @@ impl SchedulerSource {
             let stop = Arc::new(AtomicBool::new(false));
             let enforcer = Enforcer::new(PathBuf::from("/proc"), journal);
             let enforcement = enforcement::for_backend(backend, scx, enforcer);
-            let runq = Feed::new(RUNQ_PENDING);
             let observer =
                 Observer::new(Box::new(probe), observer_config, enforcement, published.clone(), runq.clone());
             let thread_stop = stop.clone();
@@ -255,7 +298,7 @@ impl SchedulerSource {
         if let Err(why) = &running {
             tracing::warn!("scheduler unavailable: {why}");
         }
-        SchedulerSource { running, numa_nodes, total_cpus, enforcement_off }
+        (running, enforcement_off)
     }
 }
 
@@ -264,6 +307,47 @@ impl SchedulerSource {
     /// when the scheduler does not run.
     pub fn runq_feed(&self) -> Option<Feed<u64>> {
         self.running.as_ref().ok().map(|r| r.runq.clone())
+    }
+
+    /// An observer thread that ended (a panic: it is only asked to stop at the daemon's stop)
+    /// is reported down with why, and started again after a backoff (1 s, doubling to 60 s;
+    /// back to 1 s once one has run for 5 minutes). Its threads' own settings were put back as
+    /// it unwound, and the new one starts from the journal like a daemon start.
+    fn supervise(&mut self) -> Result<(), SourceError> {
+        if let Ok(running) = &mut self.running {
+            if running.thread.as_ref().is_some_and(|t| t.is_finished()) {
+                let outcome = running.thread.take().map(|t| t.join());
+                let why = match outcome {
+                    Some(Err(panic)) => format!("panicked: {}", crate::pipeline::panic_message(panic.as_ref())),
+                    _ => "stopped".to_string(),
+                };
+                if running.started.elapsed() >= HEALTHY_FOR {
+                    self.restart.backoff = FIRST_RESTART;
+                }
+                tracing::error!("the scheduler's observer {why}; starting it again in {:?}", self.restart.backoff);
+                self.restart.at = Some(Instant::now() + self.restart.backoff);
+                self.restart.why = why;
+                self.restart.backoff = (self.restart.backoff * 2).min(LAST_RESTART);
+            }
+        }
+        let Some(at) = self.restart.at else { return Ok(()) };
+        let left = at.saturating_duration_since(Instant::now());
+        if !left.is_zero() || self.relaunch.is_none() {
+            return Err(SourceError(format!(
+                "the scheduler's observer {}; starting it again in {} s (restarts so far: {})",
+                self.restart.why,
+                left.as_secs_f64().ceil(),
+                self.restart.restarts
+            )));
+        }
+        let runq = self.running.as_ref().map(|r| r.runq.clone()).unwrap_or_else(|_| Feed::new(RUNQ_PENDING));
+        if let Some(relaunch) = self.relaunch.as_mut() {
+            (self.running, self.enforcement_off) = relaunch(runq);
+        }
+        self.restart.at = None;
+        self.restart.restarts += 1;
+        tracing::warn!(restarts = self.restart.restarts, "the scheduler's observer was started again");
+        Ok(())
     }
 }
 
@@ -299,13 +383,11 @@ impl MetricsSource for SchedulerSource {
     fn collect(&mut self, sample: &mut Sample) -> Result<SourceStatus, SourceError> {
         // Unavailable is a standing state of this node, not a failing collection: say why in
         // the component's health rather than raise an alert every start.
+        self.supervise()?;
         let running = match &self.running {
             Ok(running) => running,
             Err(why) => return Ok(SourceStatus::Degraded(format!("scheduler unavailable: {why}"))),
         };
-        if running.thread.as_ref().is_some_and(|t| t.is_finished()) {
-            return Err(SourceError("the scheduler's observer thread stopped".into()));
-        }
         let published = running.published.lock().map_err(|_| SourceError("observer state poisoned".into()))?;
         let quiet = published.published_at.unwrap_or(running.started).elapsed();
         if quiet > running.stall_after {
@@ -360,6 +442,8 @@ mod tests {
             numa_nodes: 1,
             total_cpus: 2,
             enforcement_off: None,
+            relaunch: None,
+            restart: Restart::default(),
         }
     }
 
@@ -393,5 +477,54 @@ mod tests {
         let took = started.elapsed();
         assert!(took >= SHUTDOWN_WAIT && took < SHUTDOWN_WAIT + Duration::from_secs(2), "{took:?}");
         assert!(Journal::open(&path).unwrap().1.is_empty(), "restored from the journal");
+    }
+
+    #[test]
+    fn an_observer_that_panics_is_reported_and_started_again_with_the_same_feed() {
+        let dir = crate::test_support::ScratchDir::new("relaunch");
+        let mut source = source_with(dir.path().join(JOURNAL_FILE), Duration::ZERO, "publishing", Duration::ZERO);
+        // The observer panics; the one started again publishes and lives.
+        let panicking = std::thread::spawn(|| panic!("a bug in the observer"));
+        if let Ok(running) = &mut source.running {
+            running.thread = Some(panicking);
+        }
+        let original = source.runq_feed().unwrap();
+        original.publish(&mut vec![7]);
+        let launched = Arc::new(Mutex::new(Vec::new()));
+        let seen = launched.clone();
+        source.relaunch = Some(Box::new(move |runq: Feed<u64>| {
+            seen.lock().unwrap().push(runq.clone());
+            let published = Published {
+                telemetry: Some(SchedulerTelemetry::default()),
+                published_at: Some(Instant::now()),
+                ..Published::default()
+            };
+            let running = Running {
+                published: Arc::new(Mutex::new(published)),
+                stop: Arc::new(AtomicBool::new(false)),
+                thread: Some(std::thread::spawn(|| std::thread::sleep(Duration::from_secs(2)))),
+                started: Instant::now(),
+                stall_after: Duration::from_secs(1),
+                journal: PathBuf::new(),
+                runq,
+            };
+            (Ok(running), None)
+        }));
+        while !source.running.as_ref().unwrap().thread.as_ref().unwrap().is_finished() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let why = source.collect(&mut Sample::new(0)).unwrap_err().0;
+        assert!(why.contains("panicked: a bug in the observer") && why.contains("starting it again in 1 s"), "{why}");
+        assert!(launched.lock().unwrap().is_empty(), "not before the backoff");
+        std::thread::sleep(FIRST_RESTART + Duration::from_millis(50));
+        assert_eq!(source.collect(&mut Sample::new(0)), Ok(SourceStatus::Up));
+        assert_eq!(source.restart.restarts, 1);
+        assert_eq!(source.restart.backoff, FIRST_RESTART * 2, "the next wait doubles");
+        // The stats kernel's feed is the one the new observer publishes into.
+        let feeds = launched.lock().unwrap();
+        assert_eq!(feeds.len(), 1);
+        assert_eq!(original.take(), Some(vec![7]), "the same feed, samples kept");
+        feeds[0].publish(&mut vec![9]);
+        assert_eq!(original.take(), Some(vec![9]));
     }
 }
