@@ -109,6 +109,14 @@ pub struct Request<'a> {
     pub body: Option<(&'a str, &'a [u8])>,
 }
 
+/// The TLS crypto provider of the daemon's server and client: ring, which builds with the C
+/// compiler the rest of the daemon already needs (aws-lc-rs would bring post-quantum key
+/// exchange, at the price of a much larger native build, also for the static guest binary).
+pub fn crypto_provider() -> std::sync::Arc<rustls::crypto::CryptoProvider> {
+    #[allow(deprecated)]
+    std::sync::Arc::new(rustls::crypto::ring::default_provider())
+}
+
 /// Certificate bundles of the usual distributions, the first found is the system's trust.
 const SYSTEM_BUNDLES: [&str; 2] = ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"];
 
@@ -144,9 +152,7 @@ impl Client {
         if roots.is_empty() {
             return Err(trust("no usable certificate".into()));
         }
-        #[allow(deprecated)]
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
+        let config = rustls::ClientConfig::builder_with_provider(crypto_provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| trust(e.to_string()))?
             .with_root_certificates(roots)

@@ -90,11 +90,7 @@ impl Tls {
     /// TLS from a PEM certificate chain (the server's first) and its PEM private key (PKCS#8,
     /// PKCS#1 or SEC1).
     pub fn load(cert_file: &Path, key_file: &Path) -> Result<Arc<Tls>, TlsError> {
-        // ring: it builds with the C compiler the rest of the daemon already needs (the
-        // aws-lc-rs provider would bring post-quantum key exchange, at the price of a much
-        // larger native build, also for the static guest binary).
-        #[allow(deprecated)]
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = crate::http_client::crypto_provider();
         let pair = load(cert_file, key_file, &provider)?;
         let versions =
             rustls::ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
