@@ -241,18 +241,7 @@ impl Config {
                 });
             }
             check_range("alertmanager.resend_interval_ms", am.resend_interval_ms, 1000, 3_600_000)?;
-            if let Some(path) = &am.bearer_token_file {
-                let text = read_secret_file(path, "alertmanager.bearer_token_file")?;
-                let token = text.trim();
-                if token.is_empty() || token.len() > 4096 || !token.bytes().all(|b| b.is_ascii_graphic()) {
-                    return Err(ConfigError::Invalid {
-                        key: "alertmanager.bearer_token_file",
-                        value: path.display().to_string(),
-                        why: "must hold one token: printable ASCII without spaces, at most 4096 characters".into(),
-                    });
-                }
-                am.bearer_token = Some(crate::alerts::config::Secret(token.to_string()));
-            }
+            am.auth = alertmanager_auth(am)?;
         }
         let kernels = file.kernels.unwrap_or_else(|| vec![KernelConfig::canary()]);
         crate::kernels::check_all(&kernels).map_err(|why| ConfigError::Invalid {
@@ -520,6 +509,52 @@ pub fn read_token_file(path: &Path) -> Result<Vec<Credential>, ConfigError> {
 
 /// A file holding secrets (at most 1 MiB of it): refused if every user on the machine may read
 /// or write it, used with a warning if its group may.
+/// The credentials `[alertmanager]` names: a bearer token file, or a user and a password file
+/// (one of the two ways); each secret one line of printable ASCII.
+fn alertmanager_auth(
+    am: &crate::alerts::config::AlertmanagerConfig,
+) -> Result<Option<crate::http_client::Auth>, ConfigError> {
+    use crate::http_client::Auth;
+    let secret = |path: &Path, key: &'static str| -> Result<String, ConfigError> {
+        let text = read_secret_file(path, key)?;
+        let secret = text.trim_end_matches(['\r', '\n']).trim();
+        if secret.is_empty() || secret.len() > 4096 || !secret.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(ConfigError::Invalid {
+                key,
+                value: path.display().to_string(),
+                why: "must hold one secret: printable ASCII without spaces, at most 4096 characters".into(),
+            });
+        }
+        Ok(secret.to_string())
+    };
+    match (&am.bearer_token_file, &am.basic_auth_user, &am.basic_auth_password_file) {
+        (None, None, None) => Ok(None),
+        (Some(path), None, None) => Ok(Some(Auth::Bearer(secret(path, "alertmanager.bearer_token_file")?))),
+        (None, Some(user), Some(path)) => {
+            if user.is_empty() || user.len() > 256 || user.contains(':') || user.chars().any(char::is_control) {
+                return Err(ConfigError::Invalid {
+                    key: "alertmanager.basic_auth_user",
+                    value: format!("{user:?}"),
+                    why: "a user name of 1 to 256 characters, without ':' or control characters".into(),
+                });
+            }
+            let password = secret(path, "alertmanager.basic_auth_password_file")?;
+            Ok(Some(Auth::Basic { user: user.clone(), password }))
+        }
+        (None, Some(_), None) | (None, None, Some(_)) => Err(ConfigError::Invalid {
+            key: "alertmanager.basic_auth_user",
+            value: "[alertmanager]".into(),
+            why: "basic authentication needs both basic_auth_user and basic_auth_password_file".into(),
+        }),
+        (Some(_), _, _) => Err(ConfigError::Invalid {
+            key: "alertmanager.bearer_token_file",
+            value: "[alertmanager]".into(),
+            why: "one way to authenticate: a bearer token file, or basic_auth_user with basic_auth_password_file"
+                .into(),
+        }),
+    }
+}
+
 fn read_secret_file(path: &Path, key: &'static str) -> Result<String, ConfigError> {
     use std::io::Read;
     use std::os::unix::fs::PermissionsExt;
@@ -781,8 +816,28 @@ wall:bbbbbbbbbbbbbbbb2:viewer
         let am = write(&text);
         let config = Config::load(&cli(&["--config", am.0.to_str().unwrap()]), None).unwrap();
         let loaded = config.alertmanager.unwrap();
-        assert_eq!(loaded.bearer_token.as_ref().map(|s| s.0.as_str()), Some("s3cr3t-am-token"));
+        assert_eq!(loaded.auth, Some(crate::http_client::Auth::Bearer("s3cr3t-am-token".into())));
         assert!(!format!("{loaded:?}").contains("s3cr3t"), "never printed");
+        // Basic authentication: a user, and the password from a file.
+        let basic = format!(
+            "[alertmanager]\nurl = \"https://127.0.0.1:9093\"\nbasic_auth_user = \"ringside\"\nbasic_auth_password_file = \"{}\"\n",
+            token.display()
+        );
+        let basic_file = write(&basic);
+        let loaded =
+            Config::load(&cli(&["--config", basic_file.0.to_str().unwrap()]), None).unwrap().alertmanager.unwrap();
+        let expected = crate::http_client::Auth::Basic { user: "ringside".into(), password: "s3cr3t-am-token".into() };
+        assert_eq!(loaded.auth, Some(expected));
+        assert!(!format!("{loaded:?}").contains("s3cr3t"), "never printed");
+        for (text, expected) in [
+            (format!("{text}basic_auth_user = \"ringside\"\n"), "one way to authenticate"),
+            ("[alertmanager]\nurl = \"http://127.0.0.1:9093\"\nbasic_auth_user = \"x\"\n".into(), "needs both"),
+            (basic.replace("\"ringside\"", "\"a:b\""), "without ':'"),
+        ] {
+            let bad = write(&text);
+            let message = Config::load(&cli(&["--config", bad.0.to_str().unwrap()]), None).unwrap_err().to_string();
+            assert!(message.contains(expected), "{text}: {message}");
+        }
         std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
         let message = Config::load(&cli(&["--config", am.0.to_str().unwrap()]), None).unwrap_err().to_string();
         assert!(message.contains("every user"), "{message}");

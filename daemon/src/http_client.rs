@@ -1,11 +1,10 @@
-//! A minimal HTTP/1.1 client over tokio: one request per connection (`Connection: close`),
-//! `http://`, or `https://` with rustls (the server's certificate checked against a CA file
-//! given, else the system's bundle). Enough for `ringsided snapshot` and Alertmanager
-//! forwarding, without pulling a second HTTP stack into the daemon.
+//! The daemon's HTTP client: hyper's HTTP/1.1 client (the stack the server already runs on),
+//! one request per connection (`Connection: close`), over `http://`, or `https://` with rustls
+//! (the server's certificate checked against a CA file given, else the system's bundle); the
+//! reply bounded in size and the whole exchange in time. Used by `ringsided snapshot` and
+//! Alertmanager forwarding.
 
 use std::time::Duration;
-
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Largest response body read.
 const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
@@ -104,9 +103,40 @@ pub struct Response {
 pub struct Request<'a> {
     pub method: &'a str,
     pub path: &'a str,
-    pub bearer: Option<&'a str>,
+    pub auth: Option<&'a Auth>,
     /// (content type, body)
     pub body: Option<(&'a str, &'a [u8])>,
+}
+
+/// How a request proves who sends it.
+#[derive(Clone, PartialEq)]
+pub enum Auth {
+    /// `Authorization: Bearer <token>`.
+    Bearer(String),
+    /// `Authorization: Basic` (RFC 7617) with a user and a password.
+    Basic { user: String, password: String },
+}
+
+impl Auth {
+    fn header_value(&self) -> String {
+        use base64::Engine;
+        match self {
+            Auth::Bearer(token) => format!("Bearer {token}"),
+            Auth::Basic { user, password } => {
+                format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")))
+            }
+        }
+    }
+}
+
+/// Never prints the secret.
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Auth::Bearer(_) => f.write_str("Bearer(…)"),
+            Auth::Basic { user, .. } => write!(f, "Basic({user:?}, …)"),
+        }
+    }
 }
 
 /// The TLS crypto provider of the daemon's server and client: ring, which builds with the C
@@ -190,106 +220,59 @@ async fn exchange(client: &Client, url: &Url, request: Request<'_>) -> Result<Re
     over(tls, url, request).await
 }
 
-/// The request and its response over an open connection.
-async fn over<S>(mut stream: S, url: &Url, request: Request<'_>) -> Result<Response, HttpError>
+/// The request and its response over an open connection, spoken by hyper's HTTP/1 client.
+async fn over<S>(stream: S, url: &Url, request: Request<'_>) -> Result<Response, HttpError>
 where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let mut head = format!(
-        "{} {}{} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nUser-Agent: ringsided/{}\r\nAccept: application/json\r\n",
-        request.method,
-        url.base_path,
-        request.path,
-        url.host_header(),
-        env!("CARGO_PKG_VERSION")
-    );
-    if let Some(token) = request.bearer {
-        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    use http_body_util::BodyExt;
+    use hyper::header;
+    let target = format!("{}{}", url.base_path, request.path);
+    let mut builder = hyper::Request::builder()
+        .method(request.method)
+        .uri(&target)
+        .header(header::HOST, url.host_header())
+        .header(header::CONNECTION, "close")
+        .header(header::USER_AGENT, concat!("ringsided/", env!("CARGO_PKG_VERSION")))
+        .header(header::ACCEPT, "application/json");
+    if let Some(auth) = request.auth {
+        builder = builder.header(header::AUTHORIZATION, auth.header_value());
     }
     let body = match request.body {
         Some((content_type, body)) => {
-            head.push_str(&format!("Content-Type: {content_type}\r\nContent-Length: {}\r\n", body.len()));
-            body
+            builder = builder.header(header::CONTENT_TYPE, content_type);
+            bytes::Bytes::copy_from_slice(body)
         }
-        None => {
-            head.push_str("Content-Length: 0\r\n");
-            &[]
-        }
+        None => bytes::Bytes::new(),
     };
-    head.push_str("\r\n");
-    let io = |source| HttpError::Io { host: url.host.clone(), port: url.port, source };
-    stream.write_all(head.as_bytes()).await.map_err(io)?;
-    stream.write_all(body).await.map_err(io)?;
-    let mut raw = Vec::new();
-    let read = (&mut stream).take(MAX_RESPONSE_BYTES as u64 + 64 * 1024).read_to_end(&mut raw).await;
-    match read {
-        Ok(_) => {}
-        // A TLS peer that closes without `close_notify` after a whole response: the response
-        // stands (it says its own length); a cut one fails to parse below.
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
-        Err(e) => return Err(io(e)),
-    }
-    parse_response(&raw).map_err(HttpError::Malformed)
-}
-
-fn parse_response(raw: &[u8]) -> Result<Response, String> {
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or("response has no header end")?;
-    let head = std::str::from_utf8(&raw[..end]).map_err(|_| "response head is not UTF-8")?;
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or("");
-    let status = status_line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse::<u16>().ok())
-        .ok_or_else(|| format!("bad status line {status_line:?}"))?;
-    let mut chunked = false;
-    let mut length = None;
-    for line in lines {
-        if let Some((name, value)) = line.split_once(':') {
-            let value = value.trim();
-            if name.eq_ignore_ascii_case("transfer-encoding") && value.eq_ignore_ascii_case("chunked") {
-                chunked = true;
-            } else if name.eq_ignore_ascii_case("content-length") {
-                length = value.parse::<usize>().ok();
+    let request = builder
+        .body(http_body_util::Full::new(body))
+        .map_err(|e| HttpError::Malformed(format!("cannot form a request for {target:?}: {e}")))?;
+    let failed = |e: hyper::Error| HttpError::Malformed(format!("{}:{}: {e}", url.host, url.port));
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(failed)?;
+    let exchange = async {
+        let response = sender.send_request(request).await.map_err(failed)?;
+        let status = response.status().as_u16();
+        let limited = http_body_util::Limited::new(response.into_body(), MAX_RESPONSE_BYTES);
+        let body = limited.collect().await.map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                HttpError::Malformed(format!("reply larger than {MAX_RESPONSE_BYTES} bytes"))
+            } else {
+                HttpError::Malformed(format!("{}:{}: reply body: {e}", url.host, url.port))
             }
-        }
-    }
-    let rest = &raw[end + 4..];
-    let body = if chunked {
-        dechunk(rest)?
-    } else {
-        match length {
-            Some(n) if n <= rest.len() => rest[..n].to_vec(),
-            Some(n) => return Err(format!("response body cut short: {} of {n} bytes", rest.len())),
-            None => rest.to_vec(),
-        }
+        })?;
+        Ok(Response { status, body: body.to_bytes().to_vec() })
     };
-    if body.len() > MAX_RESPONSE_BYTES {
-        return Err(format!("response larger than {MAX_RESPONSE_BYTES} bytes"));
-    }
-    Ok(Response { status, body })
-}
-
-fn dechunk(mut data: &[u8]) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
+    // The connection is driven beside the exchange, in this task: nothing outlives the
+    // caller's timeout. Its end (the server closing) leaves the reply already read standing.
+    let (mut exchange, mut connection) = (std::pin::pin!(exchange), std::pin::pin!(connection));
+    let mut connected = true;
     loop {
-        let line_end = data.windows(2).position(|w| w == b"\r\n").ok_or("bad chunk header")?;
-        let size_text = std::str::from_utf8(&data[..line_end]).map_err(|_| "bad chunk size")?;
-        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
-            .map_err(|_| "bad chunk size")?;
-        data = &data[line_end + 2..];
-        if size == 0 {
-            return Ok(out);
+        tokio::select! {
+            outcome = &mut exchange => return outcome,
+            _ = &mut connection, if connected => connected = false,
         }
-        // A size near usize::MAX (a hostile or broken server) must not overflow the bound.
-        if size > MAX_RESPONSE_BYTES || out.len() + size > MAX_RESPONSE_BYTES {
-            return Err(format!("chunk of {size} bytes: over the {MAX_RESPONSE_BYTES}-byte reply limit"));
-        }
-        if data.len() < size + 2 || &data[size..size + 2] != b"\r\n" {
-            return Err("chunk cut short".into());
-        }
-        out.extend_from_slice(&data[..size]);
-        data = &data[size + 2..];
     }
 }
 
@@ -313,23 +296,81 @@ mod tests {
         assert!(Url::parse("http://").is_err());
     }
 
-    #[test]
-    fn responses() {
-        let plain = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello").unwrap();
+    /// Serves one canned `reply` to one connection on loopback, after reading the request head;
+    /// the head read comes back through the handle.
+    async fn canned(reply: Vec<u8>) -> (Url, tokio::task::JoinHandle<String>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let served = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && socket.read(&mut byte).await.unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let _ = socket.write_all(&reply).await;
+            let _ = socket.shutdown().await;
+            String::from_utf8_lossy(&head).into_owned()
+        });
+        (Url::parse(&format!("http://127.0.0.1:{port}/base")).unwrap(), served)
+    }
+
+    async fn fetch(reply: &[u8], auth: Option<&Auth>) -> (Result<Response, HttpError>, String) {
+        let (url, served) = canned(reply.to_vec()).await;
+        let request = Request { method: "POST", path: "/api/v2/alerts", auth, body: Some(("application/json", b"[]")) };
+        let outcome = send(&Client::default(), &url, request, Duration::from_secs(5)).await;
+        (outcome, served.await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn replies_good_and_hostile() {
+        let basic = Auth::Basic { user: "ringside".into(), password: "p\u{e4}ss:word".into() };
+        let (plain, head) = fetch(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", Some(&basic)).await;
+        let plain = plain.unwrap();
         assert_eq!((plain.status, plain.body.as_slice()), (200, &b"hello"[..]));
-        let chunked = parse_response(
+        assert!(head.starts_with("POST /base/api/v2/alerts HTTP/1.1\r\n"), "{head}");
+        // "ringside:päss:word" in base64.
+        assert!(head.contains("authorization: Basic cmluZ3NpZGU6cMOkc3M6d29yZA==\r\n"), "{head}");
+        assert!(head.to_ascii_lowercase().contains("content-length: 2\r\n"), "{head}");
+
+        let bearer = Auth::Bearer("t0ken".into());
+        let (chunked, head) = fetch(
             b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+            Some(&bearer),
         )
-        .unwrap();
+        .await;
+        let chunked = chunked.unwrap();
         assert_eq!((chunked.status, chunked.body.as_slice()), (404, &b"abcde"[..]));
-        assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nshort").is_err());
-        assert!(parse_response(b"garbage").is_err());
-        // Sizes that would overflow or exceed the bound are errors, not panics.
+        assert!(head.to_ascii_lowercase().contains("authorization: bearer t0ken\r\n"), "{head}");
+        assert_eq!(format!("{basic:?} {bearer:?}"), "Basic(\"ringside\", …) Bearer(…)");
+
+        // Cut short, garbage, chunk sizes that would overflow or exceed the bound, a chunk
+        // without its CRLF, a declared length over the bound: errors, never panics.
+        let mut hostile: Vec<Vec<u8>> = vec![
+            b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nshort".to_vec(),
+            b"garbage".to_vec(),
+            b"".to_vec(),
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY0\r\n\r\n".to_vec(),
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\nabc", MAX_RESPONSE_BYTES + 1).into_bytes(),
+        ];
         for size in ["ffffffffffffffff", "fffffffffffffffe", "4000001"] {
             let reply = format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{size}\r\nabc\r\n0\r\n\r\n");
-            assert!(parse_response(reply.as_bytes()).is_err(), "{size}");
+            hostile.push(reply.into_bytes());
         }
-        let no_crlf = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY0\r\n\r\n";
-        assert!(parse_response(no_crlf).is_err(), "a chunk must end with CRLF");
+        for reply in hostile {
+            let (outcome, _) = fetch(&reply, None).await;
+            assert!(outcome.is_err(), "{:?} was taken: {outcome:?}", String::from_utf8_lossy(&reply));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_server_that_never_answers_is_a_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = Url::parse(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
+        let request = Request { method: "GET", path: "/", auth: None, body: None };
+        let outcome = send(&Client::default(), &url, request, Duration::from_millis(300)).await;
+        assert!(matches!(outcome, Err(HttpError::Timeout { .. })), "{outcome:?}");
+        drop(listener);
     }
 }

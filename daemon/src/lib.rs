@@ -300,7 +300,8 @@ fn config_summary(config: &Config) -> ringside_shared::ConfigSummary {
 /// `ringsided snapshot`: fetches `/api/snapshot` from a running daemon and prints it.
 pub async fn fetch_snapshot(url: &str, token: &str, ca_file: Option<&std::path::Path>) -> anyhow::Result<String> {
     let base = http_client::Url::parse(url).map_err(|e| anyhow::anyhow!("--url {e}"))?;
-    let request = http_client::Request { method: "GET", path: "/api/snapshot", bearer: Some(token), body: None };
+    let auth = http_client::Auth::Bearer(token.to_string());
+    let request = http_client::Request { method: "GET", path: "/api/snapshot", auth: Some(&auth), body: None };
     let client = http_client::Client::new(ca_file).map_err(|e| anyhow::anyhow!("--ca-file {e}"))?;
     let response = http_client::send(&client, &base, request, std::time::Duration::from_secs(30))
         .await

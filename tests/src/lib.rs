@@ -260,7 +260,17 @@ pub fn memory_rules(count: usize, labels: &str) -> String {
 pub struct Alertmanager {
     child: Child,
     pub url: String,
+    /// `Authorization` of every request the test makes, where it requires basic authentication.
+    authorization: Option<String>,
     _scratch: Scratch,
+}
+
+/// A user Alertmanager's web config lets in with basic authentication: the password, and its
+/// bcrypt hash as the web config wants it.
+pub struct BasicUser<'a> {
+    pub user: &'a str,
+    pub password: &'a str,
+    pub bcrypt: &'a str,
 }
 
 impl Drop for Alertmanager {
@@ -278,14 +288,21 @@ impl Alertmanager {
         let addr = self.url.split_once("://").map_or(self.url.as_str(), |(_, a)| a);
         match tls {
             Some(connector) => {
-                let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+                let authorization =
+                    self.authorization.as_ref().map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+                let request =
+                    format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{authorization}Connection: close\r\n\r\n");
                 let response = https(connector, addr, &request).await?;
                 let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
                 let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
                 Ok((status, body))
             }
             None => {
-                let response = reqwest::Client::new().get(format!("{}{path}", self.url)).send().await?;
+                let mut request = reqwest::Client::new().get(format!("{}{path}", self.url));
+                if let Some(authorization) = &self.authorization {
+                    request = request.header("Authorization", authorization);
+                }
+                let response = request.send().await?;
                 Ok((response.status().as_u16(), response.text().await?))
             }
         }
@@ -293,11 +310,16 @@ impl Alertmanager {
 
     /// Starts one with `config` (its YAML) and waits until it is ready (30 s at most).
     pub async fn start(config: &str) -> Result<Alertmanager> {
-        Alertmanager::start_with(config, None).await
+        Alertmanager::start_with(config, None, None).await
     }
 
-    /// [`Alertmanager::start`], serving HTTPS with `tls` (certificate, key) when given.
-    pub async fn start_with(config: &str, tls: Option<(&Path, &Path)>) -> Result<Alertmanager> {
+    /// [`Alertmanager::start`], serving HTTPS with `tls` (certificate, key) when given, and
+    /// letting in only `basic` when given.
+    pub async fn start_with(
+        config: &str,
+        tls: Option<(&Path, &Path)>,
+        basic: Option<BasicUser<'_>>,
+    ) -> Result<Alertmanager> {
         anyhow::ensure!(
             Path::new(Self::BINARY).exists(),
             "{} is missing: `cargo xtask setup --test` installs prometheus-alertmanager",
@@ -308,12 +330,22 @@ impl Alertmanager {
         std::fs::write(&file, config)?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let mut command = Command::new(Self::BINARY);
+        let mut web = String::new();
         if let Some((cert, key)) = tls {
-            let web = scratch.0.join("web.yml");
-            let yaml = format!("tls_server_config:\n  cert_file: {}\n  key_file: {}\n", cert.display(), key.display());
-            std::fs::write(&web, yaml)?;
-            command.arg(format!("--web.config.file={}", web.display()));
+            web += &format!("tls_server_config:\n  cert_file: {}\n  key_file: {}\n", cert.display(), key.display());
         }
+        if let Some(basic) = &basic {
+            web += &format!("basic_auth_users:\n  {}: {:?}\n", basic.user, basic.bcrypt);
+        }
+        if !web.is_empty() {
+            let file = scratch.0.join("web.yml");
+            std::fs::write(&file, web)?;
+            command.arg(format!("--web.config.file={}", file.display()));
+        }
+        let authorization = basic.map(|b| {
+            use base64::Engine;
+            format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", b.user, b.password)))
+        });
         let child = command
             .arg(format!("--config.file={}", file.display()))
             .arg(format!("--storage.path={}", scratch.0.join("data").display()))
@@ -324,7 +356,8 @@ impl Alertmanager {
             .spawn()
             .context("cannot start prometheus-alertmanager")?;
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let manager = Alertmanager { child, url: format!("{scheme}://127.0.0.1:{port}"), _scratch: scratch };
+        let manager =
+            Alertmanager { child, url: format!("{scheme}://127.0.0.1:{port}"), authorization, _scratch: scratch };
         let connector = tls.map(|(cert, _)| tls_connector(Some(cert))).transpose()?;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {

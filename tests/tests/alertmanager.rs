@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use ringside_tests::{Alertmanager, Daemon, DaemonOptions, Scratch, LOW_MEMORY_THRESHOLDS};
+use ringside_tests::{Alertmanager, BasicUser, Daemon, DaemonOptions, Scratch, LOW_MEMORY_THRESHOLDS};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
@@ -86,9 +86,23 @@ async fn an_unreachable_alertmanager_is_a_degraded_component_not_a_failure() -> 
 
 type Kept = std::sync::Arc<std::sync::Mutex<Vec<(String, serde_json::Value)>>>;
 
-/// A stand-in for Alertmanager's `POST /api/v2/alerts` (not Alertmanager): it refuses the first
-/// `refuse` requests with 500, then takes every one and keeps its head (lower case) and body.
-async fn fake_alertmanager(refuse: usize) -> Result<(String, Kept)> {
+/// How the stand-in answers a request it does not take.
+#[derive(Clone, Copy, Debug)]
+enum Misbehaviour {
+    /// 500 Internal Server Error.
+    Refuse,
+    /// Bytes that are not HTTP.
+    Garbage,
+    /// A chunked reply closed in the middle of a chunk.
+    CloseMidChunk,
+    /// Reads the request and never answers (the connection stays open).
+    Hang,
+}
+
+/// A stand-in for Alertmanager's `POST /api/v2/alerts` (not Alertmanager): it answers the first
+/// requests as `misbehave` says, one each, then takes every one and keeps its head (lower case)
+/// and body.
+async fn fake_alertmanager(misbehave: Vec<Misbehaviour>) -> Result<(String, Kept)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
@@ -118,22 +132,38 @@ async fn fake_alertmanager(refuse: usize) -> Result<(String, Kept)> {
                 }
             };
             served += 1;
-            let status = if served <= refuse { "500 Internal Server Error" } else { "200 OK" };
-            if status.starts_with("200") {
-                if let Some(value) = body.and_then(|b| serde_json::from_slice(&b).ok()) {
-                    keep.lock().unwrap().push((head, value));
+            let reply: &[u8] = match misbehave.get(served - 1) {
+                Some(Misbehaviour::Refuse) => b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n",
+                Some(Misbehaviour::Garbage) => b"\x00\x17SSH-2.0 not http at all\r\n\r\n",
+                Some(Misbehaviour::CloseMidChunk) => {
+                    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n400\r\n{\"partial\":"
                 }
-            }
-            let reply = format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-            let _ = stream.write_all(reply.as_bytes()).await;
+                Some(Misbehaviour::Hang) => {
+                    // Held open until the daemon gives up on it.
+                    tokio::spawn(async move {
+                        let mut rest = [0u8; 1];
+                        let _ = stream.read(&mut rest).await;
+                    });
+                    continue;
+                }
+                None => {
+                    if let Some(value) = body.and_then(|b| serde_json::from_slice(&b).ok()) {
+                        keep.lock().unwrap().push((head, value));
+                    }
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                }
+            };
+            let _ = stream.write_all(reply).await;
         }
     });
     Ok((url, taken))
 }
 
 #[tokio::test]
-async fn a_resolution_sent_during_an_outage_arrives_once_alertmanager_is_back() -> Result<()> {
-    let (url, taken) = fake_alertmanager(3).await?;
+async fn a_resolution_sent_while_alertmanager_misbehaves_arrives_once_it_is_back() -> Result<()> {
+    use Misbehaviour::*;
+    // Each way of failing once (the hang costs the 10 s request timeout), then a good service.
+    let (url, taken) = fake_alertmanager(vec![Refuse, Garbage, CloseMidChunk, Hang, Refuse]).await?;
     let scratch = Scratch::new("am-retry");
     let control = scratch.0.join("nvml.conf");
     std::fs::write(&control, "gpu 0 temperature 95 70\n")?;
@@ -150,7 +180,7 @@ async fn a_resolution_sent_during_an_outage_arrives_once_alertmanager_is_back() 
         ..DaemonOptions::default()
     })?;
     // GPU 0 runs hot, then cools down: its alert is raised and resolved while Alertmanager
-    // refuses what it is sent.
+    // misbehaves.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !daemon.get_json("/api/alerts").await?.to_string().contains("gpu:0/temperature") {
         ensure!(Instant::now() < deadline, "no heat alert within 10 s");
@@ -176,7 +206,7 @@ async fn a_resolution_sent_during_an_outage_arrives_once_alertmanager_is_back() 
         resolved_ms / 1000 % 60,
         resolved_ms % 1000
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     let resolution = loop {
         let found =
             taken.lock().unwrap().iter().flat_map(|(_, b)| b.as_array().cloned().unwrap_or_default()).find(|a| {
@@ -185,7 +215,7 @@ async fn a_resolution_sent_during_an_outage_arrives_once_alertmanager_is_back() 
         if let Some(found) = found {
             break found;
         }
-        ensure!(Instant::now() < deadline, "the resolution did not arrive within 30 s: {:?}", taken.lock().unwrap());
+        ensure!(Instant::now() < deadline, "the resolution did not arrive within 60 s: {:?}", taken.lock().unwrap());
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(resolution["labels"]["alertname"], "gpu_health", "{resolution}");
@@ -197,15 +227,43 @@ async fn a_resolution_sent_during_an_outage_arrives_once_alertmanager_is_back() 
 }
 
 #[tokio::test]
-async fn alerts_reach_an_alertmanager_served_over_https_and_an_untrusted_one_is_degraded() -> Result<()> {
+async fn alerts_reach_an_alertmanager_served_over_https_with_basic_auth_and_an_untrusted_one_is_degraded() -> Result<()>
+{
     let dir = Scratch::new("am-tls");
     let (cert, key) = ringside_tests::certificate(&dir.0)?;
     let config = "route:\n  receiver: nowhere\nreceivers:\n  - name: nowhere\n";
-    let manager = Alertmanager::start_with(config, Some((&cert, &key))).await?;
+    // bcrypt (cost 10) of the password, as Alertmanager's web config takes it.
+    let user = BasicUser {
+        user: "ringside",
+        password: "am-test-password",
+        bcrypt: "$2b$10$cC/NfPZjo/esKkpOahVzmeNWWBMpN6tw9vXDv31R9D4zKChknQnry",
+    };
+    let manager = Alertmanager::start_with(config, Some((&cert, &key)), Some(user)).await?;
     ensure!(manager.url.starts_with("https://"), "{}", manager.url);
+    let password = dir.0.join("am-password");
+    std::fs::write(&password, "am-test-password\n")?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o600))?;
+
+    // A wrong password: Alertmanager refuses, the component says so.
+    let wrong = dir.0.join("am-wrong-password");
+    std::fs::write(&wrong, "not-the-password\n")?;
+    std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o600))?;
+    let refused = format!(
+        "{LOW_MEMORY_THRESHOLDS}\n[alertmanager]\nurl = \"{}\"\nresend_interval_ms = 1000\nca_file = {:?}\n\
+         basic_auth_user = \"ringside\"\nbasic_auth_password_file = {:?}\n",
+        manager.url, cert, wrong
+    );
+    let daemon = Daemon::start(DaemonOptions { config: refused, ..DaemonOptions::default() })?;
+    let degraded = daemon.component_when("alertmanager", "degraded", 15).await?;
+    let detail = ringside_tests::component(&degraded, "alertmanager")["detail"].to_string();
+    ensure!(detail.contains("401"), "{detail}");
+    drop(daemon);
+
     let trusting = format!(
-        "{LOW_MEMORY_THRESHOLDS}\n[alertmanager]\nurl = \"{}\"\nresend_interval_ms = 1000\nca_file = {:?}\n",
-        manager.url, cert
+        "{LOW_MEMORY_THRESHOLDS}\n[alertmanager]\nurl = \"{}\"\nresend_interval_ms = 1000\nca_file = {:?}\n\
+         basic_auth_user = \"ringside\"\nbasic_auth_password_file = {:?}\n",
+        manager.url, cert, password
     );
     let daemon = Daemon::start(DaemonOptions { config: trusting, ..DaemonOptions::default() })?;
     let connector = ringside_tests::tls_connector(Some(&cert))?;

@@ -93,9 +93,8 @@ impl Forwarder {
         let body: Vec<serde_json::Value> =
             alerts.iter().map(|a| payload(a, &instance, &self.generator_url, ends_ms)).collect();
         let body = serde_json::to_vec(&body).unwrap_or_default();
-        let bearer = self.config.bearer_token.as_ref().map(|s| s.0.as_str());
-        let request =
-            Request { method: "POST", path: "/api/v2/alerts", bearer, body: Some(("application/json", &body)) };
+        let auth = self.config.auth.as_ref();
+        let request = Request { method: "POST", path: "/api/v2/alerts", auth, body: Some(("application/json", &body)) };
         let outcome = match http_client::send(&self.client, &self.url, request, Duration::from_secs(10)).await {
             Ok(response) if (200..300).contains(&response.status) => Ok(()),
             Ok(response) => Err(format!(

@@ -151,23 +151,19 @@ pub struct AlertmanagerConfig {
     /// authenticating proxy); never in the URL.
     #[serde(default)]
     pub bearer_token_file: Option<std::path::PathBuf>,
-    /// The token read from it at start.
+    /// Basic authentication (an Alertmanager with `basic_auth_users` in its web config, or a
+    /// proxy): the user name; the password is read from `basic_auth_password_file`.
+    #[serde(default)]
+    pub basic_auth_user: Option<String>,
+    #[serde(default)]
+    pub basic_auth_password_file: Option<std::path::PathBuf>,
+    /// The credentials read from those files at start.
     #[serde(skip)]
-    pub bearer_token: Option<Secret>,
+    pub auth: Option<crate::http_client::Auth>,
     /// For an `https://` URL: PEM certificates to check Alertmanager's against (default: the
     /// system's bundle).
     #[serde(default)]
     pub ca_file: Option<std::path::PathBuf>,
-}
-
-/// A secret read from a file: never printed.
-#[derive(Clone, PartialEq)]
-pub struct Secret(pub String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(…)")
-    }
 }
 
 fn default_resend_ms() -> u64 {
