@@ -8,9 +8,10 @@
 //! - `run [-- ARGS]`: setup, console, release build of `ringsided`, then runs it with ARGS.
 //! - `test`: setup --test, console, `cargo fmt --check` and `cargo clippy -D warnings`, every
 //!   test of the workspace (unit, end-to-end, browser), the ring's tests under Miri (`miri`),
-//!   then `vm-test`.
+//!   the fuzz targets (`fuzz`), then `vm-test`.
 //! - `miri`: the ring's unit tests under Miri, which checks every access for undefined
 //!   behaviour and data races and emulates weak memory, over several scheduling seeds.
+//! - `fuzz [SECONDS]`: every fuzz target (`fuzz/`) for SECONDS (60) each (see [`fuzz`]).
 //! - `package`: `target/debian/ringside_<version>_amd64.deb` (see [`package`]).
 //! - `vm-test`: the sched_ext scheduler in a guest kernel under qemu (see [`vm`]).
 //! - `vm-header`: refreshes `bpf/src/bpf/vmlinux_scx.h` from the guest kernel build.
@@ -21,6 +22,7 @@
 //!   scheduler against setattr and the kernel's default in the guest (see `docs/performance.md`).
 
 mod bench;
+mod fuzz;
 mod package;
 mod sched_bench;
 mod vm;
@@ -71,6 +73,13 @@ fn run() -> Result<()> {
         Some("package") => package::build(&root).map(|_| ()),
         Some("vm-test") => vm::run(&root, &guest_options(&args, false)),
         Some("miri") => miri_toolchain().and_then(|()| miri()),
+        Some("fuzz") => {
+            let seconds = match args.get(1) {
+                Some(text) => text.parse().with_context(|| format!("{text:?}: seconds per target"))?,
+                None => 60,
+            };
+            miri_toolchain().and_then(|()| fuzz::run(&root, seconds))
+        }
         Some("vm-header") => vm::update_header(&root),
         Some("bench") => {
             let which = args.get(1).map(String::as_str).unwrap_or("all");
@@ -112,7 +121,7 @@ fn run() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | package | miri | vm-test | vm-header | bench [ring|gpu|daemon|fanout|sched|guest]>"
+                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | package | miri | fuzz [SECONDS] | vm-test | vm-header | bench [ring|gpu|daemon|fanout|sched|guest]>"
             );
             std::process::exit(2);
         }
@@ -188,6 +197,7 @@ fn setup(for_tests: bool) -> Result<()> {
         wanted.extend_from_slice(TEST_PACKAGES);
         miri_toolchain()?;
         lint_components()?;
+        fuzz::install()?;
     }
     install(&wanted)
 }
@@ -206,10 +216,18 @@ fn lint_components() -> Result<()> {
     Ok(())
 }
 
-/// Installs the dated nightly with Miri if it is missing.
+/// Installs the dated nightly with Miri (and rustfmt, for the fuzz build) if it is missing.
 fn miri_toolchain() -> Result<()> {
     if !succeeds("rustup", &["run", MIRI_TOOLCHAIN, "cargo", "miri", "--version"]) {
         let args = ["toolchain", "install", MIRI_TOOLCHAIN, "--profile", "minimal", "--component", "miri,rust-src"];
+        step(&format!("rustup {}", args.join(" ")));
+        if !succeeds("rustup", &args) {
+            bail!("`rustup {}` failed; run it by hand and retry", args.join(" "));
+        }
+    }
+    // The fuzz targets build the BPF skeletons, which libbpf-cargo formats with rustfmt.
+    if !succeeds("rustup", &["run", MIRI_TOOLCHAIN, "rustfmt", "--version"]) {
+        let args = ["component", "add", "rustfmt", "--toolchain", MIRI_TOOLCHAIN];
         step(&format!("rustup {}", args.join(" ")));
         if !succeeds("rustup", &args) {
             bail!("`rustup {}` failed; run it by hand and retry", args.join(" "));
@@ -395,6 +413,8 @@ fn test(root: &Path) -> Result<()> {
         ("the package", package::build(root).map(|_| ())),
         ("the workspace's tests", cargo(&["test", "--workspace", "--no-fail-fast"])),
         ("Miri", miri()),
+        // Every parser of what a client, a config or a user's file says, 60 s each.
+        ("fuzzing", fuzz::run(root, 60)),
         // The sched_ext scheduler runs only in a kernel that has sched_ext: a guest's.
         ("the guest test", vm::run(root, &guest_options(&[], false))),
     ];
