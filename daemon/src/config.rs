@@ -101,6 +101,7 @@ struct FileConfig {
     thresholds: Thresholds,
     alerts: AlertsConfig,
     rules: Vec<RuleConfig>,
+    maintenance: Vec<crate::alerts::silences::MaintenanceConfig>,
     alertmanager: Option<AlertmanagerConfig>,
     kernels: Option<Vec<KernelConfig>>,
     scheduler: SchedulerConfig,
@@ -128,6 +129,8 @@ pub struct Config {
     pub thresholds: Thresholds,
     pub alerts: AlertsConfig,
     pub rules: Vec<Rule>,
+    /// `[[maintenance]]`: weekly windows that silence alerts.
+    pub maintenance: Vec<crate::alerts::silences::Window>,
     pub alertmanager: Option<AlertmanagerConfig>,
     /// Ring kernels to run: the config's `[[kernels]]`, else one `echo` canary.
     pub kernels: Vec<KernelConfig>,
@@ -221,6 +224,15 @@ impl Config {
         }
         check_thresholds(&file.thresholds)?;
         check_alerts(&file.alerts)?;
+        let mut maintenance = Vec::new();
+        for window in &file.maintenance {
+            let checked = crate::alerts::silences::Window::from_config(window).map_err(|why| ConfigError::Invalid {
+                key: "maintenance",
+                value: format!("{:?}", window.name),
+                why,
+            })?;
+            maintenance.push(checked);
+        }
         if let Some(am) = &mut file.alertmanager {
             let parsed = crate::http_client::Url::parse(&am.url);
             if parsed.is_err() || am.url.ends_with('/') {
@@ -303,6 +315,7 @@ impl Config {
             thresholds: file.thresholds,
             alerts: file.alerts,
             rules,
+            maintenance,
             alertmanager: file.alertmanager,
             kernels,
             scheduler,

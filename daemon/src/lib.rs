@@ -80,7 +80,8 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
     let paths = host::HostPaths::default();
     let node = host::node_identity(&paths, started);
     let db_path = config.data_dir.join("alerts.db");
-    let (store, store_note) = open_alert_store(config.alerts.lifecycle(), &db_path);
+    let (mut store, store_note) = open_alert_store(config.alerts.lifecycle(), &db_path);
+    store.set_maintenance(config.maintenance.clone());
     let mut rules = alerts::rules::RuleEngine::new(config.rules.clone());
     rules.resume(store.active());
     let settings = state::Settings {

@@ -7,13 +7,15 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use ringside_shared::{
-    Alert, ComponentHealth, ComponentStatus, ConfigSummary, GpuTelemetry, HistoryPoint, HostMetrics, NodeIdentity,
-    RingKernelMetrics, Role, SchedulerTelemetry, ServerMessage, Snapshot, Update, WindowAggregates, PROTOCOL_VERSION,
+    Alert, ComponentHealth, ComponentStatus, ConfigSummary, GpuTelemetry, HistoryPoint, HostMetrics, NewSilence,
+    NodeIdentity, RingKernelMetrics, Role, SchedulerTelemetry, ServerMessage, Silence, Snapshot, Update,
+    WindowAggregates, PROTOCOL_VERSION,
 };
 use tokio::sync::{broadcast, mpsc};
 
 use crate::alerts::config::Thresholds;
 use crate::alerts::rules::RuleEngine;
+use crate::alerts::silences::SilenceError;
 use crate::alerts::store::{AckError, AlertChange, AlertStore};
 use crate::alerts::{self};
 use crate::identity::Identity;
@@ -199,8 +201,9 @@ impl NodeState {
             found.extend(alerting.rules.conditions(&sample, &update.window));
             let changes = alerting.store.apply(found, sample.taken_at_ms);
             self.note_store_health(&alerting.store);
-            changes
+            (changes, alerting.store.take_silences_changed())
         };
+        let (changes, silences_changed) = changes;
         self.stats.ticks_total.fetch_add(1, Ordering::Relaxed);
         self.stats.last_collect_ns.store(took.as_nanos() as u64, Ordering::Relaxed);
 
@@ -224,6 +227,9 @@ impl NodeState {
                 }
             };
             self.broadcast(&message);
+        }
+        if silences_changed {
+            self.broadcast(&ServerMessage::SilencesChanged { silences: self.silences() });
         }
         for event in sample.kernel_events {
             self.broadcast(&ServerMessage::KernelStateChanged(event));
@@ -304,6 +310,7 @@ impl NodeState {
             gpus: latest.gpus.clone(),
             window: latest.window.clone(),
             alerts,
+            silences: self.silences(),
             history: latest.history.iter().cloned().collect(),
         }
     }
@@ -314,6 +321,102 @@ impl NodeState {
 
     pub fn active_alerts(&self) -> Vec<Alert> {
         self.alerting.lock().unwrap_or_else(|e| e.into_inner()).store.active().cloned().collect()
+    }
+
+    /// Silences in force or to come, then ended ones.
+    pub fn silences(&self) -> Vec<Silence> {
+        self.alerting.lock().unwrap_or_else(|e| e.into_inner()).store.silences(crate::clock::now_ms())
+    }
+
+    /// Active alerts each silence in force matches, by silence id.
+    pub fn silence_matches(&self) -> BTreeMap<u64, usize> {
+        self.alerting.lock().unwrap_or_else(|e| e.into_inner()).store.silence_matches(crate::clock::now_ms())
+    }
+
+    /// Waits (without a lock) at most [`ACK_WAIT`] for a write: why it failed, if it did.
+    async fn unconfirmed(&self, confirmation: crate::alerts::writer::Confirmation) -> Option<String> {
+        match tokio::time::timeout(ACK_WAIT, confirmation).await {
+            Ok(Ok(Ok(()))) => None,
+            Ok(Ok(Err(why))) => Some(why),
+            Ok(Err(_)) => Some("the alert store's writer stopped".to_string()),
+            Err(_) => Some(format!(
+                "not written within {} s ({})",
+                ACK_WAIT.as_secs(),
+                self.alerting
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .store
+                    .db_error()
+                    .unwrap_or_else(|| "the disk is slow".into())
+            )),
+        }
+    }
+
+    /// Tells clients (and Alertmanager) what a silence changed.
+    fn announce(&self, changes: Vec<AlertChange>) {
+        for change in changes {
+            self.forward(change.alert());
+            self.broadcast(&ServerMessage::AlertUpdated { alert: change.alert().clone() });
+        }
+        self.broadcast(&ServerMessage::SilencesChanged { silences: self.silences() });
+    }
+
+    /// Makes a silence as `identity` (operators only) once it is stored, then applies it.
+    pub async fn silence(&self, identity: &Identity, new: NewSilence) -> Result<Silence, SilenceError> {
+        if identity.role != Role::Operator {
+            return Err(SilenceError::Forbidden { token: identity.name.clone(), role: identity.role.as_str() });
+        }
+        let by = new.by.as_deref().map(str::trim).filter(|b| !b.is_empty()).unwrap_or(&identity.name).to_string();
+        if by.len() > ringside_shared::silence::MAX_TEXT {
+            return Err(SilenceError::Invalid("the name is too long".into()));
+        }
+        let now = crate::clock::now_ms();
+        let (silence, changes, confirmation) = {
+            let mut alerting = self.alerting.lock().unwrap_or_else(|e| e.into_inner());
+            let outcome = alerting.store.silence(new, by, now);
+            self.note_store_health(&alerting.store);
+            outcome?
+        };
+        if let Some(confirmation) = confirmation {
+            if let Some(why) = self.unconfirmed(confirmation).await {
+                let changes = {
+                    let mut alerting = self.alerting.lock().unwrap_or_else(|e| e.into_inner());
+                    alerting.store.unsilence(silence.id, crate::clock::now_ms())
+                };
+                self.announce(changes);
+                return Err(SilenceError::Store(format!("{why}; not silenced, try again")));
+            }
+        }
+        tracing::info!(id = silence.id, token = identity.name, by = silence.created_by, "silence created");
+        self.announce(changes);
+        Ok(silence)
+    }
+
+    /// Ends a silence early, as `identity` (operators only).
+    pub async fn expire_silence(
+        &self,
+        identity: &Identity,
+        id: u64,
+        by: Option<String>,
+    ) -> Result<Silence, SilenceError> {
+        if identity.role != Role::Operator {
+            return Err(SilenceError::Forbidden { token: identity.name.clone(), role: identity.role.as_str() });
+        }
+        let by = by.map(|b| b.trim().to_string()).filter(|b| !b.is_empty()).unwrap_or_else(|| identity.name.clone());
+        let (silence, changes, confirmation) = {
+            let mut alerting = self.alerting.lock().unwrap_or_else(|e| e.into_inner());
+            alerting.store.expire_silence(id, &by, crate::clock::now_ms())?
+        };
+        // Expired in memory either way (forwarding resumes); a failed write is the store's
+        // health and is tried again.
+        if let Some(confirmation) = confirmation {
+            if let Some(why) = self.unconfirmed(confirmation).await {
+                tracing::warn!(id, "the silence's expiry is not written yet: {why}");
+            }
+        }
+        tracing::info!(id, token = identity.name, "silence expired");
+        self.announce(changes);
+        Ok(silence)
     }
 
     /// Acknowledges an alert as `identity` (shown under the name the person gave, if any) once
@@ -337,22 +440,7 @@ impl NodeState {
             outcome?
         };
         if let Some(confirmation) = confirmation {
-            let why = match tokio::time::timeout(ACK_WAIT, confirmation).await {
-                Ok(Ok(Ok(()))) => None,
-                Ok(Ok(Err(why))) => Some(why),
-                Ok(Err(_)) => Some("the alert store's writer stopped".to_string()),
-                Err(_) => Some(format!(
-                    "not written within {} s ({})",
-                    ACK_WAIT.as_secs(),
-                    self.alerting
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .store
-                        .db_error()
-                        .unwrap_or_else(|| "the disk is slow".into())
-                )),
-            };
-            if let Some(why) = why {
+            if let Some(why) = self.unconfirmed(confirmation).await {
                 let at_ms = alert.acknowledgement.as_ref().map_or(0, |a| a.at_ms);
                 let mut alerting = self.alerting.lock().unwrap_or_else(|e| e.into_inner());
                 alerting.store.withdraw(id, at_ms);

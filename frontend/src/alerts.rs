@@ -1,5 +1,6 @@
 //! The alerts the operator sees: the panel with its filters, one row per alert with its
-//! history and the Acknowledge action, and the header badge for unacknowledged critical alerts.
+//! history and the Acknowledge and Silence actions, the silences in force, and the header
+//! badge for unacknowledged, unsilenced critical alerts.
 
 use leptos::prelude::*;
 use ringside_shared::protocol::{MAX_BY_CHARS, MAX_NOTE_CHARS};
@@ -65,14 +66,19 @@ pub fn CriticalBadge() -> impl IntoView {
         store.alerts.with(|alerts| {
             alerts
                 .iter()
-                .filter(|a| a.is_active() && a.severity == Severity::Critical && a.acknowledgement.is_none())
+                .filter(|a| {
+                    a.is_active()
+                        && a.severity == Severity::Critical
+                        && a.acknowledgement.is_none()
+                        && a.silenced.is_none()
+                })
                 .count()
         })
     });
     move || {
         (count.get() > 0).then(|| {
             view! {
-                <a id="critical-badge" class="badge-critical" href="#alerts-panel" title="Active critical alerts nobody has acknowledged">
+                <a id="critical-badge" class="badge-critical" href="#alerts-panel" title="Active critical alerts nobody has acknowledged or silenced">
                     {format!("{} critical unacknowledged", count.get())}
                 </a>
             }
@@ -170,17 +176,71 @@ fn AlertRow(alert: Alert) -> impl IntoView {
         .into_any(),
         None => view! { <div class="muted read-only">"Not acknowledged · this token is read-only"</div> }.into_any(),
     };
+    let silence = move |label: &'static str, duration_ms: Option<u64>| {
+        let by = storage().and_then(|s| s.get_item(OPERATOR_KEY).ok().flatten()).filter(|n| !n.is_empty());
+        let mut command = serde_json::json!({
+            "type": "create_silence",
+            "matchers": [{ "name": "alert_id", "value": id.to_string() }],
+            "comment": format!("silenced from the console {label}"),
+        });
+        match duration_ms {
+            Some(ms) => command["duration_ms"] = ms.into(),
+            None => command["until_resolved"] = true.into(),
+        }
+        if let Some(by) = by {
+            command["by"] = by.into();
+        }
+        if link.with_value(|link| link.send(&command)) {
+            pending.set(true);
+        } else {
+            store.server_error.set(Some("not connected: the silence was not sent; try again once live".into()));
+        }
+    };
+    let silencing = match alert.silenced.clone() {
+        Some(silenced) => {
+            let until = match silenced.until_ms {
+                Some(until) => format!("until {}", clock(until)),
+                None => "until it resolves".to_string(),
+            };
+            let what = match &silenced.maintenance {
+                Some(window) => format!("Silenced by maintenance window {window} {until}"),
+                None => format!("Silenced by {} {until} (silence #{})", silenced.by, silenced.silence_id),
+            };
+            let comment =
+                if silenced.comment.is_empty() { String::new() } else { format!(" — “{}”", silenced.comment) };
+            view! { <div class="silenced" data-silenced="true">{what}{comment}</div> }.into_any()
+        }
+        None if alert.is_active() && store.can_acknowledge() => view! {
+            <div class="silence-actions">
+                "Silence: "
+                <button class="silence" data-silence="1h" disabled=move || pending.get()
+                    on:click=move |_| silence("for 1 h", Some(3_600_000))>"1 h"</button>
+                <button class="silence" data-silence="4h" disabled=move || pending.get()
+                    on:click=move |_| silence("for 4 h", Some(4 * 3_600_000))>"4 h"</button>
+                <button class="silence" data-silence="resolved" disabled=move || pending.get()
+                    on:click=move |_| silence("until resolved", None)>"until resolved"</button>
+            </div>
+        }
+        .into_any(),
+        None => ().into_any(),
+    };
     let flags = match (alert.occurrence, alert.flapping) {
         (n, true) => format!(" · flapping, fired {n} times"),
         (n, false) if n > 1 => format!(" · occurrence {n}"),
         _ => String::new(),
     };
+    let class = match (alert.is_active(), alert.silenced.is_some()) {
+        (true, false) => "alert",
+        (true, true) => "alert silenced-alert",
+        (false, _) => "alert resolved",
+    };
     view! {
-        <li class=if alert.is_active() { "alert" } else { "alert resolved" } data-alert-id=id.to_string()>
+        <li class=class data-alert-id=id.to_string()>
             <span class=severity_class(alert.severity)>{alert.severity.as_str()}</span>
             <div class="alert-body">
                 <div class="alert-message">{alert.message.clone()}</div>
                 <div class="alert-meta">{format!("{} · {} · #{id}{flags} · ", alert.name(), alert.source)}{ago}</div>
+                {silencing}
                 {action}
                 <AlertHistory alert=alert.clone() />
             </div>
@@ -201,7 +261,16 @@ pub fn AlertsPanel() -> impl IntoView {
     });
     let active_count = Memo::new(move |_| store.alerts.with(|a| a.iter().filter(|a| a.is_active()).count()));
     // Keyed by what a row shows, so a row is rebuilt exactly when its alert changed.
-    let key = |a: &Alert| (a.id, a.updated_at_ms, a.acknowledgement.is_some(), a.transitions.len(), a.resolved_at_ms);
+    let key = |a: &Alert| {
+        (
+            a.id,
+            a.updated_at_ms,
+            a.acknowledgement.is_some(),
+            a.transitions.len(),
+            a.resolved_at_ms,
+            a.silenced.clone().map(|s| s.silence_id),
+        )
+    };
 
     let operator = RwSignal::new(storage().and_then(|s| s.get_item(OPERATOR_KEY).ok().flatten()).unwrap_or_default());
     let rename = move |event: web_sys::Event| {
@@ -257,6 +326,76 @@ pub fn AlertsPanel() -> impl IntoView {
                     <For each=move || shown.get() key=key children=|alert| view! { <AlertRow alert /> } />
                 </ul>
             </Show>
+            <SilencesList />
         </section>
+    }
+}
+
+/// The silences in force or to come (maintenance windows in force included), with how many
+/// active alerts each matches now and, for operators, Expire; then the last ended ones.
+#[component]
+fn SilencesList() -> impl IntoView {
+    let store = expect_context::<Store>();
+    let link = expect_context::<LinkHandle>();
+    let rows = move || {
+        let now = store.server_time_ms.get();
+        let alerts = store.alerts.get();
+        store
+            .silences
+            .get()
+            .into_iter()
+            .filter(|s| !s.is_over(now))
+            .map(|s| {
+                let matching = alerts
+                    .iter()
+                    .filter(|a| {
+                        a.is_active()
+                            && a.silenced
+                                .as_ref()
+                                .is_some_and(|x| x.silence_id == s.id && x.maintenance == s.maintenance)
+                    })
+                    .count();
+                let matchers =
+                    s.matchers.iter().map(|m| format!("{}={}", m.name, m.value)).collect::<Vec<_>>().join(", ");
+                let matchers = if matchers.is_empty() { "every alert".to_string() } else { matchers };
+                let until = match s.ends_at_ms {
+                    Some(end) => format!("until {}", clock(end)),
+                    None => "until resolved".to_string(),
+                };
+                let id = s.id;
+                let expire = (s.maintenance.is_none() && store.can_acknowledge()).then(|| {
+                    view! {
+                        <button class="expire-silence" data-silence-id=id.to_string()
+                            on:click=move |_| {
+                                let command = serde_json::json!({ "type": "expire_silence", "id": id });
+                                if !link.with_value(|link| link.send(&command)) {
+                                    store.server_error.set(Some("not connected: try again once live".into()));
+                                }
+                            }>"Expire"</button>
+                    }
+                });
+                let who = match &s.maintenance {
+                    Some(window) => format!("maintenance window {window}"),
+                    None => format!("#{id} by {}", s.created_by),
+                };
+                view! {
+                    <li class="silence-row" data-silence-id=id.to_string()>
+                        {format!("{who} · {matchers} · {until} · silences {matching} active alert(s)")}
+                        {(!s.comment.is_empty()).then(|| format!(" — “{}”", s.comment))}
+                        " " {expire}
+                    </li>
+                }
+            })
+            .collect_view()
+    };
+    let any = move || {
+        let now = store.server_time_ms.get();
+        store.silences.with(|s| s.iter().any(|s| !s.is_over(now)))
+    };
+    view! {
+        <Show when=any>
+            <h3>"Silences"</h3>
+            <ul class="silences" id="silence-list">{rows}</ul>
+        </Show>
     }
 }

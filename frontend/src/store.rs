@@ -46,6 +46,8 @@ pub struct Store {
     pub history: RwSignal<Vec<HistoryPoint>>,
     history_cap: RwSignal<usize>,
     pub alerts: RwSignal<Vec<Alert>>,
+    /// Silences in force or to come, then recently ended ones.
+    pub silences: RwSignal<Vec<ringside_shared::Silence>>,
     /// The latest `error` frame, shown until dismissed.
     pub server_error: RwSignal<Option<String>>,
 }
@@ -68,6 +70,7 @@ impl Store {
             history: RwSignal::new(Vec::new()),
             history_cap: RwSignal::new(MIN_HISTORY),
             alerts: RwSignal::new(Vec::new()),
+            silences: RwSignal::new(Vec::new()),
             server_error: RwSignal::new(None),
         }
     }
@@ -102,6 +105,7 @@ impl Store {
                 self.history_cap.set(snapshot.history.len().max(MIN_HISTORY));
                 self.history.set(snapshot.history);
                 self.alerts.set(snapshot.alerts);
+                self.silences.set(snapshot.silences);
             }
             ServerMessage::Update(update) => {
                 let mut update = *update;
@@ -124,6 +128,7 @@ impl Store {
             ServerMessage::AlertRaised { alert }
             | ServerMessage::AlertUpdated { alert }
             | ServerMessage::AlertResolved { alert } => self.upsert_alert(alert),
+            ServerMessage::SilencesChanged { silences } => self.silences.set(silences),
             ServerMessage::KernelStateChanged(change) => {
                 self.kernels.update(|kernels| {
                     if let Some(k) = kernels.iter_mut().find(|k| k.id == change.kernel_id) {

@@ -126,6 +126,9 @@ pub struct Alert {
     pub flapping: bool,
     /// What happened to the alert, oldest first (the most recent ones only).
     pub transitions: Vec<AlertTransition>,
+    /// The silence in force over it: still raised and recorded, not forwarded nor counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silenced: Option<crate::Silenced>,
 }
 
 impl Alert {

@@ -8,12 +8,14 @@ pub type UnixMillis = u64;
 
 pub mod alert;
 pub mod protocol;
+pub mod silence;
 pub mod snapshot;
 
 pub use alert::{Acknowledgement, Alert, AlertTransition, AlertType, Role, Severity, TransitionKind};
 pub use protocol::{
     ClientCommand, CommandError, ErrorCode, Hello, KernelStateChange, ServerMessage, Update, PROTOCOL_VERSION,
 };
+pub use silence::{Matcher, NewSilence, Silence, Silenced};
 pub use snapshot::*;
 
 /// The JSON Schema of [`Snapshot`], as served at `/api/schema/snapshot`.

@@ -30,12 +30,28 @@ pub enum ServerMessage {
     Hello(Hello),
     Snapshot(Box<Snapshot>),
     Update(Box<Update>),
-    AlertRaised { alert: Alert },
-    AlertUpdated { alert: Alert },
-    AlertResolved { alert: Alert },
+    AlertRaised {
+        alert: Alert,
+    },
+    AlertUpdated {
+        alert: Alert,
+    },
+    AlertResolved {
+        alert: Alert,
+    },
+    /// The silences changed (created, expired or ended): the whole list, as in the snapshot.
+    SilencesChanged {
+        silences: Vec<crate::Silence>,
+    },
     KernelStateChanged(KernelStateChange),
-    Pong { nonce: Option<u64>, server_time_ms: UnixMillis },
-    Error { code: ErrorCode, message: String },
+    Pong {
+        nonce: Option<u64>,
+        server_time_ms: UnixMillis,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -92,6 +108,8 @@ pub enum ErrorCode {
     BinaryNotSupported,
     /// The alert named does not exist.
     AlertNotFound,
+    /// The silence named does not exist, or has ended.
+    SilenceNotFound,
     /// The client sent commands faster than the server answers them.
     RateLimited,
     /// The token's role does not allow the command (a viewer acknowledging).
@@ -115,6 +133,14 @@ pub enum ClientCommand {
         #[serde(default)]
         nonce: Option<u64>,
     },
+    /// Silences alerts by matchers (operators only); answered by `silences_changed`.
+    CreateSilence(crate::NewSilence),
+    /// Ends a silence early (operators only).
+    ExpireSilence {
+        id: u64,
+        #[serde(default)]
+        by: Option<String>,
+    },
 }
 
 /// Why a client frame was refused.
@@ -135,7 +161,7 @@ impl CommandError {
 }
 
 impl ClientCommand {
-    pub const TYPES: [&'static str; 2] = ["ack_alert", "ping"];
+    pub const TYPES: [&'static str; 4] = ["ack_alert", "ping", "create_silence", "expire_silence"];
 
     /// Parses one text frame, telling apart malformed JSON, an unknown command and a known
     /// command with bad fields, so the client learns exactly what to fix.
@@ -169,11 +195,20 @@ impl ClientCommand {
     }
 
     fn validate(&self) -> Result<(), CommandError> {
-        if let ClientCommand::AckAlert { note, by, .. } = self {
-            check_ack_fields(note.as_deref(), by.as_deref())
-                .map_err(|why| CommandError::new(ErrorCode::InvalidCommand, format!("invalid `ack_alert`: {why}")))?;
+        let invalid =
+            |kind: &str, why: String| CommandError::new(ErrorCode::InvalidCommand, format!("invalid `{kind}`: {why}"));
+        match self {
+            ClientCommand::AckAlert { note, by, .. } => {
+                check_ack_fields(note.as_deref(), by.as_deref()).map_err(|why| invalid("ack_alert", why))
+            }
+            ClientCommand::CreateSilence(new) => {
+                check_ack_fields(Some(&new.comment), new.by.as_deref()).map_err(|why| invalid("create_silence", why))
+            }
+            ClientCommand::ExpireSilence { by, .. } => {
+                check_ack_fields(None, by.as_deref()).map_err(|why| invalid("expire_silence", why))
+            }
+            ClientCommand::Ping { .. } => Ok(()),
         }
-        Ok(())
     }
 }
 

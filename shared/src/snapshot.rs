@@ -38,6 +38,9 @@ pub struct Snapshot {
     pub window: WindowAggregates,
     /// Active alerts first, then recently resolved ones, newest first within each group.
     pub alerts: Vec<Alert>,
+    /// Silences in force or to come, then recently ended ones.
+    #[serde(default)]
+    pub silences: Vec<crate::Silence>,
     /// Recent history for charts, oldest first.
     pub history: Vec<HistoryPoint>,
 }

@@ -92,7 +92,56 @@ fn alert() -> Alert {
                 note: Some("looking".into()),
             },
         ],
+        silenced: Some(crate::Silenced {
+            silence_id: 4,
+            by: "bo".into(),
+            until_ms: Some(3_600_000),
+            comment: "known".into(),
+            maintenance: None,
+        }),
     }
+}
+
+fn silence() -> crate::Silence {
+    crate::Silence {
+        id: 4,
+        matchers: vec![crate::Matcher::new("source", "kernel:echo0")],
+        starts_at_ms: 1,
+        ends_at_ms: Some(3_600_000),
+        comment: "known".into(),
+        created_by: "bo".into(),
+        created_at_ms: 1,
+        expired_at_ms: None,
+        expired_by: None,
+        maintenance: None,
+    }
+}
+
+#[test]
+fn silence_commands_parse_and_silences_match() {
+    let command = ClientCommand::parse(
+        r#"{"type":"create_silence","matchers":[{"name":"alert_id","value":"7"}],"duration_ms":3600000,"comment":"c"}"#,
+    )
+    .unwrap();
+    let ClientCommand::CreateSilence(new) = command else { panic!("{command:?}") };
+    assert_eq!(
+        (new.matchers[0].name.as_str(), new.duration_ms, new.until_resolved),
+        ("alert_id", Some(3_600_000), false)
+    );
+    let unknown = ClientCommand::parse(r#"{"type":"create_silence","matchers":[],"forever":true}"#).unwrap_err();
+    assert_eq!(unknown.code, crate::ErrorCode::InvalidCommand, "{unknown:?}");
+    let expire = ClientCommand::parse(r#"{"type":"expire_silence","id":4}"#).unwrap();
+    assert_eq!(expire, ClientCommand::ExpireSilence { id: 4, by: None });
+    let s = silence();
+    assert!(s.matches(&alert()) && s.is_active(2) && !s.is_active(3_600_000) && s.is_over(3_600_000));
+    let other = crate::Silence { matchers: vec![crate::Matcher::new("team", "infra")], ..silence() };
+    assert!(!other.matches(&alert()));
+    let labelled = crate::Silence {
+        matchers: vec![crate::Matcher::new("team", "ml"), crate::Matcher::new("alertname", "high_drop_rate")],
+        ..silence()
+    };
+    assert!(labelled.matches(&alert()));
+    assert!(!crate::Silence { matchers: vec![], ..silence() }.matches(&alert()), "no matchers match nothing");
 }
 
 fn kernel() -> RingKernelMetrics {
@@ -351,6 +400,7 @@ pub(crate) fn snapshot() -> Snapshot {
             scheduler: None,
         },
         alerts: vec![alert()],
+        silences: vec![silence()],
         history: vec![HistoryPoint {
             t_ms: 1,
             cpu_pct: 1.0,

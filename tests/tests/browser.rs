@@ -552,3 +552,61 @@ async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
     drop(mapper);
     outcome
 }
+
+#[tokio::test]
+async fn an_alert_silenced_from_its_row_shows_silenced_leaves_the_badge_and_comes_back_when_expired() -> Result<()> {
+    let daemon = Daemon::start(DaemonOptions {
+        token: None,
+        config: format!("[scheduler]\nenabled = false\n{CRITICAL_RULE}"),
+        ..DaemonOptions::default()
+    })?;
+    let driver = Driver::start()?;
+    let profile = Scratch::new("chromium-profile");
+    let downloads = Scratch::new("downloads");
+    let client = browser(&driver, &profile.0, &downloads.0).await?;
+    let outcome = async {
+        const WAIT: Duration = Duration::from_secs(30);
+        client.goto(&daemon.console_url).await?;
+        eventually("critical badge", WAIT, || async { text_of(&client, "#critical-badge").await }).await?;
+        let button = eventually("a Silence 1 h button", WAIT, || async {
+            Ok(client.find(Locator::Css("button.silence[data-silence='1h']")).await.ok())
+        })
+        .await?;
+        let row =
+            eventually("the alert's row", WAIT, || async { Ok(client.find(Locator::Css("li.alert")).await.ok()) })
+                .await?;
+        let id = row.attr("data-alert-id").await?.context("alert id")?;
+        button.click().await?;
+        let silenced = format!("li[data-alert-id='{id}'] [data-silenced='true']");
+        let said = eventually("silenced", WAIT, || async { text_of(&client, &silenced).await }).await?;
+        assert!(said.contains("Silenced by") && said.contains("until"), "{said}");
+        eventually("badge gone", WAIT, || async {
+            Ok(client.find(Locator::Css("#critical-badge")).await.is_err().then_some(()))
+        })
+        .await?;
+        // Listed with what it silences; the API agrees.
+        let listed =
+            eventually("the silence listed", WAIT, || async { text_of(&client, "#silence-list").await }).await?;
+        assert!(listed.contains(&format!("alert_id={id}")) && listed.contains("silences 1 active alert"), "{listed}");
+        let api = daemon.get_json("/api/silences").await?;
+        assert_eq!(api[0]["matchers"][0]["value"], id.as_str(), "{api}");
+        assert!(api[0]["comment"].as_str().is_some_and(|c| c.contains("1 h")), "{api}");
+        // Expired from the list: the alert counts again.
+        client.find(Locator::Css("button.expire-silence")).await?.click().await?;
+        eventually("silenced no more", WAIT, || async {
+            Ok(client.find(Locator::Css(&silenced)).await.is_err().then_some(()))
+        })
+        .await?;
+        let badge = eventually("badge back", WAIT, || async { text_of(&client, "#critical-badge").await }).await?;
+        assert_eq!(badge, "1 critical unacknowledged");
+        anyhow::Ok(())
+    }
+    .await;
+    if outcome.is_err() {
+        if let Ok(png) = client.screenshot().await {
+            let _ = std::fs::write(artifacts().join("silence-failure.png"), png);
+        }
+    }
+    let _ = client.close().await;
+    outcome
+}

@@ -200,9 +200,14 @@ impl Forwarder {
     }
 }
 
-/// Keeps `alert` for sending, over an older version of it; bounded by [`UNSENT_KEPT`].
+/// Keeps `alert` for sending, over an older version of it; bounded by [`UNSENT_KEPT`]. A
+/// silenced alert is not sent (nor an older version of it still waiting).
 fn keep(unsent: &mut BTreeMap<u64, Alert>, alert: Alert) {
     if unsent.get(&alert.id).is_some_and(|kept| kept.updated_at_ms > alert.updated_at_ms) {
+        return;
+    }
+    if alert.silenced.is_some() {
+        unsent.remove(&alert.id);
         return;
     }
     unsent.insert(alert.id, alert);
@@ -235,6 +240,7 @@ mod tests {
             occurrence: 1,
             flapping: false,
             transitions: vec![],
+            silenced: None,
         };
         let p = payload(&alert, "gpu-07", "http://127.0.0.1:9650/", 500_000);
         assert_eq!(p["labels"]["alertname"], "cpu_saturated");
@@ -268,6 +274,7 @@ mod tests {
             occurrence: 1,
             flapping: false,
             transitions: vec![],
+            silenced: None,
         };
         let mut unsent = BTreeMap::new();
         keep(&mut unsent, alert(1, 20));
@@ -277,5 +284,18 @@ mod tests {
             keep(&mut unsent, alert(id, 1));
         }
         assert_eq!(unsent.len(), UNSENT_KEPT);
+        // Silenced: not sent, and the version waiting is dropped; unsilenced later, sent again.
+        let silenced = ringside_shared::Silenced {
+            silence_id: 1,
+            by: "ana".into(),
+            until_ms: None,
+            comment: String::new(),
+            maintenance: None,
+        };
+        let last = UNSENT_KEPT as u64 + 9;
+        keep(&mut unsent, Alert { silenced: Some(silenced), ..alert(last, 5) });
+        assert!(!unsent.contains_key(&last));
+        keep(&mut unsent, alert(last, 6));
+        assert!(unsent.contains_key(&last));
     }
 }

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use ringside_shared::{Acknowledgement, Alert, AlertTransition, AlertType, Severity, TransitionKind};
+use ringside_shared::{Acknowledgement, Alert, AlertTransition, AlertType, Severity, Silence, TransitionKind};
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// One entry per schema version; entry N migrates version N to N+1. Never edit a released one.
@@ -47,6 +47,18 @@ const MIGRATIONS: &[&str] = &[
         token TEXT NOT NULL,
         at_ms INTEGER NOT NULL,
         note TEXT
+    );",
+    // 1 -> 2: silences made over the API (maintenance windows live in the config).
+    "CREATE TABLE silences (
+        id INTEGER PRIMARY KEY,
+        matchers TEXT NOT NULL,
+        starts_at_ms INTEGER NOT NULL,
+        ends_at_ms INTEGER,
+        comment TEXT NOT NULL,
+        created_by TEXT NOT NULL,
+        created_at_ms INTEGER NOT NULL,
+        expired_at_ms INTEGER,
+        expired_by TEXT
     );",
 ];
 
@@ -113,10 +125,31 @@ impl AlertDb {
         Ok(())
     }
 
-    /// Writes each alert's row, its acknowledgement (or its absence) and its transitions, in one
-    /// transaction.
-    pub fn save(&mut self, alerts: &[&Alert]) -> Result<(), DbError> {
+    /// Writes each alert's row, its acknowledgement (or its absence) and its transitions, and
+    /// each silence, in one transaction.
+    pub fn save(&mut self, alerts: &[&Alert], silences: &[&Silence]) -> Result<(), DbError> {
         let tx = self.conn.transaction()?;
+        for s in silences {
+            let matchers = serde_json::to_string(&s.matchers).map_err(|e| DbError::Corrupt(e.to_string()))?;
+            tx.execute(
+                "INSERT INTO silences (id, matchers, starts_at_ms, ends_at_ms, comment, created_by, created_at_ms,
+                                       expired_at_ms, expired_by)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 ON CONFLICT (id) DO UPDATE SET expired_at_ms = excluded.expired_at_ms,
+                     expired_by = excluded.expired_by, ends_at_ms = excluded.ends_at_ms",
+                params![
+                    s.id as i64,
+                    matchers,
+                    s.starts_at_ms as i64,
+                    s.ends_at_ms.map(|v| v as i64),
+                    s.comment,
+                    s.created_by,
+                    s.created_at_ms as i64,
+                    s.expired_at_ms.map(|v| v as i64),
+                    s.expired_by,
+                ],
+            )?;
+        }
         for alert in alerts {
             let labels = serde_json::to_string(&alert.labels).map_err(|e| DbError::Corrupt(e.to_string()))?;
             tx.execute(
@@ -171,6 +204,45 @@ impl AlertDb {
         }
         tx.commit()?;
         Ok(())
+    }
+
+    /// Every silence not yet over at `now_ms`, and the `ended` that ended last.
+    pub fn load_silences(&self, now_ms: u64, ended: usize) -> Result<Vec<Silence>, DbError> {
+        let mut statement = self.conn.prepare(
+            "SELECT id, matchers, starts_at_ms, ends_at_ms, comment, created_by, created_at_ms, expired_at_ms, expired_by
+             FROM silences
+             WHERE (expired_at_ms IS NULL AND (ends_at_ms IS NULL OR ends_at_ms > ?1))
+                OR id IN (SELECT id FROM silences WHERE expired_at_ms IS NOT NULL OR ends_at_ms <= ?1
+                          ORDER BY COALESCE(expired_at_ms, ends_at_ms) DESC LIMIT ?2)",
+        )?;
+        let rows = statement.query_map(params![now_ms as i64, ended as i64], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, String>(1)?,
+                (row.get::<_, i64>(2)?, row.get::<_, Option<i64>>(3)?),
+                (row.get::<_, String>(4)?, row.get::<_, String>(5)?, row.get::<_, i64>(6)?),
+                (row.get::<_, Option<i64>>(7)?, row.get::<_, Option<String>>(8)?),
+            ))
+        })?;
+        let mut silences = Vec::new();
+        for row in rows {
+            let (id, matchers, (starts, ends), (comment, created_by, created_at), (expired_at, expired_by)) = row?;
+            let matchers = serde_json::from_str(&matchers)
+                .map_err(|e| DbError::Corrupt(format!("silence {id}: matchers: {e}")))?;
+            silences.push(Silence {
+                id: id as u64,
+                matchers,
+                starts_at_ms: starts as u64,
+                ends_at_ms: ends.map(|v| v as u64),
+                comment,
+                created_by,
+                created_at_ms: created_at as u64,
+                expired_at_ms: expired_at.map(|v| v as u64),
+                expired_by,
+                maintenance: None,
+            });
+        }
+        Ok(silences)
     }
 
     /// Every active alert and the newest `resolved` resolved ones, each with its last
@@ -258,6 +330,7 @@ impl AlertDb {
                 occurrence,
                 flapping,
                 transitions: Vec::new(),
+                silenced: None,
             });
         }
         let mut history = self.transitions(transitions)?;

@@ -7,6 +7,7 @@ pub mod alertmanager;
 pub mod config;
 pub mod db;
 pub mod rules;
+pub mod silences;
 pub mod store;
 pub mod writer;
 

@@ -384,6 +384,7 @@ mod tests {
             occurrence: 1,
             flapping: false,
             transitions: Vec::new(),
+            silenced: None,
         };
         // Restarted: a fresh engine, resumed from the store, goes on firing at its first tick.
         let mut after = RuleEngine::new(compile_text(text).unwrap());

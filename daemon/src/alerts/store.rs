@@ -11,9 +11,12 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
-use ringside_shared::{Acknowledgement, Alert, AlertTransition, AlertType, Severity, TransitionKind};
+use ringside_shared::{
+    Acknowledgement, Alert, AlertTransition, AlertType, NewSilence, Severity, Silence, TransitionKind,
+};
 
 use super::db::AlertDb;
+use super::silences::{SilenceError, Silences, Window};
 use super::writer::{Confirmation, Writer};
 use super::Condition;
 
@@ -50,6 +53,12 @@ impl AlertChange {
             AlertChange::Raised(a) | AlertChange::Updated(a) | AlertChange::Resolved(a) => a,
         }
     }
+
+    fn alert_mut(&mut self) -> &mut Alert {
+        match self {
+            AlertChange::Raised(a) | AlertChange::Updated(a) | AlertChange::Resolved(a) => a,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -82,6 +91,9 @@ pub struct AlertStore {
     lifecycle: Lifecycle,
     /// The database's writer thread; `None`: kept in memory only.
     writer: Option<Writer>,
+    silences: Silences,
+    /// What is in force changed since [`AlertStore::take_silences_changed`] last said.
+    silences_changed: bool,
 }
 
 fn push_transition(alert: &mut Alert, kind: TransitionKind, at_ms: u64, by: Option<String>, note: Option<String>) {
@@ -103,8 +115,12 @@ impl AlertStore {
             resolved: VecDeque::new(),
             lifecycle,
             writer: None,
+            silences: Silences::default(),
+            silences_changed: false,
         };
         if let Some(db) = db {
+            let silences = db.load_silences(crate::clock::now_ms(), super::silences::ENDED_KEPT)?;
+            store.silences = Silences::new(silences, Vec::new());
             let loaded = db.load(store.lifecycle.resolved_kept, TRANSITIONS_KEPT)?;
             store.next_id = loaded.next_id;
             for alert in loaded.alerts {
@@ -128,7 +144,90 @@ impl AlertStore {
             resolved: VecDeque::new(),
             lifecycle,
             writer: None,
+            silences: Silences::default(),
+            silences_changed: false,
         }
+    }
+
+    /// The config's maintenance windows.
+    pub fn set_maintenance(&mut self, windows: Vec<Window>) {
+        self.silences.set_windows(windows);
+    }
+
+    /// Silences in force or to come, then ended ones.
+    pub fn silences(&self, now_ms: u64) -> Vec<Silence> {
+        self.silences.list(now_ms)
+    }
+
+    /// Whether what is in force changed since the last call (for telling clients).
+    pub fn take_silences_changed(&mut self) -> bool {
+        std::mem::take(&mut self.silences_changed)
+    }
+
+    /// How many active alerts each silence in force matches.
+    pub fn silence_matches(&self, now_ms: u64) -> BTreeMap<u64, usize> {
+        self.silences.matched(&self.active.values().collect::<Vec<_>>(), now_ms)
+    }
+
+    /// Sets what silences each active alert at `now_ms`; an alert whose silencing changed is
+    /// in `changes` (updated in place where it already is).
+    fn resilence(&mut self, now_ms: u64, changes: &mut Vec<AlertChange>) {
+        for alert in self.active.values_mut() {
+            let silenced = self.silences.silencing(alert, now_ms);
+            if silenced == alert.silenced {
+                continue;
+            }
+            alert.silenced = silenced;
+            alert.updated_at_ms = now_ms;
+            match changes.iter_mut().find(|c| c.alert().id == alert.id) {
+                Some(change) => *change.alert_mut() = alert.clone(),
+                None => changes.push(AlertChange::Updated(alert.clone())),
+            }
+        }
+    }
+
+    /// Makes a silence (checked) and applies it at once. With a database, the confirmation
+    /// answers once it is written; a caller that hears of a failure takes it back with
+    /// [`AlertStore::unsilence`].
+    pub fn silence(
+        &mut self,
+        new: NewSilence,
+        by: String,
+        now_ms: u64,
+    ) -> Result<(Silence, Vec<AlertChange>, Option<Confirmation>), SilenceError> {
+        let silence = self.silences.make(new, by, now_ms)?;
+        self.silences.put(silence.clone());
+        self.silences_changed = true;
+        let confirmation = self.writer.as_ref().map(|w| w.save_silence(&silence));
+        let mut changes = Vec::new();
+        self.resilence(now_ms, &mut changes);
+        Ok((silence, changes, confirmation))
+    }
+
+    /// Takes back a silence that could not be written.
+    pub fn unsilence(&mut self, id: u64, now_ms: u64) -> Vec<AlertChange> {
+        self.silences.remove(id);
+        self.silences_changed = true;
+        let mut changes = Vec::new();
+        self.resilence(now_ms, &mut changes);
+        changes
+    }
+
+    /// Ends a silence early; the confirmation as for [`AlertStore::silence`] (a failure leaves
+    /// it expired in memory, written again with the next change).
+    pub fn expire_silence(
+        &mut self,
+        id: u64,
+        by: &str,
+        now_ms: u64,
+    ) -> Result<(Silence, Vec<AlertChange>, Option<Confirmation>), SilenceError> {
+        let expired = self.silences.expired(id, by, now_ms)?;
+        self.silences.put(expired.clone());
+        self.silences_changed = true;
+        let confirmation = self.writer.as_ref().map(|w| w.save_silence(&expired));
+        let mut changes = Vec::new();
+        self.resilence(now_ms, &mut changes);
+        Ok((expired, changes, confirmation))
     }
 
     /// Why the database could not be written, while changes wait to be written again.
@@ -221,6 +320,7 @@ impl AlertStore {
                         occurrence: 1,
                         flapping: false,
                         transitions: Vec::new(),
+                        silenced: None,
                     };
                     push_transition(&mut alert, TransitionKind::Raised, now_ms, None, None);
                     alert
@@ -253,6 +353,15 @@ impl AlertStore {
                 changes.push(AlertChange::Resolved(alert));
             }
         }
+        let (ended, changed) = self.silences.end_resolved(self.active.values(), now_ms);
+        self.silences_changed |= changed || !ended.is_empty();
+        if let Some(writer) = &self.writer {
+            for silence in &ended {
+                // Written like any change; a failure is the store's health, retried.
+                drop(writer.save_silence(silence));
+            }
+        }
+        self.resilence(now_ms, &mut changes);
         if !changes.is_empty() {
             let changed: Vec<Alert> = changes.iter().map(|c| c.alert().clone()).collect();
             // A failed write is reported as the store's health; the tick's alerts still stand.

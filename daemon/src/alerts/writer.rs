@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use ringside_shared::Alert;
+use ringside_shared::{Alert, Silence};
 use tokio::sync::oneshot;
 
 use super::db::AlertDb;
@@ -24,13 +24,26 @@ type Reply = oneshot::Sender<Result<(), String>>;
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const LAST_RETRY: Duration = Duration::from_secs(5);
 
+/// What is written: an alert or a silence, by id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Row {
+    Alert(u64),
+    Silence(u64),
+}
+
+#[derive(Clone)]
+enum Record {
+    Alert(Alert),
+    Silence(Silence),
+}
+
 #[derive(Default)]
 struct Queue {
-    /// Alert id → (version, alert): what is still to be written.
-    alerts: BTreeMap<u64, (u64, Alert)>,
+    /// Row → (version, record): what is still to be written.
+    alerts: BTreeMap<Row, (u64, Record)>,
     version: u64,
-    /// (alert id, version, whom to tell).
-    waiters: Vec<(u64, u64, Reply)>,
+    /// (row, version, whom to tell).
+    waiters: Vec<(Row, u64, Reply)>,
     /// Set while a batch is being written (for [`Writer::flush`]).
     writing: bool,
     stop: bool,
@@ -79,20 +92,29 @@ impl Writer {
         for alert in alerts {
             queue.version += 1;
             let version = queue.version;
-            queue.alerts.insert(alert.id, (version, (*alert).clone()));
+            queue.alerts.insert(Row::Alert(alert.id), (version, Record::Alert((*alert).clone())));
         }
         self.shared.wake.notify_all();
+    }
+
+    /// Queues `silence` and returns a confirmation, as [`Writer::save_confirmed`] does.
+    pub fn save_silence(&self, silence: &Silence) -> Confirmation {
+        self.queue_confirmed(Row::Silence(silence.id), Record::Silence(silence.clone()))
     }
 
     /// Queues `alert` and returns a confirmation that answers once it is written (or failed to
     /// be: it stays queued and is tried again, but the caller is told).
     pub fn save_confirmed(&self, alert: &Alert) -> Confirmation {
+        self.queue_confirmed(Row::Alert(alert.id), Record::Alert(alert.clone()))
+    }
+
+    fn queue_confirmed(&self, row: Row, record: Record) -> Confirmation {
         let (tx, rx) = oneshot::channel();
         let mut queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
         queue.version += 1;
         let version = queue.version;
-        queue.alerts.insert(alert.id, (version, alert.clone()));
-        queue.waiters.push((alert.id, version, tx));
+        queue.alerts.insert(row, (version, record));
+        queue.waiters.push((row, version, tx));
         self.shared.wake.notify_all();
         rx
     }
@@ -134,7 +156,7 @@ fn run(mut db: AlertDb, shared: &Shared) {
     let mut retry = FIRST_RETRY;
     let mut failures_at_stop = 0;
     loop {
-        let batch: Vec<(u64, u64, Alert)> = {
+        let batch: Vec<(Row, u64, Record)> = {
             let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
             while queue.alerts.is_empty() && !queue.stop {
                 queue = shared.wake.wait(queue).unwrap_or_else(|e| e.into_inner());
@@ -145,13 +167,17 @@ fn run(mut db: AlertDb, shared: &Shared) {
             queue.writing = true;
             queue.alerts.iter().map(|(id, (version, alert))| (*id, *version, alert.clone())).collect()
         };
-        let result = db.save(&batch.iter().map(|(_, _, a)| a).collect::<Vec<_>>()).map_err(|e| e.to_string());
+        let alerts: Vec<&Alert> =
+            batch.iter().filter_map(|(_, _, r)| if let Record::Alert(a) = r { Some(a) } else { None }).collect();
+        let silences: Vec<&Silence> =
+            batch.iter().filter_map(|(_, _, r)| if let Record::Silence(s) = r { Some(s) } else { None }).collect();
+        let result = db.save(&alerts, &silences).map_err(|e| e.to_string());
         let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
         queue.writing = false;
         // Tell each waiter whose version (or a newer one) was in this batch.
-        let covered = |id: u64, version: u64| batch.iter().any(|(i, v, _)| *i == id && *v >= version);
+        let covered = |row: Row, version: u64| batch.iter().any(|(r, v, _)| *r == row && *v >= version);
         let (answered, waiting): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut queue.waiters).into_iter().partition(|(id, version, _)| covered(*id, *version));
+            std::mem::take(&mut queue.waiters).into_iter().partition(|(row, version, _)| covered(*row, *version));
         queue.waiters = waiting;
         // The store's health first: whoever hears of this batch sees it said.
         let first_failure = {
@@ -169,9 +195,9 @@ fn run(mut db: AlertDb, shared: &Shared) {
         }
         match &result {
             Ok(()) => {
-                for (id, version, _) in &batch {
-                    if queue.alerts.get(id).is_some_and(|(v, _)| v == version) {
-                        queue.alerts.remove(id);
+                for (row, version, _) in &batch {
+                    if queue.alerts.get(row).is_some_and(|(v, _)| v == version) {
+                        queue.alerts.remove(row);
                     }
                 }
                 retry = FIRST_RETRY;
@@ -223,6 +249,7 @@ mod tests {
             occurrence: 1,
             flapping: false,
             transitions: Vec::new(),
+            silenced: None,
         }
     }
 

@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use super::auth::Identity;
 use super::{ApiError, SharedApp};
+use crate::alerts::silences::SilenceError;
 use crate::alerts::store::AckError;
 use crate::state::NodeState;
 
@@ -119,6 +120,79 @@ pub async fn acknowledge(
         AckError::Store(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
         AckError::Forbidden { .. } => ApiError::new(StatusCode::FORBIDDEN, e.to_string()),
     })
+}
+
+fn silence_api_error(e: SilenceError) -> ApiError {
+    let status = match &e {
+        SilenceError::NotFound(_) => StatusCode::NOT_FOUND,
+        SilenceError::Ended(_) => StatusCode::CONFLICT,
+        SilenceError::Forbidden { .. } => StatusCode::FORBIDDEN,
+        SilenceError::Invalid(_) | SilenceError::Full => StatusCode::BAD_REQUEST,
+        SilenceError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    ApiError::new(status, e.to_string())
+}
+
+/// A silence as listed: with the number of active alerts it matches now.
+#[derive(serde::Serialize)]
+pub struct ListedSilence {
+    #[serde(flatten)]
+    silence: ringside_shared::Silence,
+    matching_alerts: usize,
+}
+
+/// `GET /api/silences`: silences in force or to come (maintenance windows in force included),
+/// then recently ended ones.
+pub async fn silences(State(app): State<SharedApp>) -> Json<Vec<ListedSilence>> {
+    let matches = app.state.silence_matches();
+    let snapshot_alerts = app.state.active_alerts();
+    let now = crate::clock::now_ms();
+    Json(
+        app.state
+            .silences()
+            .into_iter()
+            .map(|silence| {
+                let matching_alerts = match silence.maintenance {
+                    Some(_) => snapshot_alerts
+                        .iter()
+                        .filter(|a| silence.is_active(now) && silence.matchers.iter().all(|m| m.matches(a)))
+                        .count(),
+                    None => matches.get(&silence.id).copied().unwrap_or(0),
+                };
+                ListedSilence { silence, matching_alerts }
+            })
+            .collect(),
+    )
+}
+
+/// `POST /api/silences` with a JSON body (`ringside_shared::NewSilence`): operators only.
+pub async fn create_silence(
+    State(app): State<SharedApp>,
+    Extension(identity): Extension<Identity>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<ringside_shared::Silence>), ApiError> {
+    let new: ringside_shared::NewSilence = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("body must be JSON like {{\"matchers\": [{{\"name\": \"job\", \"value\": \"train.py\"}}], \"duration_ms\": 3600000, \"comment\": \"...\"}}: {e}"),
+        )
+    })?;
+    check_ack_fields(Some(&new.comment), new.by.as_deref())
+        .map_err(|why| ApiError::new(StatusCode::BAD_REQUEST, why))?;
+    let silence = app.state.silence(&identity, new).await.map_err(silence_api_error)?;
+    Ok((StatusCode::CREATED, Json(silence)))
+}
+
+/// `DELETE /api/silences/{id}`: ends the silence now (operators only).
+pub async fn expire_silence(
+    State(app): State<SharedApp>,
+    Path(id): Path<String>,
+    Extension(identity): Extension<Identity>,
+) -> Result<Json<ringside_shared::Silence>, ApiError> {
+    let id: u64 = id
+        .parse()
+        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, format!("silence id must be a number, got {id:?}")))?;
+    app.state.expire_silence(&identity, id, None).await.map(Json).map_err(silence_api_error)
 }
 
 pub async fn metrics(State(app): State<SharedApp>) -> Response {

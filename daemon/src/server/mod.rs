@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{middleware, Json, Router};
 use tokio::sync::watch;
 use tower_http::compression::CompressionLayer;
@@ -49,6 +49,8 @@ pub fn router(app: SharedApp) -> Router {
         .route("/api/schema/snapshot", get(api::schema))
         .route("/api/alerts", get(api::alerts))
         .route("/api/alerts/{id}/ack", post(api::acknowledge))
+        .route("/api/silences", get(api::silences).post(api::create_silence))
+        .route("/api/silences/{id}", delete(api::expire_silence))
         .route("/metrics", get(api::metrics))
         .route("/metrics/dcgm", get(api::metrics_dcgm))
         .layer(CompressionLayer::new())

@@ -23,6 +23,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::auth::{self, Identity};
 use super::{ApiError, SharedApp};
+use crate::alerts::silences::SilenceError;
 use crate::alerts::store::AckError;
 use crate::state::{encode, Frame};
 
@@ -206,5 +207,19 @@ async fn handle_command(app: &SharedApp, identity: &Identity, text: &str) -> Opt
             Err(e @ AckError::Store(_)) => Some(error(ErrorCode::Internal, e.to_string())),
             Err(e @ AckError::Forbidden { .. }) => Some(error(ErrorCode::Forbidden, e.to_string())),
         },
+        ClientCommand::CreateSilence(new) => app.state.silence(identity, new).await.err().map(silence_error),
+        ClientCommand::ExpireSilence { id, by } => {
+            app.state.expire_silence(identity, id, by).await.err().map(silence_error)
+        }
     }
+}
+
+fn silence_error(e: SilenceError) -> ServerMessage {
+    let code = match &e {
+        SilenceError::NotFound(_) | SilenceError::Ended(_) => ErrorCode::SilenceNotFound,
+        SilenceError::Forbidden { .. } => ErrorCode::Forbidden,
+        SilenceError::Invalid(_) | SilenceError::Full => ErrorCode::InvalidCommand,
+        SilenceError::Store(_) => ErrorCode::Internal,
+    };
+    error(code, e.to_string())
 }
