@@ -311,6 +311,7 @@ impl NodeState {
             window: latest.window.clone(),
             alerts,
             silences: self.silences(),
+            notifications: self.notifications(None, 100),
             history: latest.history.iter().cloned().collect(),
         }
     }
@@ -326,6 +327,11 @@ impl NodeState {
     /// Silences in force or to come, then ended ones.
     pub fn silences(&self) -> Vec<Silence> {
         self.alerting.lock().unwrap_or_else(|e| e.into_inner()).store.silences(crate::clock::now_ms())
+    }
+
+    /// The newest `limit` batches sent to Alertmanager (of `alert_id` only, when given).
+    pub fn notifications(&self, alert_id: Option<u64>, limit: usize) -> Vec<ringside_shared::Notification> {
+        self.alerting.lock().unwrap_or_else(|e| e.into_inner()).store.notifications(alert_id, limit)
     }
 
     /// Active alerts each silence in force matches, by silence id.
@@ -464,6 +470,14 @@ impl crate::alerts::alertmanager::Node for NodeState {
 
     fn active_alerts(&self) -> Vec<Alert> {
         NodeState::active_alerts(self)
+    }
+
+    fn notified(&self, alerts: &[Alert], ok: bool, outcome: String) {
+        let notification = {
+            let mut alerting = self.alerting.lock().unwrap_or_else(|e| e.into_inner());
+            alerting.store.notify(alerts, ok, outcome, crate::clock::now_ms())
+        };
+        self.broadcast(&ServerMessage::Notified { notification });
     }
 
     fn forwarded(&self, outcome: Result<usize, (ComponentStatus, String)>) {

@@ -229,6 +229,21 @@ fn AlertRow(alert: Alert) -> impl IntoView {
         (n, false) if n > 1 => format!(" · occurrence {n}"),
         _ => String::new(),
     };
+    // What the notification log says of this alert (the console's latest entries).
+    let notified = move || {
+        store.notifications.with(|log| {
+            let mine: Vec<_> = log.iter().filter(|n| n.alerts.iter().any(|a| a.id == id)).collect();
+            let last = mine.first()?;
+            let failed = mine.iter().filter(|n| !n.ok).count();
+            let what = if last.ok { "taken" } else { "failed" };
+            Some(format!(
+                "Alertmanager: {} batch(es), {failed} failed; last {} {what} ({})",
+                mine.len(),
+                clock(last.at_ms),
+                last.outcome
+            ))
+        })
+    };
     let class = match (alert.is_active(), alert.silenced.is_some()) {
         (true, false) => "alert",
         (true, true) => "alert silenced-alert",
@@ -242,6 +257,7 @@ fn AlertRow(alert: Alert) -> impl IntoView {
                 <div class="alert-meta">{format!("{} · {} · #{id}{flags} · ", alert.name(), alert.source)}{ago}</div>
                 {silencing}
                 {action}
+                {move || notified().map(|text| view! { <div class="notified muted">{text}</div> })}
                 <AlertHistory alert=alert.clone() />
             </div>
         </li>

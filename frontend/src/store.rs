@@ -48,9 +48,14 @@ pub struct Store {
     pub alerts: RwSignal<Vec<Alert>>,
     /// Silences in force or to come, then recently ended ones.
     pub silences: RwSignal<Vec<ringside_shared::Silence>>,
+    /// The latest batches sent to Alertmanager, newest first (at most [`NOTIFICATIONS_KEPT`]).
+    pub notifications: RwSignal<Vec<ringside_shared::Notification>>,
     /// The latest `error` frame, shown until dismissed.
     pub server_error: RwSignal<Option<String>>,
 }
+
+/// Notification log entries the console keeps.
+const NOTIFICATIONS_KEPT: usize = 200;
 
 impl Store {
     pub fn new() -> Self {
@@ -71,6 +76,7 @@ impl Store {
             history_cap: RwSignal::new(MIN_HISTORY),
             alerts: RwSignal::new(Vec::new()),
             silences: RwSignal::new(Vec::new()),
+            notifications: RwSignal::new(Vec::new()),
             server_error: RwSignal::new(None),
         }
     }
@@ -106,6 +112,7 @@ impl Store {
                 self.history.set(snapshot.history);
                 self.alerts.set(snapshot.alerts);
                 self.silences.set(snapshot.silences);
+                self.notifications.set(snapshot.notifications);
             }
             ServerMessage::Update(update) => {
                 let mut update = *update;
@@ -129,6 +136,10 @@ impl Store {
             | ServerMessage::AlertUpdated { alert }
             | ServerMessage::AlertResolved { alert } => self.upsert_alert(alert),
             ServerMessage::SilencesChanged { silences } => self.silences.set(silences),
+            ServerMessage::Notified { notification } => self.notifications.update(|list| {
+                list.insert(0, notification);
+                list.truncate(NOTIFICATIONS_KEPT);
+            }),
             ServerMessage::KernelStateChanged(change) => {
                 self.kernels.update(|kernels| {
                     if let Some(k) = kernels.iter_mut().find(|k| k.id == change.kernel_id) {

@@ -15,7 +15,7 @@ pub use alert::{Acknowledgement, Alert, AlertTransition, AlertType, Role, Severi
 pub use protocol::{
     ClientCommand, CommandError, ErrorCode, Hello, KernelStateChange, ServerMessage, Update, PROTOCOL_VERSION,
 };
-pub use silence::{Matcher, NewSilence, Silence, Silenced};
+pub use silence::{Matcher, NewSilence, Notification, NotifiedAlert, Silence, Silenced};
 pub use snapshot::*;
 
 /// The JSON Schema of [`Snapshot`], as served at `/api/schema/snapshot`.

@@ -43,6 +43,10 @@ pub enum ServerMessage {
     SilencesChanged {
         silences: Vec<crate::Silence>,
     },
+    /// A batch was sent to Alertmanager, or failed to be.
+    Notified {
+        notification: crate::Notification,
+    },
     KernelStateChanged(KernelStateChange),
     Pong {
         nonce: Option<u64>,

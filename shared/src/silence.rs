@@ -147,3 +147,26 @@ pub struct NewSilence {
     #[serde(default)]
     pub by: Option<String>,
 }
+
+/// One batch sent to Alertmanager (or that failed to be): the notification log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Notification {
+    /// Order of sending, from 1.
+    pub seq: u64,
+    pub at_ms: UnixMillis,
+    /// The alerts in the batch.
+    pub alerts: Vec<NotifiedAlert>,
+    /// Alertmanager took the batch.
+    pub ok: bool,
+    /// `HTTP 200`, or why not (clipped to 300 characters).
+    pub outcome: String,
+}
+
+/// An alert as it was sent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NotifiedAlert {
+    pub id: u64,
+    pub name: String,
+    /// Sent as resolved (`endsAt` its resolution).
+    pub resolved: bool,
+}

@@ -41,6 +41,9 @@ pub struct Snapshot {
     /// Silences in force or to come, then recently ended ones.
     #[serde(default)]
     pub silences: Vec<crate::Silence>,
+    /// The latest batches sent to Alertmanager (or that failed), newest first; at most 100.
+    #[serde(default)]
+    pub notifications: Vec<crate::Notification>,
     /// Recent history for charts, oldest first.
     pub history: Vec<HistoryPoint>,
 }

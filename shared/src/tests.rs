@@ -401,6 +401,13 @@ pub(crate) fn snapshot() -> Snapshot {
         },
         alerts: vec![alert()],
         silences: vec![silence()],
+        notifications: vec![crate::Notification {
+            seq: 1,
+            at_ms: 5,
+            alerts: vec![crate::NotifiedAlert { id: 7, name: "high_drop_rate".into(), resolved: false }],
+            ok: true,
+            outcome: "HTTP 200".into(),
+        }],
         history: vec![HistoryPoint {
             t_ms: 1,
             cpu_pct: 1.0,

@@ -219,6 +219,22 @@ async fn a_resolution_sent_while_alertmanager_misbehaves_arrives_once_it_is_back
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(resolution["labels"]["alertname"], "gpu_health", "{resolution}");
+    // The notification log tells each try for this alert: the failures with their reasons,
+    // then the batch that carried the resolution.
+    let id = resolution["labels"]["ringside_alert_id"].as_str().context("alert id label")?.to_string();
+    let log = daemon.get_json(&format!("/api/notifications?alert_id={id}&limit=1000")).await?;
+    let entries = log.as_array().context("a list")?;
+    let failed: Vec<&str> = entries.iter().filter(|n| n["ok"] == false).filter_map(|n| n["outcome"].as_str()).collect();
+    assert!(failed.len() >= 4, "{log}");
+    assert!(failed.iter().any(|o| o.contains("500")), "{failed:?}");
+    assert!(failed.iter().any(|o| o.contains("within")), "the hang timed out: {failed:?}");
+    assert!(
+        entries.iter().any(|n| n["ok"] == true
+            && n["alerts"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|a| a["id"].to_string() == id && a["resolved"] == true))),
+        "the resolution's batch is logged as taken: {log}"
+    );
     let heads: Vec<String> = taken.lock().unwrap().iter().map(|(head, _)| head.clone()).collect();
     assert!(heads.iter().all(|h| h.contains("authorization: bearer am-s3cr3t")), "the token from the file: {heads:?}");
     let health = daemon.health().await?;

@@ -37,6 +37,8 @@ pub trait Node: Send + Sync {
     fn active_alerts(&self) -> Vec<Alert>;
     /// `Ok(n)`: Alertmanager took a batch of `n`; `Err`: it did not, the component's state and why.
     fn forwarded(&self, outcome: Result<usize, (ComponentStatus, String)>);
+    /// The batch `alerts` was sent (`ok`) or failed, with the outcome: for the notification log.
+    fn notified(&self, alerts: &[Alert], ok: bool, outcome: String);
 }
 
 /// One alert in Alertmanager's v2 format; an active one ends at `ends_ms` unless sent again.
@@ -96,7 +98,7 @@ impl Forwarder {
         let auth = self.config.auth.as_ref();
         let request = Request { method: "POST", path: "/api/v2/alerts", auth, body: Some(("application/json", &body)) };
         let outcome = match http_client::send(&self.client, &self.url, request, Duration::from_secs(10)).await {
-            Ok(response) if (200..300).contains(&response.status) => Ok(()),
+            Ok(response) if (200..300).contains(&response.status) => Ok(response.status),
             Ok(response) => Err(format!(
                 "{} answered {}: {}",
                 self.config.url,
@@ -106,11 +108,13 @@ impl Forwarder {
             Err(e) => Err(e.to_string()),
         };
         match outcome {
-            Ok(()) => {
+            Ok(status) => {
+                self.node.notified(alerts, true, format!("HTTP {status}"));
                 self.node.forwarded(Ok(alerts.len()));
                 true
             }
             Err(e) => {
+                self.node.notified(alerts, false, e.chars().take(300).collect());
                 tracing::warn!("forwarding alerts to Alertmanager failed: {e}");
                 self.node.forwarded(Err((ComponentStatus::Degraded, format!("cannot forward alerts: {e}"))));
                 false

@@ -7,7 +7,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use ringside_shared::{Acknowledgement, Alert, AlertTransition, AlertType, Severity, Silence, TransitionKind};
+use ringside_shared::{
+    Acknowledgement, Alert, AlertTransition, AlertType, Notification, Severity, Silence, TransitionKind,
+};
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// One entry per schema version; entry N migrates version N to N+1. Never edit a released one.
@@ -60,7 +62,18 @@ const MIGRATIONS: &[&str] = &[
         expired_at_ms INTEGER,
         expired_by TEXT
     );",
+    // 2 -> 3: the notification log (batches sent to Alertmanager), bounded.
+    "CREATE TABLE notifications (
+        seq INTEGER PRIMARY KEY,
+        at_ms INTEGER NOT NULL,
+        alerts TEXT NOT NULL,
+        ok INTEGER NOT NULL,
+        outcome TEXT NOT NULL
+    );",
 ];
+
+/// Notification log entries kept in the database (older ones are deleted as new ones come).
+pub const NOTIFICATIONS_RETAINED: i64 = 5000;
 
 /// Resolved alerts kept in the database; older ones are deleted at open.
 const RESOLVED_RETAINED: i64 = 5000;
@@ -127,8 +140,26 @@ impl AlertDb {
 
     /// Writes each alert's row, its acknowledgement (or its absence) and its transitions, and
     /// each silence, in one transaction.
-    pub fn save(&mut self, alerts: &[&Alert], silences: &[&Silence]) -> Result<(), DbError> {
+    pub fn save(
+        &mut self,
+        alerts: &[&Alert],
+        silences: &[&Silence],
+        notifications: &[&Notification],
+    ) -> Result<(), DbError> {
         let tx = self.conn.transaction()?;
+        for n in notifications {
+            let listed = serde_json::to_string(&n.alerts).map_err(|e| DbError::Corrupt(e.to_string()))?;
+            tx.execute(
+                "INSERT OR IGNORE INTO notifications (seq, at_ms, alerts, ok, outcome) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![n.seq as i64, n.at_ms as i64, listed, n.ok, n.outcome],
+            )?;
+        }
+        if !notifications.is_empty() {
+            tx.execute(
+                "DELETE FROM notifications WHERE seq <= (SELECT MAX(seq) FROM notifications) - ?1",
+                params![NOTIFICATIONS_RETAINED],
+            )?;
+        }
         for s in silences {
             let matchers = serde_json::to_string(&s.matchers).map_err(|e| DbError::Corrupt(e.to_string()))?;
             tx.execute(
@@ -204,6 +235,31 @@ impl AlertDb {
         }
         tx.commit()?;
         Ok(())
+    }
+
+    /// The newest `limit` notification log entries, oldest first.
+    pub fn load_notifications(&self, limit: usize) -> Result<Vec<Notification>, DbError> {
+        let mut statement = self.conn.prepare(
+            "SELECT seq, at_ms, alerts, ok, outcome FROM
+               (SELECT * FROM notifications ORDER BY seq DESC LIMIT ?1) ORDER BY seq",
+        )?;
+        let rows = statement.query_map(params![limit as i64], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, i64>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, bool>(3)?,
+                row.get::<_, String>(4)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, at_ms, alerts, ok, outcome) = row?;
+            let alerts = serde_json::from_str(&alerts)
+                .map_err(|e| DbError::Corrupt(format!("notification {seq}: alerts: {e}")))?;
+            out.push(Notification { seq: seq as u64, at_ms: at_ms as u64, alerts, ok, outcome });
+        }
+        Ok(out)
     }
 
     /// Every silence not yet over at `now_ms`, and the `ended` that ended last.

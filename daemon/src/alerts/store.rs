@@ -12,7 +12,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use ringside_shared::{
-    Acknowledgement, Alert, AlertTransition, AlertType, NewSilence, Severity, Silence, TransitionKind,
+    Acknowledgement, Alert, AlertTransition, AlertType, NewSilence, Notification, NotifiedAlert, Severity, Silence,
+    TransitionKind,
 };
 
 use super::db::AlertDb;
@@ -22,6 +23,8 @@ use super::Condition;
 
 /// Transitions kept per alert in memory (the database keeps all of them).
 pub const TRANSITIONS_KEPT: usize = 50;
+/// Notification log entries kept in memory (and loaded at start).
+pub const NOTIFICATIONS_KEPT: usize = 1000;
 /// A flapping alert needs this many times `clear_for_ms` of quiet to resolve.
 const FLAPPING_CLEAR_FACTOR: u64 = 4;
 
@@ -92,6 +95,8 @@ pub struct AlertStore {
     /// The database's writer thread; `None`: kept in memory only.
     writer: Option<Writer>,
     silences: Silences,
+    /// The notification log, oldest first, at most [`NOTIFICATIONS_KEPT`].
+    notifications: VecDeque<Notification>,
     /// What is in force changed since [`AlertStore::take_silences_changed`] last said.
     silences_changed: bool,
 }
@@ -116,9 +121,11 @@ impl AlertStore {
             lifecycle,
             writer: None,
             silences: Silences::default(),
+            notifications: VecDeque::new(),
             silences_changed: false,
         };
         if let Some(db) = db {
+            store.notifications = db.load_notifications(NOTIFICATIONS_KEPT)?.into();
             let silences = db.load_silences(crate::clock::now_ms(), super::silences::ENDED_KEPT)?;
             store.silences = Silences::new(silences, Vec::new());
             let loaded = db.load(store.lifecycle.resolved_kept, TRANSITIONS_KEPT)?;
@@ -145,8 +152,45 @@ impl AlertStore {
             lifecycle,
             writer: None,
             silences: Silences::default(),
+            notifications: VecDeque::new(),
             silences_changed: false,
         }
+    }
+
+    /// Logs a batch sent to Alertmanager (or that failed): kept in memory (the newest
+    /// [`NOTIFICATIONS_KEPT`]) and written to the database.
+    pub fn notify(&mut self, alerts: &[Alert], ok: bool, outcome: String, now_ms: u64) -> Notification {
+        let seq = self.notifications.back().map_or(1, |n| n.seq + 1);
+        let notification = Notification {
+            seq,
+            at_ms: now_ms,
+            alerts: alerts
+                .iter()
+                .map(|a| NotifiedAlert { id: a.id, name: a.name().to_string(), resolved: !a.is_active() })
+                .collect(),
+            ok,
+            outcome,
+        };
+        if self.notifications.len() >= NOTIFICATIONS_KEPT {
+            self.notifications.pop_front();
+        }
+        self.notifications.push_back(notification.clone());
+        if let Some(writer) = &self.writer {
+            writer.save_notification(&notification);
+        }
+        notification
+    }
+
+    /// The newest `limit` notification log entries (of `alert_id` only, when given), newest
+    /// first.
+    pub fn notifications(&self, alert_id: Option<u64>, limit: usize) -> Vec<Notification> {
+        self.notifications
+            .iter()
+            .rev()
+            .filter(|n| alert_id.is_none_or(|id| n.alerts.iter().any(|a| a.id == id)))
+            .take(limit)
+            .cloned()
+            .collect()
     }
 
     /// The config's maintenance windows.
@@ -446,6 +490,24 @@ impl AlertStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_notification_log_is_bounded_and_filtered_by_alert() {
+        let mut store = AlertStore::in_memory(Lifecycle::default());
+        let changes = store.apply(vec![cond(Severity::Warning)], 1000);
+        let alert = changes[0].alert().clone();
+        for i in 0..(NOTIFICATIONS_KEPT as u64 + 5) {
+            let batch = if i % 2 == 0 { vec![alert.clone()] } else { Vec::new() };
+            store.notify(&batch, i % 3 != 0, format!("try {i}"), 2000 + i);
+        }
+        let all = store.notifications(None, usize::MAX);
+        assert_eq!(all.len(), NOTIFICATIONS_KEPT);
+        assert_eq!(all[0].seq, NOTIFICATIONS_KEPT as u64 + 5, "newest first");
+        let mine = store.notifications(Some(alert.id), 10);
+        assert_eq!(mine.len(), 10);
+        assert!(mine.iter().all(|n| n.alerts.iter().any(|a| a.id == alert.id && !a.resolved)));
+        assert!(store.notifications(Some(999), 10).is_empty());
+    }
 
     fn cond(severity: Severity) -> Condition {
         Condition {

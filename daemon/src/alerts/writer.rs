@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use ringside_shared::{Alert, Silence};
+use ringside_shared::{Alert, Notification, Silence};
 use tokio::sync::oneshot;
 
 use super::db::AlertDb;
@@ -29,12 +29,14 @@ const LAST_RETRY: Duration = Duration::from_secs(5);
 enum Row {
     Alert(u64),
     Silence(u64),
+    Notification(u64),
 }
 
 #[derive(Clone)]
 enum Record {
     Alert(Alert),
     Silence(Silence),
+    Notification(Notification),
 }
 
 #[derive(Default)]
@@ -94,6 +96,15 @@ impl Writer {
             let version = queue.version;
             queue.alerts.insert(Row::Alert(alert.id), (version, Record::Alert((*alert).clone())));
         }
+        self.shared.wake.notify_all();
+    }
+
+    /// Queues a notification log entry; returns at once.
+    pub fn save_notification(&self, notification: &Notification) {
+        let mut queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        queue.version += 1;
+        let version = queue.version;
+        queue.alerts.insert(Row::Notification(notification.seq), (version, Record::Notification(notification.clone())));
         self.shared.wake.notify_all();
     }
 
@@ -171,7 +182,9 @@ fn run(mut db: AlertDb, shared: &Shared) {
             batch.iter().filter_map(|(_, _, r)| if let Record::Alert(a) = r { Some(a) } else { None }).collect();
         let silences: Vec<&Silence> =
             batch.iter().filter_map(|(_, _, r)| if let Record::Silence(s) = r { Some(s) } else { None }).collect();
-        let result = db.save(&alerts, &silences).map_err(|e| e.to_string());
+        let notifications: Vec<&Notification> =
+            batch.iter().filter_map(|(_, _, r)| if let Record::Notification(n) = r { Some(n) } else { None }).collect();
+        let result = db.save(&alerts, &silences, &notifications).map_err(|e| e.to_string());
         let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
         queue.writing = false;
         // Tell each waiter whose version (or a newer one) was in this batch.

@@ -133,6 +133,22 @@ fn silence_api_error(e: SilenceError) -> ApiError {
     ApiError::new(status, e.to_string())
 }
 
+#[derive(Deserialize)]
+pub struct NotificationQuery {
+    alert_id: Option<u64>,
+    limit: Option<usize>,
+}
+
+/// `GET /api/notifications[?alert_id=N][&limit=K]`: the batches sent to Alertmanager (or that
+/// failed), newest first; 100 unless `limit` (at most 1000) says.
+pub async fn notifications(
+    State(app): State<SharedApp>,
+    Query(query): Query<NotificationQuery>,
+) -> Json<Vec<ringside_shared::Notification>> {
+    let limit = query.limit.unwrap_or(100).min(crate::alerts::store::NOTIFICATIONS_KEPT);
+    Json(app.state.notifications(query.alert_id, limit))
+}
+
 /// A silence as listed: with the number of active alerts it matches now.
 #[derive(serde::Serialize)]
 pub struct ListedSilence {

@@ -51,6 +51,7 @@ pub fn router(app: SharedApp) -> Router {
         .route("/api/alerts/{id}/ack", post(api::acknowledge))
         .route("/api/silences", get(api::silences).post(api::create_silence))
         .route("/api/silences/{id}", delete(api::expire_silence))
+        .route("/api/notifications", get(api::notifications))
         .route("/metrics", get(api::metrics))
         .route("/metrics/dcgm", get(api::metrics_dcgm))
         .layer(CompressionLayer::new())
