@@ -149,12 +149,16 @@ fn flate2_decode(gz: &[u8], out: &mut Vec<u8>) -> anyhow::Result<()> {
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()?;
-    {
+    // Written from a thread of its own while the output is read: gzip blocks on a full output
+    // pipe (64 KiB) long before it has read a large input.
+    let mut stdin = child.stdin.take().unwrap();
+    let input = gz.to_vec();
+    let writer = std::thread::spawn(move || {
         use std::io::Write;
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(gz)?;
-    }
+        stdin.write_all(&input)
+    });
     child.stdout.take().unwrap().read_to_end(out)?;
+    writer.join().map_err(|_| anyhow::anyhow!("the writer thread panicked"))??;
     anyhow::ensure!(child.wait()?.success(), "gzip -d failed");
     Ok(())
 }
