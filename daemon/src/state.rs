@@ -334,9 +334,9 @@ impl NodeState {
         self.alerting.lock().unwrap_or_else(|e| e.into_inner()).store.notifications(alert_id, limit)
     }
 
-    /// Active alerts each silence in force matches, by silence id.
-    pub fn silence_matches(&self) -> BTreeMap<u64, usize> {
-        self.alerting.lock().unwrap_or_else(|e| e.into_inner()).store.silence_matches(crate::clock::now_ms())
+    /// [`NodeState::silences`], each with how many active alerts it matches now.
+    pub fn silences_listed(&self) -> Vec<(Silence, usize)> {
+        self.alerting.lock().unwrap_or_else(|e| e.into_inner()).store.silences_listed(crate::clock::now_ms())
     }
 
     /// Waits (without a lock) at most [`ACK_WAIT`] for a write: why it failed, if it did.

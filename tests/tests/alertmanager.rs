@@ -232,7 +232,7 @@ async fn a_resolution_sent_while_alertmanager_misbehaves_arrives_once_it_is_back
         entries.iter().any(|n| n["ok"] == true
             && n["alerts"]
                 .as_array()
-                .is_some_and(|a| a.iter().any(|a| a["id"].to_string() == id && a["resolved"] == true))),
+                .is_some_and(|a| a.iter().any(|a| a["id"].as_u64() == id.parse().ok() && a["resolved"] == true))),
         "the resolution's batch is logged as taken: {log}"
     );
     let heads: Vec<String> = taken.lock().unwrap().iter().map(|(head, _)| head.clone()).collect();

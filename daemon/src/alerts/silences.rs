@@ -272,13 +272,19 @@ impl Silences {
         list
     }
 
-    /// What silences `alert` at `now_ms`: the oldest stored silence in force that matches it,
-    /// else a maintenance window in force.
-    pub fn silencing(&self, alert: &Alert, now_ms: u64) -> Option<Silenced> {
-        if let Some(s) = self.stored.values().find(|s| s.is_active(now_ms) && s.matches(alert)) {
-            return Some(Silenced::from(s));
+    /// What silences alerts at `now_ms`: the stored silences in force and the windows in force,
+    /// worked out once for a pass over many alerts (a window's local times are computed here,
+    /// not per alert).
+    pub fn silencer(&self, now_ms: u64) -> Silencer<'_> {
+        Silencer {
+            stored: self.stored.values().filter(|s| s.is_active(now_ms)).collect(),
+            windows: self.windows.iter().filter_map(|w| Some((w, w.silence(now_ms)?))).collect(),
         }
-        self.windows.iter().filter(|w| w.matches(alert)).find_map(|w| w.silence(now_ms)).map(|s| Silenced::from(&s))
+    }
+
+    /// What silences `alert` at `now_ms` (see [`Silencer::silencing`]).
+    pub fn silencing(&self, alert: &Alert, now_ms: u64) -> Option<Silenced> {
+        self.silencer(now_ms).silencing(alert)
     }
 
     /// Takes a removed silence out (one that could not be stored).
@@ -317,13 +323,40 @@ impl Silences {
         (ended, changed)
     }
 
-    /// How many active alerts each silence in force matches, by silence id.
-    pub fn matched(&self, active: &[&Alert], now_ms: u64) -> BTreeMap<u64, usize> {
-        self.stored
-            .values()
-            .filter(|s| s.is_active(now_ms))
-            .map(|s| (s.id, active.iter().filter(|a| s.matches(a)).count()))
+    /// [`Silences::list`], each with how many of `active` it matches (0 once over).
+    pub fn listed(&self, active: &[&Alert], now_ms: u64) -> Vec<(Silence, usize)> {
+        let silencer = self.silencer(now_ms);
+        self.list(now_ms)
+            .into_iter()
+            .map(|s| {
+                let matching = if !s.is_active(now_ms) {
+                    0
+                } else if let Some(name) = &s.maintenance {
+                    let window = silencer.windows.iter().find(|(w, _)| &w.name == name).map(|(w, _)| *w);
+                    active.iter().filter(|a| window.is_some_and(|w| w.matches(a))).count()
+                } else {
+                    active.iter().filter(|a| s.matches(a)).count()
+                };
+                (s, matching)
+            })
             .collect()
+    }
+}
+
+/// The silences in force at one instant (see [`Silences::silencer`]).
+pub struct Silencer<'a> {
+    stored: Vec<&'a Silence>,
+    windows: Vec<(&'a Window, Silence)>,
+}
+
+impl Silencer<'_> {
+    /// What silences `alert`: the oldest stored silence in force that matches it, else a
+    /// maintenance window in force.
+    pub fn silencing(&self, alert: &Alert) -> Option<Silenced> {
+        if let Some(s) = self.stored.iter().find(|s| s.matches(alert)) {
+            return Some(Silenced::from(*s));
+        }
+        self.windows.iter().find(|(w, _)| w.matches(alert)).map(|(_, s)| Silenced::from(s))
     }
 }
 
@@ -382,7 +415,8 @@ mod tests {
         assert_eq!(silences.silencing(&other_job, now + 1), None);
         assert_eq!(silences.silencing(&warning, now + 1), None);
         assert_eq!(silences.silencing(&hit, now + 3_600_000), None, "over at its end");
-        assert_eq!(silences.matched(&[&hit, &other_job], now + 1), BTreeMap::from([(1, 1)]));
+        let listed = silences.listed(&[&hit, &other_job], now + 1);
+        assert_eq!(listed.iter().map(|(s, n)| (s.id, *n)).collect::<Vec<_>>(), [(1, 1)]);
 
         // Until resolved: ends once nothing it matches is active.
         let until = silences.make(new(&[("alert_id", "8")], None, true), "bo".into(), now).unwrap();
@@ -460,6 +494,11 @@ mod tests {
         assert_eq!(silenced.until_ms, Some(ms("2026-12-05T03:00:00Z")));
         assert_eq!(silences.silencing(&critical, at), None, "its matchers hold");
         assert_eq!(silences.list(at).len(), 1);
+        let listed = silences.listed(&[&warning, &critical], at);
+        assert_eq!(
+            listed.iter().map(|(s, n)| (s.maintenance.as_deref(), *n)).collect::<Vec<_>>(),
+            [(Some("patch"), 1)]
+        );
         assert!(silences.end_resolved([&warning].into_iter(), at).1, "the window began");
         assert!(!silences.end_resolved([&warning].into_iter(), at + 1000).1);
 

@@ -208,16 +208,17 @@ impl AlertStore {
         std::mem::take(&mut self.silences_changed)
     }
 
-    /// How many active alerts each silence in force matches.
-    pub fn silence_matches(&self, now_ms: u64) -> BTreeMap<u64, usize> {
-        self.silences.matched(&self.active.values().collect::<Vec<_>>(), now_ms)
+    /// [`AlertStore::silences`], each with how many active alerts it matches now.
+    pub fn silences_listed(&self, now_ms: u64) -> Vec<(Silence, usize)> {
+        self.silences.listed(&self.active.values().collect::<Vec<_>>(), now_ms)
     }
 
     /// Sets what silences each active alert at `now_ms`; an alert whose silencing changed is
     /// in `changes` (updated in place where it already is).
     fn resilence(&mut self, now_ms: u64, changes: &mut Vec<AlertChange>) {
+        let silencer = self.silences.silencer(now_ms);
         for alert in self.active.values_mut() {
-            let silenced = self.silences.silencing(alert, now_ms);
+            let silenced = silencer.silencing(alert);
             if silenced == alert.silenced {
                 continue;
             }
@@ -240,12 +241,17 @@ impl AlertStore {
         now_ms: u64,
     ) -> Result<(Silence, Vec<AlertChange>, Option<Confirmation>), SilenceError> {
         let silence = self.silences.make(new, by, now_ms)?;
+        Ok(self.keep_silence(silence, now_ms))
+    }
+
+    /// Keeps a new or changed silence, queues it to be written, and applies it.
+    fn keep_silence(&mut self, silence: Silence, now_ms: u64) -> (Silence, Vec<AlertChange>, Option<Confirmation>) {
         self.silences.put(silence.clone());
         self.silences_changed = true;
         let confirmation = self.writer.as_ref().map(|w| w.save_silence(&silence));
         let mut changes = Vec::new();
         self.resilence(now_ms, &mut changes);
-        Ok((silence, changes, confirmation))
+        (silence, changes, confirmation)
     }
 
     /// Takes back a silence that could not be written.
@@ -266,12 +272,7 @@ impl AlertStore {
         now_ms: u64,
     ) -> Result<(Silence, Vec<AlertChange>, Option<Confirmation>), SilenceError> {
         let expired = self.silences.expired(id, by, now_ms)?;
-        self.silences.put(expired.clone());
-        self.silences_changed = true;
-        let confirmation = self.writer.as_ref().map(|w| w.save_silence(&expired));
-        let mut changes = Vec::new();
-        self.resilence(now_ms, &mut changes);
-        Ok((expired, changes, confirmation))
+        Ok(self.keep_silence(expired, now_ms))
     }
 
     /// Why the database could not be written, while changes wait to be written again.

@@ -160,25 +160,8 @@ pub struct ListedSilence {
 /// `GET /api/silences`: silences in force or to come (maintenance windows in force included),
 /// then recently ended ones.
 pub async fn silences(State(app): State<SharedApp>) -> Json<Vec<ListedSilence>> {
-    let matches = app.state.silence_matches();
-    let snapshot_alerts = app.state.active_alerts();
-    let now = crate::clock::now_ms();
-    Json(
-        app.state
-            .silences()
-            .into_iter()
-            .map(|silence| {
-                let matching_alerts = match silence.maintenance {
-                    Some(_) => snapshot_alerts
-                        .iter()
-                        .filter(|a| silence.is_active(now) && silence.matchers.iter().all(|m| m.matches(a)))
-                        .count(),
-                    None => matches.get(&silence.id).copied().unwrap_or(0),
-                };
-                ListedSilence { silence, matching_alerts }
-            })
-            .collect(),
-    )
+    let listed = app.state.silences_listed();
+    Json(listed.into_iter().map(|(silence, matching_alerts)| ListedSilence { silence, matching_alerts }).collect())
 }
 
 /// `POST /api/silences` with a JSON body (`ringside_shared::NewSilence`): operators only.
