@@ -102,6 +102,7 @@ struct FileConfig {
     alerts: AlertsConfig,
     rules: Vec<RuleConfig>,
     maintenance: Vec<crate::alerts::silences::MaintenanceConfig>,
+    incidents: crate::alerts::incidents::IncidentsConfig,
     alertmanager: Option<AlertmanagerConfig>,
     kernels: Option<Vec<KernelConfig>>,
     scheduler: SchedulerConfig,
@@ -131,6 +132,8 @@ pub struct Config {
     pub rules: Vec<Rule>,
     /// `[[maintenance]]`: weekly windows that silence alerts.
     pub maintenance: Vec<crate::alerts::silences::Window>,
+    /// `[incidents]`: the evidence kept when an alert fires.
+    pub incidents: crate::alerts::incidents::IncidentsConfig,
     pub alertmanager: Option<AlertmanagerConfig>,
     /// Ring kernels to run: the config's `[[kernels]]`, else one `echo` canary.
     pub kernels: Vec<KernelConfig>,
@@ -224,6 +227,11 @@ impl Config {
         }
         check_thresholds(&file.thresholds)?;
         check_alerts(&file.alerts)?;
+        file.incidents.check(interval_ms).map_err(|why| ConfigError::Invalid {
+            key: "incidents",
+            value: "[incidents]".into(),
+            why,
+        })?;
         let mut maintenance = Vec::new();
         for window in &file.maintenance {
             let checked = crate::alerts::silences::Window::from_config(window).map_err(|why| ConfigError::Invalid {
@@ -316,6 +324,7 @@ impl Config {
             alerts: file.alerts,
             rules,
             maintenance,
+            incidents: file.incidents,
             alertmanager: file.alertmanager,
             kernels,
             scheduler,

@@ -92,6 +92,13 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         summary: config_summary(&config),
     };
     let state = Arc::new(NodeState::new(node, settings, state::Alerting { store, rules }));
+    if config.incidents.enabled {
+        let c = &config.incidents;
+        let store =
+            alerts::incidents::store::BundleStore::open(&config.data_dir.join("incidents"), c.max_count, c.max_bytes);
+        let recorder = alerts::incidents::Recorder::new(c.clone(), state.node().clone(), config.interval_ms, store);
+        state.set_incidents(recorder);
+    }
     if let Some(note) = store_note {
         tracing::error!("{note}");
         state.set_store_note(note);
@@ -178,6 +185,13 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
     tokio::spawn(reload_on_hangup(hangups, config.tls.clone(), served.clone()));
     server::listen::serve(listener, server::router(app), &config.server, tls, served.clone(), stop_rx).await;
     let _ = collector.await;
+    // Bundles still recording are written with what they hold.
+    let finishing = served.clone();
+    let finished =
+        tokio::task::spawn_blocking(move || finishing.finish_incidents(std::time::Duration::from_secs(10))).await;
+    if !matches!(finished, Ok(true)) {
+        tracing::error!("incident bundles still recording could not all be written before stopping");
+    }
     // The last alert changes reach the disk before the process ends.
     let flushed =
         tokio::task::spawn_blocking(move || served.flush_alert_store(std::time::Duration::from_secs(5))).await;
@@ -402,6 +416,29 @@ pub(crate) mod test_support {
             let path = self.0.join(name);
             std::fs::write(&path, text).expect("write scratch file");
             path
+        }
+    }
+
+    /// An active `rule` alert on `host`, raised at 1 ms, with no transitions.
+    pub fn alert(id: u64, severity: ringside_shared::Severity, message: &str) -> ringside_shared::Alert {
+        ringside_shared::Alert {
+            id,
+            alert_type: ringside_shared::AlertType::Rule,
+            rule: Some("r".into()),
+            severity,
+            source: "host".into(),
+            labels: Default::default(),
+            message: message.into(),
+            value: 1.0,
+            threshold: 0.0,
+            raised_at_ms: 1,
+            updated_at_ms: 1,
+            resolved_at_ms: None,
+            acknowledgement: None,
+            occurrence: 1,
+            flapping: false,
+            transitions: Vec::new(),
+            silenced: None,
         }
     }
 

@@ -43,6 +43,10 @@ pub struct DaemonStats {
     pub alertmanager_dropped_total: AtomicU64,
     /// TLS handshakes that failed or did not finish in time (plain HTTP to an HTTPS port...).
     pub tls_handshake_failures_total: AtomicU64,
+    /// Incident bundles kept on disk, their bytes, and bundles dropped (not written).
+    pub incident_bundles: AtomicU64,
+    pub incident_bundle_bytes: AtomicU64,
+    pub incident_bundles_dropped_total: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -535,6 +539,24 @@ pub static ALL: &[Def] = &[
         Kind::Counter,
         "Alert changes dropped because the Alertmanager queue was full.",
         alertmanager_dropped_total
+    ),
+    daemon_counter!(
+        "ringside_incident_bundles",
+        Kind::Gauge,
+        "Incident bundles kept in the data dir.",
+        incident_bundles
+    ),
+    daemon_counter!(
+        "ringside_incident_bundle_bytes",
+        Kind::Gauge,
+        "Bytes of the incident bundles kept in the data dir.",
+        incident_bundle_bytes
+    ),
+    daemon_counter!(
+        "ringside_incident_bundles_dropped_total",
+        Kind::Counter,
+        "Incident bundles not written: the writer was behind, a bundle was larger than max_bytes, a write failed, or more were recording than max_count.",
+        incident_bundles_dropped_total
     ),
     Def {
         name: "ringside_alerts_active",

@@ -14,6 +14,8 @@ use ringside_shared::{
 use tokio::sync::{broadcast, mpsc};
 
 use crate::alerts::config::Thresholds;
+use crate::alerts::incidents::store::ReadError;
+use crate::alerts::incidents::Recorder;
 use crate::alerts::rules::RuleEngine;
 use crate::alerts::silences::SilenceError;
 use crate::alerts::store::{AckError, AlertChange, AlertStore};
@@ -75,6 +77,8 @@ pub struct NodeState {
     events: broadcast::Sender<Frame>,
     /// Where alert changes are forwarded (Alertmanager), when configured.
     forward: Mutex<Option<mpsc::Sender<Alert>>>,
+    /// Incident bundles, when `[incidents]` is enabled.
+    incidents: Mutex<Option<Recorder>>,
     pub stats: DaemonStats,
 }
 
@@ -105,6 +109,7 @@ impl NodeState {
             store_note: Mutex::new(None),
             alerting: Mutex::new(alerting),
             forward: Mutex::new(None),
+            incidents: Mutex::new(None),
             latest: RwLock::new(Latest {
                 seq: 0,
                 taken_at_ms: crate::clock::now_ms(),
@@ -143,6 +148,51 @@ impl NodeState {
     /// Sends every later alert change to `forward` (dropped and counted when it is full).
     pub fn set_forwarder(&self, forward: mpsc::Sender<Alert>) {
         *self.forward.lock().unwrap_or_else(|e| e.into_inner()) = Some(forward);
+    }
+
+    /// Keeps incident bundles with `recorder` from the next tick on.
+    pub fn set_incidents(&self, recorder: Recorder) {
+        *self.incidents.lock().unwrap_or_else(|e| e.into_inner()) = Some(recorder);
+        self.note_incidents();
+    }
+
+    /// Incident bundles recording and kept, newest first.
+    pub fn incidents(&self) -> Vec<ringside_shared::IncidentSummary> {
+        self.incidents.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(Recorder::list).unwrap_or_default()
+    }
+
+    /// Bundle `id` as JSON: the file kept, or what a bundle still recording holds so far.
+    pub fn incident(&self, id: u64) -> Result<Vec<u8>, ReadError> {
+        let recording = {
+            let incidents = self.incidents.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(recorder) = incidents.as_ref() else { return Err(ReadError::NotFound(id)) };
+            match recorder.recording(id) {
+                Some(parts) => parts,
+                None => return recorder.store().read(id),
+            }
+        };
+        let bundle = crate::alerts::incidents::assemble(recording);
+        serde_json::to_vec(&bundle).map_err(|e| ReadError::Io(id, e.to_string()))
+    }
+
+    /// At stop: bundles still recording are written with what they hold (at most `limit`).
+    pub fn finish_incidents(&self, limit: Duration) -> bool {
+        let mut incidents = self.incidents.lock().unwrap_or_else(|e| e.into_inner());
+        incidents.as_mut().is_none_or(|r| r.finish(limit))
+    }
+
+    /// The store's figures into the daemon's metrics, its failure into health.
+    fn note_incidents(&self) {
+        let incidents = self.incidents.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(recorder) = incidents.as_ref() else { return };
+        let (count, bytes, dropped) = recorder.store().totals();
+        self.stats.incident_bundles.store(count, Ordering::Relaxed);
+        self.stats.incident_bundle_bytes.store(bytes, Ordering::Relaxed);
+        self.stats.incident_bundles_dropped_total.store(dropped, Ordering::Relaxed);
+        match recorder.store().error() {
+            None => self.set_health("incidents", ComponentStatus::Up, None),
+            Some(why) => self.set_health("incidents", ComponentStatus::Degraded, Some(why)),
+        }
     }
 
     fn forward(&self, alert: &Alert) {
@@ -206,6 +256,13 @@ impl NodeState {
         let (changes, silences_changed) = changes;
         self.stats.ticks_total.fetch_add(1, Ordering::Relaxed);
         self.stats.last_collect_ns.store(took.as_nanos() as u64, Ordering::Relaxed);
+        let incidents_changed = {
+            let mut incidents = self.incidents.lock().unwrap_or_else(|e| e.into_inner());
+            incidents.as_mut().is_some_and(|r| {
+                r.record(&sample, update.point.as_ref(), &changes);
+                r.take_changed()
+            })
+        };
 
         self.broadcast(&ServerMessage::Update(Box::new(update)));
         for change in changes {
@@ -230,6 +287,10 @@ impl NodeState {
         }
         if silences_changed {
             self.broadcast(&ServerMessage::SilencesChanged { silences: self.silences() });
+        }
+        if incidents_changed {
+            self.note_incidents();
+            self.broadcast(&ServerMessage::IncidentsChanged { incidents: self.incidents() });
         }
         for event in sample.kernel_events {
             self.broadcast(&ServerMessage::KernelStateChanged(event));
@@ -312,6 +373,7 @@ impl NodeState {
             alerts,
             silences: self.silences(),
             notifications: self.notifications(None, 100),
+            incidents: self.incidents(),
             history: latest.history.iter().cloned().collect(),
         }
     }

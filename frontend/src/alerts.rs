@@ -8,7 +8,7 @@ use ringside_shared::{Alert, Severity, TransitionKind};
 
 use crate::chart::clock;
 use crate::connection::LinkHandle;
-use crate::format::age;
+use crate::format::{age, bytes};
 use crate::store::storage;
 use crate::store::Store;
 
@@ -244,6 +244,38 @@ fn AlertRow(alert: Alert) -> impl IntoView {
             ))
         })
     };
+    // The alert's incident bundles: recording (until when), or kept with their downloads.
+    let incidents = move || {
+        let mine: Vec<ringside_shared::IncidentSummary> =
+            store.incidents.with(|all| all.iter().filter(|i| i.alert_id == id).cloned().collect());
+        mine.into_iter()
+            .map(|i| {
+                let json = format!("/api/incidents/{}?download=1", i.id);
+                let trace = format!("/api/incidents/{}/trace?download=1", i.id);
+                let what = if i.recording {
+                    format!("Incident bundle #{} recording until {} · ", i.id, clock(i.end_ms))
+                } else {
+                    let cut = if i.complete { "" } else { ", cut short" };
+                    format!(
+                        "Incident bundle #{} ({}, {} to {}{cut}, {} threads) · ",
+                        i.id,
+                        bytes(i.bytes),
+                        clock(i.start_ms),
+                        clock(i.end_ms),
+                        i.threads
+                    )
+                };
+                view! {
+                    <div class="incident" data-incident-id=i.id.to_string() data-recording=i.recording.to_string()>
+                        {what}
+                        <a class="incident-json" href=json download="">"JSON"</a>
+                        " · "
+                        <a class="incident-trace" href=trace download="" title="Chrome trace event file: open it in ui.perfetto.dev">"trace"</a>
+                    </div>
+                }
+            })
+            .collect_view()
+    };
     let class = match (alert.is_active(), alert.silenced.is_some()) {
         (true, false) => "alert",
         (true, true) => "alert silenced-alert",
@@ -258,6 +290,7 @@ fn AlertRow(alert: Alert) -> impl IntoView {
                 {silencing}
                 {action}
                 {move || notified().map(|text| view! { <div class="notified muted">{text}</div> })}
+                {incidents}
                 <AlertHistory alert=alert.clone() />
             </div>
         </li>

@@ -22,12 +22,14 @@ pub fn micros(ns: Option<u64>) -> String {
     }
 }
 
-/// "1.2 GiB", "640 MiB".
+/// "1.2 GiB", "640 MiB", "85 KiB".
 pub fn bytes(b: u64) -> String {
     const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
     let gib = b as f64 / GIB;
     if gib >= 1.0 {
         format!("{gib:.1} GiB")
+    } else if b < 1024 * 1024 {
+        format!("{:.0} KiB", b as f64 / 1024.0)
     } else {
         format!("{:.0} MiB", b as f64 / 1024.0 / 1024.0)
     }
@@ -48,5 +50,6 @@ mod tests {
         assert_eq!(age(7_200_000), "2 h");
         assert_eq!(bytes(3 << 30), "3.0 GiB");
         assert_eq!(bytes(640 << 20), "640 MiB");
+        assert_eq!(bytes(85 << 10), "85 KiB");
     }
 }

@@ -50,6 +50,8 @@ pub struct Store {
     pub silences: RwSignal<Vec<ringside_shared::Silence>>,
     /// The latest batches sent to Alertmanager, newest first (at most [`NOTIFICATIONS_KEPT`]).
     pub notifications: RwSignal<Vec<ringside_shared::Notification>>,
+    /// Incident bundles recording and kept, newest first.
+    pub incidents: RwSignal<Vec<ringside_shared::IncidentSummary>>,
     /// The latest `error` frame, shown until dismissed.
     pub server_error: RwSignal<Option<String>>,
 }
@@ -77,6 +79,7 @@ impl Store {
             alerts: RwSignal::new(Vec::new()),
             silences: RwSignal::new(Vec::new()),
             notifications: RwSignal::new(Vec::new()),
+            incidents: RwSignal::new(Vec::new()),
             server_error: RwSignal::new(None),
         }
     }
@@ -113,6 +116,7 @@ impl Store {
                 self.alerts.set(snapshot.alerts);
                 self.silences.set(snapshot.silences);
                 self.notifications.set(snapshot.notifications);
+                self.incidents.set(snapshot.incidents);
             }
             ServerMessage::Update(update) => {
                 let mut update = *update;
@@ -140,6 +144,7 @@ impl Store {
                 list.insert(0, notification);
                 list.truncate(NOTIFICATIONS_KEPT);
             }),
+            ServerMessage::IncidentsChanged { incidents } => self.incidents.set(incidents),
             ServerMessage::KernelStateChanged(change) => {
                 self.kernels.update(|kernels| {
                     if let Some(k) = kernels.iter_mut().find(|k| k.id == change.kernel_id) {

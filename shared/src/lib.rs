@@ -7,11 +7,13 @@
 pub type UnixMillis = u64;
 
 pub mod alert;
+pub mod incident;
 pub mod protocol;
 pub mod silence;
 pub mod snapshot;
 
 pub use alert::{Acknowledgement, Alert, AlertTransition, AlertType, Role, Severity, TransitionKind};
+pub use incident::{IncidentBundle, IncidentSummary};
 pub use protocol::{
     ClientCommand, CommandError, ErrorCode, Hello, KernelStateChange, ServerMessage, Update, PROTOCOL_VERSION,
 };

@@ -47,6 +47,11 @@ pub enum ServerMessage {
     Notified {
         notification: crate::Notification,
     },
+    /// The incident bundles changed (one started recording, was written or dropped): the
+    /// whole list, as in the snapshot.
+    IncidentsChanged {
+        incidents: Vec<crate::IncidentSummary>,
+    },
     KernelStateChanged(KernelStateChange),
     Pong {
         nonce: Option<u64>,

@@ -44,6 +44,9 @@ pub struct Snapshot {
     /// The latest batches sent to Alertmanager (or that failed), newest first; at most 100.
     #[serde(default)]
     pub notifications: Vec<crate::Notification>,
+    /// Incident bundles kept (and being recorded), newest first.
+    #[serde(default)]
+    pub incidents: Vec<crate::IncidentSummary>,
     /// Recent history for charts, oldest first.
     pub history: Vec<HistoryPoint>,
 }

@@ -408,6 +408,7 @@ pub(crate) fn snapshot() -> Snapshot {
             ok: true,
             outcome: "HTTP 200".into(),
         }],
+        incidents: vec![incident_summary()],
         history: vec![HistoryPoint {
             t_ms: 1,
             cpu_pct: 1.0,
@@ -417,6 +418,25 @@ pub(crate) fn snapshot() -> Snapshot {
             kernels: vec![],
             gpus: vec![GpuPoint { index: 0, utilization_pct: Some(97.0), ..GpuPoint::default() }],
         }],
+    }
+}
+
+fn incident_summary() -> crate::IncidentSummary {
+    crate::IncidentSummary {
+        id: 4,
+        alert_id: 7,
+        alert_type: AlertType::CollectiveHang,
+        rule: None,
+        severity: Severity::Critical,
+        source: "job:4242".into(),
+        message: "job 4242 (python): waiting in an NCCL collective".into(),
+        fired_at_ms: 10_000,
+        start_ms: 5_000,
+        end_ms: 13_000,
+        recording: false,
+        complete: true,
+        bytes: 48_213,
+        threads: 5,
     }
 }
 
@@ -461,6 +481,7 @@ fn every_server_message_round_trips() {
         reason: Some("device stopped answering".into()),
     }));
     round_trip(ServerMessage::Pong { nonce: Some(1), server_time_ms: 12 });
+    round_trip(ServerMessage::IncidentsChanged { incidents: vec![incident_summary()] });
     round_trip(ServerMessage::Error { code: ErrorCode::UnknownCommand, message: "x".into() });
 }
 

@@ -618,6 +618,17 @@ impl Daemon {
         self.poll("/api/alerts", what, secs, ready, |a| a.to_string()).await
     }
 
+    /// Polls the JSON at `path` until `ready` accepts it, within `secs`.
+    pub async fn json_when(
+        &self,
+        path: &str,
+        what: &str,
+        secs: u64,
+        ready: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<serde_json::Value> {
+        self.poll(path, what, secs, ready, |v| v.to_string()).await
+    }
+
     /// Polls the snapshot until component `name` has `status`, within `secs`.
     pub async fn component_when(&self, name: &str, status: &str, secs: u64) -> Result<serde_json::Value> {
         let what = format!("component {name} {status}");

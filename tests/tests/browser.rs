@@ -557,7 +557,7 @@ async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
 async fn an_alert_silenced_from_its_row_shows_silenced_leaves_the_badge_and_comes_back_when_expired() -> Result<()> {
     let daemon = Daemon::start(DaemonOptions {
         token: None,
-        config: format!("[scheduler]\nenabled = false\n{CRITICAL_RULE}"),
+        config: format!("[scheduler]\nenabled = false\n[incidents]\nbefore_s = 5\nafter_s = 2\n{CRITICAL_RULE}"),
         ..DaemonOptions::default()
     })?;
     let driver = Driver::start()?;
@@ -599,6 +599,26 @@ async fn an_alert_silenced_from_its_row_shows_silenced_leaves_the_badge_and_come
         .await?;
         let badge = eventually("badge back", WAIT, || async { text_of(&client, "#critical-badge").await }).await?;
         assert_eq!(badge, "1 critical unacknowledged");
+
+        // The critical alert's incident bundle, listed on its row once written; its trace
+        // downloads as a Chrome trace event file.
+        let kept = format!("li[data-alert-id='{id}'] .incident[data-recording='false']");
+        let said =
+            eventually("the incident bundle on the row", WAIT, || async { text_of(&client, &kept).await }).await?;
+        assert!(said.contains("Incident bundle #") && said.contains("threads"), "{said}");
+        client.find(Locator::Css(&format!("{kept} a.incident-trace"))).await?.click().await?;
+        let file = eventually("the trace file is downloaded", WAIT, || async {
+            let found = std::fs::read_dir(&downloads.0)?.flatten().map(|e| e.path()).find(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                name.starts_with("ringside-incident-trace-") && name.ends_with(".json")
+            });
+            Ok(found)
+        })
+        .await?;
+        let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(&file)?)?;
+        assert_eq!(trace["otherData"]["alert_id"].to_string(), id, "{}", trace["otherData"]);
+        let events = trace["traceEvents"].as_array().context("traceEvents")?;
+        assert!(events.iter().any(|e| e["ph"] == "i" && e["cat"] == "alert"), "the alert as an instant event");
         anyhow::Ok(())
     }
     .await;

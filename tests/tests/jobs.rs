@@ -15,13 +15,17 @@ static ONE_DAEMON: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const INTERVAL_MS: u64 = 200;
 const WINDOW_MS: u64 = 100;
 const HANG_S: u64 = 3;
+/// The incident bundle's span: seconds before the alert fired, and after.
+const BEFORE_S: u64 = 6;
+const AFTER_S: u64 = 3;
 
 fn daemon() -> Result<Daemon> {
     Daemon::start(DaemonOptions {
         interval_ms: INTERVAL_MS,
         config: format!(
             "[scheduler]\nwindow_ms = {WINDOW_MS}\nscan_interval_ms = 200\njob_window_s = 8\n\n\
-             [thresholds]\ncollective_hang_s = {HANG_S}\ninput_bound_pct = 50\n\n[alerts]\nclear_for_ms = 1000\n"
+             [thresholds]\ncollective_hang_s = {HANG_S}\ninput_bound_pct = 50\n\n[alerts]\nclear_for_ms = 1000\n\n\
+             [incidents]\nbefore_s = {BEFORE_S}\nafter_s = {AFTER_S}\n"
         ),
         ..DaemonOptions::default()
     })
@@ -78,6 +82,22 @@ async fn a_stalled_rank_raises_a_collective_hang_that_names_the_job_and_resolves
     let command = hang["labels"]["command"].as_str().unwrap_or_default();
     assert!(command.contains("ml-workload") && command.contains("--hang-ms 8000"), "{hang}");
     assert!(hang["message"].as_str().unwrap_or_default().contains("NCCL collective"), "{hang}");
+    // Critical: its incident bundle records from the moment it fired. The job's threads as
+    // the scheduler lists them now, inside the bundle's span.
+    let hang_id = hang["id"].as_u64().context("alert id")?;
+    let incidents = daemon.get_json("/api/incidents").await?;
+    let recording = incidents.as_array().and_then(|l| l.iter().find(|i| i["alert_id"] == hang_id)).cloned();
+    let recording = recording.with_context(|| format!("no bundle recording for the hang: {incidents}"))?;
+    assert_eq!(recording["recording"], true, "{recording}");
+    let snapshot = daemon.get_json("/api/snapshot").await?;
+    let listed_threads: Vec<u64> = snapshot["scheduler"]["tasks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["pid"] == pid)
+        .filter_map(|t| t["tid"].as_u64())
+        .collect();
+    ensure!(listed_threads.contains(&u64::from(pid)), "the main thread listed: {listed_threads:?}");
 
     // Resolved once the call returns; then the latency, against the call's own start.
     let alerts = daemon
@@ -103,6 +123,106 @@ async fn a_stalled_rank_raises_a_collective_hang_that_names_the_job_and_resolves
     );
     assert!(resolved_ms >= end_ms, "resolved after the call returned");
     ensure!(job_alert(&alerts, pid, "input_bound").is_none(), "a hang is not input-bound: {alerts}");
+    incident_bundle_of_the_hang(&daemon, hang_id, pid, &listed_threads, (start_ms, end_ms)).await
+}
+
+/// The hang's incident bundle: written `AFTER_S` after the alert fired, its span and content
+/// right, valid against its schema; its trace one track per ML thread.
+async fn incident_bundle_of_the_hang(
+    daemon: &Daemon,
+    alert_id: u64,
+    pid: u32,
+    listed_threads: &[u64],
+    (hang_start_ms, hang_end_ms): (u64, u64),
+) -> Result<()> {
+    let written = |l: &Value| {
+        l.as_array().and_then(|l| l.iter().find(|i| i["alert_id"] == alert_id && i["recording"] == false).cloned())
+    };
+    let list = daemon.json_when("/api/incidents", "the hang's bundle written", 20, |l| written(l).is_some()).await?;
+    let summary = written(&list).context("the bundle")?;
+    let id = summary["id"].as_u64().context("bundle id")?;
+    let response = daemon.get(&format!("/api/incidents/{id}?download=1")).await?;
+    let disposition = response.headers().get("content-disposition").and_then(|v| v.to_str().ok()).unwrap_or("");
+    ensure!(disposition.contains(&format!("-{id}.json")), "an attachment: {disposition:?}");
+    let body = response.bytes().await?;
+    assert_eq!(summary["bytes"].as_u64(), Some(body.len() as u64), "{summary}");
+    let file = daemon.data_dir().join("incidents").join(format!("{id}.json"));
+    assert_eq!(std::fs::metadata(&file)?.len(), body.len() as u64, "the file in the data dir is what is served");
+    let bundle: Value = serde_json::from_slice(&body)?;
+    let schema = daemon.get_json("/api/schema/incident").await?;
+    let validator = jsonschema::validator_for(&schema)?;
+    let errors: Vec<String> = validator.iter_errors(&bundle).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "the bundle does not match its schema: {errors:#?}");
+
+    // The span: BEFORE_S before the alert fired (the daemon started long enough ago) to
+    // AFTER_S after, the history covering it tick by tick.
+    let field = |name: &str| bundle[name].as_u64().with_context(|| name.to_string());
+    let (fired, start, end) = (field("fired_at_ms")?, field("start_ms")?, field("end_ms")?);
+    let started = bundle["node"]["daemon_started_at_ms"].as_u64().context("daemon start")?;
+    assert!(fired - started > BEFORE_S * 1000 + 1000, "the daemon ran {} ms before the hang", fired - started);
+    assert_eq!((fired - start, end - fired), (BEFORE_S * 1000, AFTER_S * 1000), "{summary}");
+    assert_eq!(bundle["complete"], true);
+    assert_eq!(bundle["alert"]["id"], alert_id);
+    let history: Vec<u64> =
+        bundle["history"].as_array().into_iter().flatten().filter_map(|p| p["t_ms"].as_u64()).collect();
+    let (first, last) = (history.first().copied().unwrap_or(0), history.last().copied().unwrap_or(0));
+    assert!(
+        first >= start && first < start + 2 * INTERVAL_MS && last <= end && last > end - 2 * INTERVAL_MS,
+        "{history:?}"
+    );
+    let ticks = (end - start) / INTERVAL_MS;
+    assert!(history.len() as u64 >= ticks - 2, "{} points over {ticks} ticks", history.len());
+
+    // Each listed thread of the job has its timeline; the main thread's shows the collective
+    // the hang blocked in.
+    let threads = bundle["threads"].as_array().context("threads")?;
+    let mine: Vec<&Value> = threads.iter().filter(|t| t["pid"] == pid).collect();
+    for tid in listed_threads {
+        ensure!(mine.iter().any(|t| t["tid"] == *tid), "thread {tid} of the job missing from {mine:?}");
+    }
+    let main = mine.iter().find(|t| t["tid"] == pid).context("the main thread")?;
+    let in_collective = main["spans"].as_array().into_iter().flatten().any(|s| {
+        s["phase"] == "nccl_collective"
+            && s["start_ms"].as_u64().unwrap_or(u64::MAX) <= hang_start_ms + 1000
+            && s["end_ms"].as_u64().unwrap_or(0) >= fired.min(hang_end_ms)
+    });
+    ensure!(in_collective, "the main thread in a collective through the hang: {main}");
+    let process =
+        bundle["processes"].as_array().into_iter().flatten().find(|p| p["pid"] == pid).context("the process")?;
+    ensure!(
+        process["spans"].as_array().is_some_and(|s| s.iter().any(|s| s["phase"] == "nccl_collective")),
+        "{process}"
+    );
+    let raised = bundle["alert_events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|e| e["alert_id"] == alert_id && e["kind"] == "raised" && e["at_ms"] == fired);
+    ensure!(raised, "the alert's raise among the events: {}", bundle["alert_events"]);
+
+    // The trace: one named track per thread of the bundle, slices only on those.
+    let trace = daemon.get_json(&format!("/api/incidents/{id}/trace")).await?;
+    let events = trace["traceEvents"].as_array().context("traceEvents")?;
+    let track = |e: &Value| (e["pid"].as_u64().unwrap_or(0), e["tid"].as_u64().unwrap_or(0));
+    let named: std::collections::BTreeSet<(u64, u64)> =
+        events.iter().filter(|e| e["ph"] == "M" && e["name"] == "thread_name").map(track).collect();
+    let expected: std::collections::BTreeSet<(u64, u64)> = threads.iter().map(track).collect();
+    assert_eq!(named, expected, "one track per ML thread");
+    assert_eq!(named.len(), threads.len(), "no thread twice");
+    let sliced: std::collections::BTreeSet<(u64, u64)> = events.iter().filter(|e| e["ph"] == "X").map(track).collect();
+    assert_eq!(sliced, expected, "phases as slices on each track");
+    for e in events {
+        let ts_ok = e["ph"] == "M" || e["ts"].as_u64().is_some_and(|ts| ts >= start * 1000 && ts <= end * 1000 + 1);
+        ensure!(ts_ok, "an event outside the span (µs): {e}");
+    }
+    eprintln!(
+        "incident bundle {id}: {} bytes for {} s ({} threads, {} history points); trace {} events",
+        body.len(),
+        (end - start) / 1000,
+        threads.len(),
+        history.len(),
+        events.len()
+    );
     Ok(())
 }
 

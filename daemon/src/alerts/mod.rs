@@ -6,6 +6,7 @@
 pub mod alertmanager;
 pub mod config;
 pub mod db;
+pub mod incidents;
 pub mod rules;
 pub mod silences;
 pub mod store;

@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use super::auth::Identity;
 use super::{ApiError, SharedApp};
+use crate::alerts::incidents::store::ReadError;
 use crate::alerts::silences::SilenceError;
 use crate::alerts::store::AckError;
 use crate::state::NodeState;
@@ -52,9 +53,15 @@ pub struct SnapshotQuery {
     download: Option<String>,
 }
 
+impl SnapshotQuery {
+    fn wants_download(&self) -> bool {
+        matches!(self.download.as_deref(), Some("1" | "true" | "yes"))
+    }
+}
+
 pub async fn snapshot(State(app): State<SharedApp>, Query(query): Query<SnapshotQuery>) -> Response {
     let snapshot = app.state.snapshot();
-    let download = matches!(query.download.as_deref(), Some("1" | "true" | "yes"));
+    let download = query.wants_download();
     let body = match serde_json::to_vec_pretty(&snapshot) {
         Ok(body) => body,
         Err(e) => {
@@ -192,6 +199,70 @@ pub async fn expire_silence(
         .parse()
         .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, format!("silence id must be a number, got {id:?}")))?;
     app.state.expire_silence(&identity, id, None).await.map(Json).map_err(silence_api_error)
+}
+
+/// `GET /api/incidents`: incident bundles recording and kept, newest first.
+pub async fn incidents(State(app): State<SharedApp>) -> Json<Vec<ringside_shared::IncidentSummary>> {
+    Json(app.state.incidents())
+}
+
+pub async fn incident_schema() -> Json<serde_json::Value> {
+    Json(ringside_shared::incident::incident_schema())
+}
+
+/// Bundle `id`'s JSON, read (or, while recording, assembled) off the async runtime.
+async fn incident_json(app: &SharedApp, id: &str) -> Result<(u64, Vec<u8>), ApiError> {
+    let id: u64 = id
+        .parse()
+        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, format!("incident id must be a number, got {id:?}")))?;
+    let state = app.state.clone();
+    let read = tokio::task::spawn_blocking(move || state.incident(id))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    read.map(|bytes| (id, bytes)).map_err(|e| match e {
+        ReadError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, e.to_string()),
+        ReadError::Io(..) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    })
+}
+
+/// A JSON body, as an attachment named `ringside-<what>-<host>-<id>.json` when `download` asks.
+fn json_file(app: &SharedApp, body: Vec<u8>, download: bool, what: &str, id: u64) -> Response {
+    let mut response = ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+    if download {
+        let name = format!("ringside-{what}-{}-{id}.json", file_name_safe(&app.state.node().hostname));
+        if let Ok(value) = HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
+            response.headers_mut().insert(header::CONTENT_DISPOSITION, value);
+        }
+    }
+    response
+}
+
+/// `GET /api/incidents/{id}[?download=1]`: the bundle as JSON (`/api/schema/incident`).
+pub async fn incident(
+    State(app): State<SharedApp>,
+    Path(id): Path<String>,
+    Query(query): Query<SnapshotQuery>,
+) -> Result<Response, ApiError> {
+    let (id, body) = incident_json(&app, &id).await?;
+    Ok(json_file(&app, body, query.wants_download(), "incident", id))
+}
+
+/// `GET /api/incidents/{id}/trace[?download=1]`: the bundle as a Chrome trace event file.
+pub async fn incident_trace(
+    State(app): State<SharedApp>,
+    Path(id): Path<String>,
+    Query(query): Query<SnapshotQuery>,
+) -> Result<Response, ApiError> {
+    let (id, body) = incident_json(&app, &id).await?;
+    let trace = tokio::task::spawn_blocking(move || {
+        let bundle: ringside_shared::IncidentBundle = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+        serde_json::to_vec(&bundle.chrome_trace()).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r)
+    .map_err(|why| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("incident {id}: {why}")))?;
+    Ok(json_file(&app, trace, query.wants_download(), "incident-trace", id))
 }
 
 pub async fn metrics(State(app): State<SharedApp>) -> Response {

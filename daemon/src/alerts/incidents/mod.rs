@@ -1,0 +1,572 @@
+//! Incident bundles: when an alert of `[incidents] min_severity` or above fires, the evidence
+//! around it is kept. The [`Recorder`] keeps the last `before_s + after_s` of every tick in
+//! memory (the node's history point, the scheduler's counts, each ML thread's phase, each ML
+//! process's measured timeline, the decisions, the alert events); `after_s` after the alert
+//! fired it hands the span to the [`store`], whose own thread assembles the bundle and writes it
+//! to the data dir, bounded in count and bytes (the oldest removed first).
+//!
+//! Every input is bounded: at most [`MAX_THREADS`] threads and [`MAX_PROCESSES`] processes
+//! per bundle, [`MAX_PROCESS_SPANS`] spans per process, [`MAX_DECISIONS`] decisions and
+//! [`MAX_EVENTS`] alert events kept; what is left out is said in the bundle's `notes`.
+
+pub mod store;
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use ringside_shared::incident::{
+    AlertEvent, IncidentBundle, IncidentSummary, ProcessTimeline, SchedulerPoint, ThreadSpan, ThreadTimeline,
+    INCIDENT_SCHEMA_VERSION,
+};
+use ringside_shared::{Alert, Decision, HistoryPoint, NodeIdentity, Phase, PhaseSpan, Severity, TransitionKind};
+use serde::Deserialize;
+
+use super::store::AlertChange;
+use crate::pipeline::Sample;
+
+/// Distinct threads, and processes, one bundle holds at most.
+pub const MAX_THREADS: usize = 256;
+pub const MAX_PROCESSES: usize = 64;
+/// Measured phase spans kept per process.
+pub const MAX_PROCESS_SPANS: usize = 5000;
+/// Decisions and alert events kept in memory (and so in a bundle) at most.
+pub const MAX_DECISIONS: usize = 5000;
+pub const MAX_EVENTS: usize = 2000;
+/// Ticks the recorder keeps at most: `(before_s + after_s) / interval` must fit.
+pub const MAX_FRAMES: u64 = 20_000;
+
+/// The `[incidents]` table.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IncidentsConfig {
+    pub enabled: bool,
+    /// Alerts of this severity or above get a bundle when they fire (raised, reopened, or
+    /// escalated to it).
+    pub min_severity: Severity,
+    /// Seconds of evidence kept from before the alert fired, and recorded after it.
+    pub before_s: u64,
+    pub after_s: u64,
+    /// Bundles kept on disk at most, by count and by total size; the oldest go first.
+    pub max_count: usize,
+    pub max_bytes: u64,
+}
+
+impl Default for IncidentsConfig {
+    fn default() -> Self {
+        IncidentsConfig {
+            enabled: true,
+            min_severity: Severity::Critical,
+            before_s: 300,
+            after_s: 120,
+            max_count: 50,
+            max_bytes: 256 * 1024 * 1024,
+        }
+    }
+}
+
+impl IncidentsConfig {
+    /// Why the table cannot be used, at the given collection interval.
+    pub fn check(&self, interval_ms: u64) -> Result<(), String> {
+        if self.before_s > 3600 || self.after_s > 3600 {
+            return Err("before_s and after_s must be 3600 or less".into());
+        }
+        if !(1..=10_000).contains(&self.max_count) {
+            return Err("max_count must be between 1 and 10000".into());
+        }
+        if self.max_bytes < 1024 * 1024 {
+            return Err("max_bytes must be 1048576 (1 MiB) or more".into());
+        }
+        let frames = (self.before_s + self.after_s) * 1000 / interval_ms.max(1);
+        if frames > MAX_FRAMES {
+            return Err(format!(
+                "before_s + after_s is {frames} collection ticks at interval_ms {interval_ms}: at most {MAX_FRAMES} \
+                 are kept in memory; shorten the span or lengthen the interval"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One tick as the recorder keeps it.
+#[derive(Debug)]
+pub struct Frame {
+    t_ms: u64,
+    point: Option<HistoryPoint>,
+    scheduler: Option<SchedulerPoint>,
+    /// `(pid, tid, phase)` of each ML thread the scheduler listed.
+    threads: Vec<(u32, u32, Phase)>,
+    /// Decisions made this tick that the scheduler's list no longer held.
+    decisions_missed: u64,
+}
+
+/// A process's measured timeline, merged tick after tick.
+#[derive(Debug, Default)]
+struct ProcessTrack {
+    job: u32,
+    comm: String,
+    cmdline: String,
+    last_seen_ms: u64,
+    spans: VecDeque<PhaseSpan>,
+    spans_dropped: u64,
+}
+
+impl ProcessTrack {
+    /// Folds in the scheduler's latest timeline (the last two minutes, oldest first; its last
+    /// span grows until the phase changes).
+    fn merge(&mut self, timeline: &[PhaseSpan]) {
+        let known_start = self.spans.back().map(|s| s.start_ms);
+        for span in timeline {
+            match known_start {
+                Some(start) if span.start_ms < start => continue,
+                Some(start) if span.start_ms == start => {
+                    if let Some(last) = self.spans.back_mut() {
+                        *last = span.clone();
+                    }
+                }
+                _ => self.spans.push_back(span.clone()),
+            }
+        }
+        while self.spans.len() > MAX_PROCESS_SPANS {
+            self.spans.pop_front();
+            self.spans_dropped += 1;
+        }
+    }
+}
+
+/// A bundle being recorded.
+#[derive(Debug, Clone)]
+struct Pending {
+    id: u64,
+    alert: Alert,
+    fired_at_ms: u64,
+    start_ms: u64,
+    end_ms: u64,
+}
+
+/// What the store's thread needs to assemble one bundle.
+#[derive(Debug)]
+pub struct Parts {
+    id: u64,
+    node: NodeIdentity,
+    alert: Alert,
+    fired_at_ms: u64,
+    start_ms: u64,
+    end_ms: u64,
+    complete: bool,
+    interval_ms: u64,
+    frames: Vec<Arc<Frame>>,
+    comms: HashMap<u32, String>,
+    processes: Vec<ProcessTimeline>,
+    decisions: Vec<Decision>,
+    events: Vec<AlertEvent>,
+    notes: Vec<String>,
+}
+
+impl Parts {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+/// Keeps the recent evidence and the bundles being recorded.
+pub struct Recorder {
+    config: IncidentsConfig,
+    node: NodeIdentity,
+    interval_ms: u64,
+    frames: VecDeque<Arc<Frame>>,
+    /// Each ML thread's name and when it was last listed.
+    comms: HashMap<u32, (String, u64)>,
+    processes: HashMap<u32, ProcessTrack>,
+    decisions: VecDeque<Decision>,
+    decisions_made: Option<u64>,
+    events: VecDeque<AlertEvent>,
+    pending: VecDeque<Pending>,
+    next_id: u64,
+    store: store::BundleStore,
+    /// The list changed since it was last taken.
+    changed: bool,
+}
+
+impl Recorder {
+    pub fn new(config: IncidentsConfig, node: NodeIdentity, interval_ms: u64, store: store::BundleStore) -> Recorder {
+        let next_id = store.next_id();
+        Recorder {
+            config,
+            node,
+            interval_ms: interval_ms.max(1),
+            frames: VecDeque::new(),
+            comms: HashMap::new(),
+            processes: HashMap::new(),
+            decisions: VecDeque::new(),
+            decisions_made: None,
+            events: VecDeque::new(),
+            pending: VecDeque::new(),
+            next_id,
+            store,
+            changed: false,
+        }
+    }
+
+    pub fn store(&self) -> &store::BundleStore {
+        &self.store
+    }
+
+    /// How long frames are kept: the span of a bundle closed now started this long ago.
+    fn keep_ms(&self) -> u64 {
+        (self.config.before_s + self.config.after_s) * 1000 + 2 * self.interval_ms
+    }
+
+    /// Folds one tick in: keeps its evidence, starts a bundle for each alert that fired at or
+    /// above `min_severity`, and hands every bundle whose span has ended to the store.
+    pub fn record(&mut self, sample: &Sample, point: Option<&HistoryPoint>, changes: &[AlertChange]) {
+        if !self.config.enabled {
+            return;
+        }
+        let now = sample.taken_at_ms;
+        self.keep_frame(sample, point);
+        for change in changes {
+            self.note_change(change, now);
+        }
+        let horizon = now.saturating_sub(self.keep_ms());
+        while self.frames.front().is_some_and(|f| f.t_ms < horizon) {
+            self.frames.pop_front();
+        }
+        self.comms.retain(|_, (_, seen)| *seen >= horizon);
+        self.processes.retain(|_, p| p.last_seen_ms >= horizon);
+        for p in self.processes.values_mut() {
+            while p.spans.front().is_some_and(|s| s.end_ms < horizon) {
+                p.spans.pop_front();
+            }
+        }
+        while self.decisions.front().is_some_and(|d| d.at_ms < horizon) {
+            self.decisions.pop_front();
+        }
+        while self.events.front().is_some_and(|e| e.at_ms < horizon) {
+            self.events.pop_front();
+        }
+        while self.pending.front().is_some_and(|p| p.end_ms <= now) {
+            if let Some(done) = self.pending.pop_front() {
+                let parts = self.parts(&done, true);
+                self.store.write(parts);
+                self.changed = true;
+            }
+        }
+    }
+
+    fn keep_frame(&mut self, sample: &Sample, point: Option<&HistoryPoint>) {
+        let now = sample.taken_at_ms;
+        let mut frame =
+            Frame { t_ms: now, point: point.cloned(), scheduler: None, threads: Vec::new(), decisions_missed: 0 };
+        if let Some(s) = &sample.scheduler {
+            frame.scheduler = Some(SchedulerPoint {
+                t_ms: now,
+                ml_tasks: s.ml_tasks,
+                phase_distribution: s.phase_distribution.clone(),
+                decisions_made: s.decisions_made,
+                phase_transitions: s.phase_transitions,
+            });
+            for task in &s.tasks {
+                frame.threads.push((task.pid, task.tid, task.phase));
+                match self.comms.get_mut(&task.tid) {
+                    Some((comm, seen)) => {
+                        if *comm != task.comm {
+                            *comm = task.comm.clone();
+                        }
+                        *seen = now;
+                    }
+                    None => {
+                        self.comms.insert(task.tid, (task.comm.clone(), now));
+                    }
+                }
+            }
+            for p in &s.processes {
+                if !self.processes.contains_key(&p.pid) && self.processes.len() >= 4 * MAX_PROCESSES {
+                    continue;
+                }
+                let track = self.processes.entry(p.pid).or_default();
+                track.job = p.job;
+                if track.comm != p.comm {
+                    track.comm = p.comm.clone();
+                }
+                if track.cmdline != p.cmdline {
+                    track.cmdline = p.cmdline.clone();
+                }
+                track.last_seen_ms = now;
+                track.merge(&p.timeline);
+            }
+            // The scheduler lists its latest decisions, newest first: the new ones are those
+            // after the newest already kept (those of the same millisecond compared whole).
+            let newest = self.decisions.back().map(|d| d.at_ms);
+            let mut fresh: Vec<&Decision> = s
+                .decisions
+                .iter()
+                .filter(|d| match newest {
+                    None => true,
+                    Some(t) if d.at_ms > t => true,
+                    Some(t) if d.at_ms == t => {
+                        !self.decisions.iter().rev().take_while(|k| k.at_ms == t).any(|k| k == *d)
+                    }
+                    Some(_) => false,
+                })
+                .collect();
+            fresh.reverse();
+            let made = s.decisions_made.saturating_sub(self.decisions_made.unwrap_or(s.decisions_made));
+            frame.decisions_missed = made.saturating_sub(fresh.len() as u64);
+            self.decisions_made = Some(s.decisions_made);
+            for d in fresh {
+                if self.decisions.len() == MAX_DECISIONS {
+                    self.decisions.pop_front();
+                }
+                self.decisions.push_back(d.clone());
+            }
+        }
+        self.frames.push_back(Arc::new(frame));
+    }
+
+    fn note_change(&mut self, change: &AlertChange, now: u64) {
+        let alert = change.alert();
+        for p in self.pending.iter_mut().filter(|p| p.alert.id == alert.id) {
+            p.alert = alert.clone();
+        }
+        let last = alert.transitions.last().filter(|t| t.at_ms == now);
+        let kind = match (change, last) {
+            (AlertChange::Raised(_), Some(t)) => t.kind,
+            (AlertChange::Raised(_), None) => TransitionKind::Raised,
+            (AlertChange::Resolved(_), _) => TransitionKind::Resolved,
+            (AlertChange::Updated(_), Some(t)) => t.kind,
+            (AlertChange::Updated(_), None) => return,
+        };
+        if self.events.len() == MAX_EVENTS {
+            self.events.pop_front();
+        }
+        self.events.push_back(AlertEvent {
+            at_ms: now,
+            alert_id: alert.id,
+            kind,
+            severity: alert.severity,
+            name: alert.name().to_string(),
+            source: alert.source.clone(),
+            message: alert.message.clone(),
+        });
+        let min = self.config.min_severity;
+        let fired = match kind {
+            TransitionKind::Raised | TransitionKind::Reopened => alert.severity >= min,
+            TransitionKind::Escalated => {
+                let before = alert.transitions.iter().rev().nth(1).map(|t| t.severity);
+                alert.severity >= min && before.is_some_and(|s| s < min)
+            }
+            _ => false,
+        };
+        if fired && !self.pending.iter().any(|p| p.alert.id == alert.id) {
+            self.start(alert.clone(), now);
+        }
+    }
+
+    fn start(&mut self, alert: Alert, now: u64) {
+        // More bundles recording than can be kept: the oldest would be removed as soon as
+        // written, so it is given up now.
+        if self.pending.len() >= self.config.max_count {
+            self.pending.pop_front();
+            self.store.count_dropped(1);
+        }
+        let earliest = self.frames.front().map_or(now, |f| f.t_ms);
+        let start_ms = now.saturating_sub(self.config.before_s * 1000).max(earliest);
+        let id = self.next_id;
+        self.next_id += 1;
+        tracing::info!(
+            id,
+            alert = alert.id,
+            "recording an incident bundle until {} s after the alert",
+            self.config.after_s
+        );
+        self.pending.push_back(Pending {
+            id,
+            alert,
+            fired_at_ms: now,
+            start_ms,
+            end_ms: now + self.config.after_s * 1000,
+        });
+        self.changed = true;
+    }
+
+    /// What is kept of `p`'s span so far.
+    fn parts(&self, p: &Pending, complete: bool) -> Parts {
+        let (start, end) = (p.start_ms, p.end_ms);
+        let frames: Vec<Arc<Frame>> =
+            self.frames.iter().filter(|f| f.t_ms >= start && f.t_ms <= end).cloned().collect();
+        let mut notes = Vec::new();
+        let tids: HashSet<u32> = frames.iter().flat_map(|f| f.threads.iter().map(|t| t.1)).collect();
+        let comms = tids.iter().filter_map(|tid| self.comms.get(tid).map(|(c, _)| (*tid, c.clone()))).collect();
+        let mut processes: Vec<ProcessTimeline> = self
+            .processes
+            .iter()
+            .filter(|(_, t)| t.last_seen_ms >= start)
+            .map(|(pid, t)| ProcessTimeline {
+                pid: *pid,
+                job: t.job,
+                comm: t.comm.clone(),
+                cmdline: t.cmdline.clone(),
+                spans: t
+                    .spans
+                    .iter()
+                    .filter(|s| s.end_ms > start && s.start_ms < end)
+                    .map(|s| PhaseSpan { start_ms: s.start_ms.max(start), end_ms: s.end_ms.min(end), ..s.clone() })
+                    .collect(),
+            })
+            .collect();
+        processes.sort_by_key(|p| p.pid);
+        let dropped: u64 = self.processes.values().map(|t| t.spans_dropped).sum();
+        if dropped > 0 {
+            notes.push(format!("{dropped} older phase spans dropped (at most {MAX_PROCESS_SPANS} per process)"));
+        }
+        if processes.len() > MAX_PROCESSES {
+            notes.push(format!("{} processes left out (at most {MAX_PROCESSES})", processes.len() - MAX_PROCESSES));
+            processes.truncate(MAX_PROCESSES);
+        }
+        let decisions: Vec<Decision> =
+            self.decisions.iter().filter(|d| d.at_ms >= start && d.at_ms <= end).cloned().collect();
+        if decisions.len() == MAX_DECISIONS {
+            notes.push(format!("only the latest {MAX_DECISIONS} decisions are kept"));
+        }
+        let missed: u64 = frames.iter().map(|f| f.decisions_missed).sum();
+        if missed > 0 {
+            notes.push(format!("{missed} decisions made faster than the scheduler lists them are not recorded"));
+        }
+        let events = self.events.iter().filter(|e| e.at_ms >= start && e.at_ms <= end).cloned().collect();
+        Parts {
+            id: p.id,
+            node: self.node.clone(),
+            alert: p.alert.clone(),
+            fired_at_ms: p.fired_at_ms,
+            start_ms: start,
+            end_ms: if complete { end } else { frames.last().map_or(start, |f| f.t_ms) },
+            complete,
+            interval_ms: self.interval_ms,
+            frames,
+            comms,
+            processes,
+            decisions,
+            events,
+            notes,
+        }
+    }
+
+    /// The bundle still being recorded under `id`, as it stands now.
+    pub fn recording(&self, id: u64) -> Option<Parts> {
+        self.pending.iter().find(|p| p.id == id).map(|p| self.parts(p, false))
+    }
+
+    /// Bundles being recorded, then those kept, newest first.
+    pub fn list(&self) -> Vec<IncidentSummary> {
+        let mut list: Vec<IncidentSummary> = self
+            .pending
+            .iter()
+            .rev()
+            .map(|p| IncidentSummary {
+                id: p.id,
+                alert_id: p.alert.id,
+                alert_type: p.alert.alert_type,
+                rule: p.alert.rule.clone(),
+                severity: p.alert.severity,
+                source: p.alert.source.clone(),
+                message: p.alert.message.clone(),
+                fired_at_ms: p.fired_at_ms,
+                start_ms: p.start_ms,
+                end_ms: p.end_ms,
+                recording: true,
+                complete: false,
+                bytes: 0,
+                threads: 0,
+            })
+            .collect();
+        list.extend(self.store.list());
+        list.sort_by_key(|s| std::cmp::Reverse(s.id));
+        list
+    }
+
+    /// Whether the list changed since this was last asked.
+    pub fn take_changed(&mut self) -> bool {
+        let stored = self.store.take_changed();
+        std::mem::take(&mut self.changed) || stored
+    }
+
+    /// At stop: every bundle still recording is written with what it holds, and the store's
+    /// thread given at most `limit` to finish.
+    pub fn finish(&mut self, limit: std::time::Duration) -> bool {
+        while let Some(p) = self.pending.pop_front() {
+            let parts = self.parts(&p, false);
+            self.store.write(parts);
+        }
+        self.store.close(limit)
+    }
+}
+
+/// Builds the bundle from its parts (on the store's thread: it copies the span's evidence).
+pub fn assemble(parts: Parts) -> IncidentBundle {
+    let Parts {
+        id,
+        node,
+        alert,
+        fired_at_ms,
+        start_ms,
+        end_ms,
+        complete,
+        interval_ms,
+        frames,
+        comms,
+        processes,
+        decisions,
+        events,
+        mut notes,
+    } = parts;
+    // Each thread's phase at every tick, runs of one phase merged. An observation at a tick
+    // stands for the time since the tick before.
+    let mut threads: BTreeMap<u32, ThreadTimeline> = BTreeMap::new();
+    let mut last_frame: HashMap<u32, usize> = HashMap::new();
+    let mut left_out = HashSet::new();
+    for (i, frame) in frames.iter().enumerate() {
+        let since = if i == 0 { frame.t_ms.saturating_sub(interval_ms).max(start_ms) } else { frames[i - 1].t_ms };
+        for &(pid, tid, phase) in &frame.threads {
+            if !threads.contains_key(&tid) && threads.len() >= MAX_THREADS {
+                left_out.insert(tid);
+                continue;
+            }
+            let timeline = threads.entry(tid).or_insert_with(|| ThreadTimeline {
+                pid,
+                tid,
+                comm: comms.get(&tid).cloned().unwrap_or_default(),
+                spans: Vec::new(),
+            });
+            let follows = i > 0 && last_frame.get(&tid) == Some(&(i - 1));
+            match timeline.spans.last_mut() {
+                Some(span) if follows && span.phase == phase => span.end_ms = frame.t_ms,
+                _ => timeline.spans.push(ThreadSpan { phase, start_ms: since, end_ms: frame.t_ms }),
+            }
+            last_frame.insert(tid, i);
+        }
+    }
+    if !left_out.is_empty() {
+        notes.push(format!("{} threads left out (at most {MAX_THREADS})", left_out.len()));
+    }
+    IncidentBundle {
+        schema_version: INCIDENT_SCHEMA_VERSION,
+        id,
+        node,
+        alert,
+        fired_at_ms,
+        start_ms,
+        end_ms,
+        complete,
+        interval_ms,
+        history: frames.iter().filter_map(|f| f.point.clone()).collect(),
+        scheduler: frames.iter().filter_map(|f| f.scheduler.clone()).collect(),
+        processes,
+        threads: threads.into_values().collect(),
+        decisions,
+        alert_events: events,
+        notes,
+    }
+}
+
+#[cfg(test)]
+mod tests;

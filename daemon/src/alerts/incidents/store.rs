@@ -1,0 +1,352 @@
+//! Incident bundles on disk: `<data_dir>/incidents/<id>.json`, one file per bundle, listed in
+//! `index.json`. One thread writes them (a bundle is assembled and serialised there, off the
+//! collection tick); after each write the oldest bundles are removed until at most
+//! `max_count` files and `max_bytes` bytes are left. A bundle on its own larger than
+//! `max_bytes` is not written. Files are written to a temporary name, synced, then renamed:
+//! a crash leaves either the whole bundle or none, and a bundle written but missing from the
+//! index (a crash between the two) is found again at the next start.
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use ringside_shared::incident::IncidentSummary;
+use ringside_shared::IncidentBundle;
+use serde::{Deserialize, Serialize};
+
+use super::Parts;
+
+/// Bundles waiting for the writer at most; beyond, a finished bundle is dropped and counted.
+pub const QUEUE: usize = 64;
+/// The index is read only up to this size.
+const MAX_INDEX_BYTES: u64 = 8 * 1024 * 1024;
+const INDEX: &str = "index.json";
+
+#[derive(Serialize, Deserialize, Default)]
+struct Index {
+    next_id: u64,
+    bundles: Vec<IncidentSummary>,
+}
+
+#[derive(Default)]
+struct Shared {
+    /// Kept bundles, newest first.
+    listed: Mutex<Vec<IncidentSummary>>,
+    changed: AtomicBool,
+    dropped: AtomicU64,
+    error: Mutex<Option<String>>,
+}
+
+impl Shared {
+    fn publish(&self, entries: &[IncidentSummary]) {
+        *self.listed.lock().unwrap_or_else(|e| e.into_inner()) = entries.iter().rev().cloned().collect();
+        self.changed.store(true, Ordering::Relaxed);
+    }
+
+    fn fail(&self, why: String) {
+        tracing::error!("incident bundles: {why}");
+        *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        self.changed.store(true, Ordering::Relaxed);
+    }
+
+    fn drop_one(&self, why: String) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+        self.fail(why);
+    }
+}
+
+/// Why a bundle cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("no incident bundle {0}")]
+    NotFound(u64),
+    #[error("incident bundle {0} cannot be read: {1}")]
+    Io(u64, String),
+}
+
+/// The bundles kept on disk, and the thread that writes them.
+pub struct BundleStore {
+    dir: PathBuf,
+    max_bytes: u64,
+    next_id: u64,
+    shared: Arc<Shared>,
+    tx: Option<mpsc::SyncSender<Box<Parts>>>,
+    done: Option<mpsc::Receiver<()>>,
+}
+
+impl BundleStore {
+    /// Opens (or creates) `dir` and starts the writer. Never fails: what goes wrong is kept
+    /// as the store's error (its health), and bundles that cannot be written are dropped.
+    pub fn open(dir: &Path, max_count: usize, max_bytes: u64) -> BundleStore {
+        let shared = Arc::new(Shared::default());
+        let mut disk = Disk { dir: dir.to_path_buf(), max_count, max_bytes, entries: Vec::new(), next_id: 1 };
+        if let Err(why) = disk.load() {
+            shared.fail(why);
+        }
+        shared.publish(&disk.entries);
+        shared.changed.store(false, Ordering::Relaxed);
+        let next_id = disk.next_id;
+        let (tx, rx) = mpsc::sync_channel::<Box<Parts>>(QUEUE);
+        let (done_tx, done) = mpsc::channel();
+        let writer = shared.clone();
+        let spawned = std::thread::Builder::new().name("incidents".into()).spawn(move || {
+            for parts in rx {
+                disk.write(*parts, &writer);
+            }
+            let _ = done_tx.send(());
+        });
+        let (tx, done) = match spawned {
+            Ok(_) => (Some(tx), Some(done)),
+            Err(e) => {
+                shared.fail(format!("cannot start the writer thread: {e}"));
+                (None, None)
+            }
+        };
+        BundleStore { dir: dir.to_path_buf(), max_bytes, next_id, shared, tx, done }
+    }
+
+    /// The id the next bundle gets: above every id on disk.
+    pub fn next_id(&self) -> u64 {
+        self.next_id
+    }
+
+    /// Queues a finished bundle for writing; dropped (and counted) when the queue is full.
+    pub fn write(&self, parts: Parts) {
+        let id = parts.id();
+        let sent = self.tx.as_ref().map(|tx| tx.try_send(Box::new(parts)).is_ok());
+        if sent != Some(true) {
+            self.shared.drop_one(format!("bundle {id} dropped: the writer is {QUEUE} bundles behind or stopped"));
+        }
+    }
+
+    pub fn count_dropped(&self, n: u64) {
+        self.shared.dropped.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Kept bundles, newest first.
+    pub fn list(&self) -> Vec<IncidentSummary> {
+        self.shared.listed.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn take_changed(&self) -> bool {
+        self.shared.changed.swap(false, Ordering::Relaxed)
+    }
+
+    /// Bundles kept, their bytes, and bundles dropped since the start.
+    pub fn totals(&self) -> (u64, u64, u64) {
+        let listed = self.shared.listed.lock().unwrap_or_else(|e| e.into_inner());
+        let bytes = listed.iter().map(|s| s.bytes).sum();
+        (listed.len() as u64, bytes, self.shared.dropped.load(Ordering::Relaxed))
+    }
+
+    /// The latest failure (cleared by nothing: it is said until the daemon restarts).
+    pub fn error(&self) -> Option<String> {
+        self.shared.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The JSON file of bundle `id`.
+    pub fn read(&self, id: u64) -> Result<Vec<u8>, ReadError> {
+        if !self.list().iter().any(|s| s.id == id) {
+            return Err(ReadError::NotFound(id));
+        }
+        let path = self.dir.join(format!("{id}.json"));
+        let io = |e: std::io::Error| ReadError::Io(id, e.to_string());
+        let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path);
+        let file = match file {
+            Ok(file) => file,
+            // Removed for the bounds since it was listed.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(ReadError::NotFound(id)),
+            Err(e) => return Err(io(e)),
+        };
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, self.max_bytes + 1), &mut bytes).map_err(io)?;
+        if bytes.len() as u64 > self.max_bytes {
+            return Err(ReadError::Io(id, "larger than max_bytes".into()));
+        }
+        Ok(bytes)
+    }
+
+    /// Stops the writer once it has written what is queued, waiting at most `limit`.
+    pub fn close(&mut self, limit: Duration) -> bool {
+        self.tx = None;
+        match self.done.take() {
+            Some(done) => done.recv_timeout(limit).is_ok(),
+            None => true,
+        }
+    }
+}
+
+/// The writer thread's view: the directory and what is in it, oldest first.
+struct Disk {
+    dir: PathBuf,
+    max_count: usize,
+    max_bytes: u64,
+    entries: Vec<IncidentSummary>,
+    next_id: u64,
+}
+
+/// `<id>.json`: the id.
+fn bundle_id(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".json")?;
+    (!digits.is_empty() && digits.len() <= 19 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+impl Disk {
+    fn path(&self, id: u64) -> PathBuf {
+        self.dir.join(format!("{id}.json"))
+    }
+
+    /// Reads the index and the directory; a bundle file the index misses is read to list it,
+    /// leftovers of an interrupted write are removed.
+    fn load(&mut self) -> Result<(), String> {
+        match std::fs::symlink_metadata(&self.dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(format!("{} is not a directory", self.dir.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(&self.dir).map_err(|e| format!("cannot create {}: {e}", self.dir.display()))?;
+            }
+            Err(e) => return Err(format!("{}: {e}", self.dir.display())),
+        }
+        let _ = std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700));
+        let mut problem = None;
+        let index = self.dir.join(INDEX);
+        let indexed: Index = match std::fs::symlink_metadata(&index) {
+            Ok(m) if m.is_file() && m.len() <= MAX_INDEX_BYTES => std::fs::read(&index)
+                .map_err(|e| e.to_string())
+                .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+                .unwrap_or_else(|why| {
+                    problem = Some(format!("{} unreadable ({why}): rebuilt from the bundles", index.display()));
+                    Index::default()
+                }),
+            Ok(_) => {
+                problem = Some(format!("{} is not a plain file of at most 8 MiB: rebuilt", index.display()));
+                Index::default()
+            }
+            Err(_) => Index::default(),
+        };
+        let listing = std::fs::read_dir(&self.dir).map_err(|e| format!("cannot list {}: {e}", self.dir.display()))?;
+        let mut files = std::collections::BTreeMap::new();
+        for entry in listing.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let Ok(meta) = entry.metadata() else { continue };
+            if name.ends_with(".tmp") && meta.is_file() {
+                let _ = std::fs::remove_file(entry.path());
+            } else if let Some(id) = bundle_id(name).filter(|_| meta.is_file()) {
+                files.insert(id, meta.len());
+            }
+        }
+        self.next_id = indexed.next_id.max(1);
+        for mut summary in indexed.bundles {
+            if let Some(bytes) = files.remove(&summary.id) {
+                summary.bytes = bytes;
+                self.entries.push(summary);
+            }
+        }
+        for (id, bytes) in files {
+            let read = if bytes <= self.max_bytes {
+                std::fs::read(self.path(id))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<IncidentBundle>(&b).ok())
+                    .filter(|b| b.id == id)
+            } else {
+                None
+            };
+            match read {
+                Some(bundle) => self.entries.push(bundle.summary(bytes)),
+                None => {
+                    tracing::warn!("incident bundle file {id}.json is not a bundle of this daemon's: removed");
+                    let _ = std::fs::remove_file(self.path(id));
+                }
+            }
+        }
+        self.entries.sort_by_key(|s| s.id);
+        self.next_id = self.next_id.max(self.entries.last().map_or(1, |s| s.id + 1));
+        self.bound();
+        self.save_index()?;
+        problem.map_or(Ok(()), Err)
+    }
+
+    fn write(&mut self, parts: Parts, shared: &Shared) {
+        let bundle = super::assemble(parts);
+        let id = bundle.id;
+        let json = match serde_json::to_vec(&bundle) {
+            Ok(json) => json,
+            Err(e) => return shared.drop_one(format!("bundle {id} cannot be encoded: {e}")),
+        };
+        if json.len() as u64 > self.max_bytes {
+            return shared.drop_one(format!(
+                "bundle {id} is {} bytes, more than max_bytes ({}): not kept",
+                json.len(),
+                self.max_bytes
+            ));
+        }
+        if let Err(e) = self.write_file(id, &json) {
+            return shared.drop_one(format!("cannot write bundle {id}: {e}"));
+        }
+        self.entries.push(bundle.summary(json.len() as u64));
+        self.entries.sort_by_key(|s| s.id);
+        self.next_id = self.next_id.max(id + 1);
+        self.bound();
+        if let Err(why) = self.save_index() {
+            shared.fail(why);
+        }
+        shared.publish(&self.entries);
+    }
+
+    fn write_file(&self, id: u64, bytes: &[u8]) -> std::io::Result<()> {
+        let tmp = self.dir.join(format!("{id}.json.tmp"));
+        let _ = std::fs::remove_file(&tmp);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, self.path(id))?;
+        if let Ok(dir) = std::fs::File::open(&self.dir) {
+            let _ = dir.sync_all();
+        }
+        Ok(())
+    }
+
+    /// Removes the oldest bundles until the bounds hold.
+    fn bound(&mut self) {
+        let mut total: u64 = self.entries.iter().map(|s| s.bytes).sum();
+        while !self.entries.is_empty() && (self.entries.len() > self.max_count || total > self.max_bytes) {
+            let oldest = self.entries.remove(0);
+            total -= oldest.bytes;
+            if let Err(e) = std::fs::remove_file(self.path(oldest.id)) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!("cannot remove incident bundle {}: {e}", oldest.id);
+                }
+            }
+        }
+    }
+
+    fn save_index(&self) -> Result<(), String> {
+        let index = Index { next_id: self.next_id, bundles: self.entries.clone() };
+        let json = serde_json::to_vec(&index).map_err(|e| e.to_string())?;
+        let tmp = self.dir.join(format!("{INDEX}.tmp"));
+        let written = (|| -> std::io::Result<()> {
+            let _ = std::fs::remove_file(&tmp);
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp)?;
+            file.write_all(&json)?;
+            file.sync_all()?;
+            std::fs::rename(&tmp, self.dir.join(INDEX))
+        })();
+        written.map_err(|e| format!("cannot write {}: {e}", self.dir.join(INDEX).display()))
+    }
+}
