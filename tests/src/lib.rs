@@ -236,6 +236,11 @@ pub fn write_secret(path: &Path, contents: &str) -> Result<()> {
     Ok(())
 }
 
+/// The wall clock in Unix milliseconds, as the daemon reads it.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 pub fn random_token() -> String {
     use std::io::Read;
     let mut bytes = [0u8; 16];

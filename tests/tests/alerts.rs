@@ -349,3 +349,59 @@ async fn a_full_disk_loses_no_confirmed_acknowledgement_and_the_store_recovers()
     drop(daemon);
     Ok(())
 }
+
+/// A critical alert's incident bundle: readable while it records; a clean stop writes what it
+/// holds (cut short), and the restarted daemon lists it from the data dir.
+#[tokio::test]
+async fn an_incident_bundle_recording_at_a_stop_is_written_cut_short_and_kept_across_a_restart() -> Result<()> {
+    let data = Scratch::new("incident-stop");
+    let options = || DaemonOptions {
+        interval_ms: 200,
+        config: "[scheduler]\nenabled = false\n\n[incidents]\nbefore_s = 2\nafter_s = 600\n\n[[rules]]\n\
+                 name = \"memory_critical\"\nmetric = \"host.memory_used_pct\"\nop = \">\"\nthreshold = 0.001\n\
+                 severity = \"critical\"\n"
+            .into(),
+        data_dir: Some(data.0.clone()),
+        ..DaemonOptions::default()
+    };
+    let mut daemon = Daemon::start(options())?;
+    let recording = |l: &serde_json::Value| l.as_array().and_then(|l| l.first()).cloned();
+    let list = daemon.json_when("/api/incidents", "a bundle recording", 15, |l| recording(l).is_some()).await?;
+    let summary = recording(&list).context("the bundle")?;
+    assert_eq!(summary["recording"], true, "{summary}");
+    let alerts = daemon.get_json("/api/alerts").await?;
+    assert_eq!(summary["alert_id"], alerts[0]["id"], "{summary}");
+    let id = summary["id"].as_u64().context("id")?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // What it holds so far.
+    let partial = daemon.get_json(&format!("/api/incidents/{id}")).await?;
+    assert_eq!(partial["complete"], false);
+    let points = partial["history"].as_array().map_or(0, Vec::len);
+    assert!(points >= 5, "{points} points after 1.5 s at 200 ms");
+
+    let stopped_ms = ringside_tests::now_ms();
+    assert!(daemon.terminate()?.success());
+    let file = data.0.join("incidents").join(format!("{id}.json"));
+    let written: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).context("written at the stop")?)?;
+    assert_eq!(written["complete"], false);
+    assert!(written["end_ms"].as_u64().unwrap_or(u64::MAX) <= stopped_ms, "{}", written["end_ms"]);
+    assert!(written["history"].as_array().map_or(0, Vec::len) >= points);
+
+    // Restarted: the alert continues (no second bundle), the bundle is listed and served.
+    let daemon = Daemon::start(options())?;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let list = daemon.get_json("/api/incidents").await?;
+    let listed = list.as_array().context("list")?;
+    assert_eq!(listed.len(), 1, "{list}");
+    assert_eq!((listed[0]["id"].as_u64(), listed[0]["recording"].as_bool()), (Some(id), Some(false)), "{list}");
+    assert_eq!(listed[0]["complete"], false);
+    assert_eq!(listed[0]["bytes"].as_u64(), Some(std::fs::metadata(&file)?.len()));
+    assert_eq!(daemon.get_json(&format!("/api/incidents/{id}")).await?, written);
+    let metrics = daemon.get("/metrics").await?.text().await?;
+    assert!(metrics.lines().any(|l| l == "ringside_incident_bundles 1"), "{metrics}");
+    let missing = daemon.get("/api/incidents/999").await?;
+    assert_eq!(missing.status(), 404);
+    let bad = daemon.get("/api/incidents/x/trace").await?;
+    assert_eq!(bad.status(), 400);
+    Ok(())
+}

@@ -368,23 +368,12 @@ mod tests {
         let fired = before.conditions(&host_sample(30_000, 95.0), &window);
         assert_eq!(fired.len(), 1);
         let alert = ringside_shared::Alert {
-            id: 1,
-            alert_type: AlertType::Rule,
             rule: Some("hot".into()),
-            severity: Severity::Error,
-            source: "host".into(),
-            labels: Default::default(),
-            message: fired[0].message.clone(),
             value: 95.0,
             threshold: 90.0,
             raised_at_ms: 30_000,
             updated_at_ms: 30_000,
-            resolved_at_ms: None,
-            acknowledgement: None,
-            occurrence: 1,
-            flapping: false,
-            transitions: Vec::new(),
-            silenced: None,
+            ..crate::test_support::alert(1, Severity::Error, &fired[0].message)
         };
         // Restarted: a fresh engine, resumed from the store, goes on firing at its first tick.
         let mut after = RuleEngine::new(compile_text(text).unwrap());

@@ -367,23 +367,11 @@ mod tests {
 
     fn alert(id: u64, severity: Severity, job: &str) -> Alert {
         Alert {
-            id,
             alert_type: AlertType::CollectiveHang,
             rule: None,
-            severity,
             source: format!("job:{job}"),
             labels: [("job".to_string(), job.to_string())].into(),
-            message: "m".into(),
-            value: 1.0,
-            threshold: 0.0,
-            raised_at_ms: 1,
-            updated_at_ms: 1,
-            resolved_at_ms: None,
-            acknowledgement: None,
-            occurrence: 1,
-            flapping: false,
-            transitions: Vec::new(),
-            silenced: None,
+            ..crate::test_support::alert(id, severity, "m")
         }
     }
 

@@ -242,28 +242,10 @@ fn run(mut db: AlertDb, shared: &Shared) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ringside_shared::{AlertType, Severity};
+    use ringside_shared::Severity;
 
     fn alert(id: u64, message: &str) -> Alert {
-        Alert {
-            id,
-            alert_type: AlertType::Rule,
-            rule: Some("r".into()),
-            severity: Severity::Warning,
-            source: "host".into(),
-            labels: Default::default(),
-            message: message.into(),
-            value: 1.0,
-            threshold: 0.0,
-            raised_at_ms: 1,
-            updated_at_ms: 1,
-            resolved_at_ms: None,
-            acknowledgement: None,
-            occurrence: 1,
-            flapping: false,
-            transitions: Vec::new(),
-            silenced: None,
-        }
+        crate::test_support::alert(id, Severity::Warning, message)
     }
 
     #[test]

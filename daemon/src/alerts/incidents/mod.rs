@@ -166,6 +166,31 @@ impl Parts {
     pub fn id(&self) -> u64 {
         self.id
     }
+
+    /// Listed as recording until written.
+    pub fn summary(&self) -> IncidentSummary {
+        recording(self.id, &self.alert, self.fired_at_ms, self.start_ms, self.end_ms)
+    }
+}
+
+/// A bundle not yet written, as listed.
+fn recording(id: u64, alert: &Alert, fired_at_ms: u64, start_ms: u64, end_ms: u64) -> IncidentSummary {
+    IncidentSummary {
+        id,
+        alert_id: alert.id,
+        alert_type: alert.alert_type,
+        rule: alert.rule.clone(),
+        severity: alert.severity,
+        source: alert.source.clone(),
+        message: alert.message.clone(),
+        fired_at_ms,
+        start_ms,
+        end_ms,
+        recording: true,
+        complete: false,
+        bytes: 0,
+        threads: 0,
+    }
 }
 
 /// Keeps the recent evidence and the bundles being recorded.
@@ -181,6 +206,8 @@ pub struct Recorder {
     decisions_made: Option<u64>,
     events: VecDeque<AlertEvent>,
     pending: VecDeque<Pending>,
+    /// Finished bundles the writer has no room for yet, oldest first (at most `max_count`).
+    finished: VecDeque<Box<Parts>>,
     next_id: u64,
     store: store::BundleStore,
     /// The list changed since it was last taken.
@@ -201,6 +228,7 @@ impl Recorder {
             decisions_made: None,
             events: VecDeque::new(),
             pending: VecDeque::new(),
+            finished: VecDeque::new(),
             next_id,
             store,
             changed: false,
@@ -247,8 +275,19 @@ impl Recorder {
         while self.pending.front().is_some_and(|p| p.end_ms <= now) {
             if let Some(done) = self.pending.pop_front() {
                 let parts = self.parts(&done, true);
-                self.store.write(parts);
+                self.finished.push_back(Box::new(parts));
                 self.changed = true;
+            }
+        }
+        // A writer far behind (a storm of alerts) gets the newest: the oldest waiting go first.
+        while self.finished.len() > self.config.max_count {
+            self.finished.pop_front();
+            self.store.count_dropped(1);
+        }
+        while let Some(parts) = self.finished.pop_front() {
+            if let Err(back) = self.store.write(parts) {
+                self.finished.push_front(back);
+                break;
             }
         }
     }
@@ -458,28 +497,9 @@ impl Recorder {
 
     /// Bundles being recorded, then those kept, newest first.
     pub fn list(&self) -> Vec<IncidentSummary> {
-        let mut list: Vec<IncidentSummary> = self
-            .pending
-            .iter()
-            .rev()
-            .map(|p| IncidentSummary {
-                id: p.id,
-                alert_id: p.alert.id,
-                alert_type: p.alert.alert_type,
-                rule: p.alert.rule.clone(),
-                severity: p.alert.severity,
-                source: p.alert.source.clone(),
-                message: p.alert.message.clone(),
-                fired_at_ms: p.fired_at_ms,
-                start_ms: p.start_ms,
-                end_ms: p.end_ms,
-                recording: true,
-                complete: false,
-                bytes: 0,
-                threads: 0,
-            })
-            .collect();
-        list.extend(self.store.list());
+        let recording = self.pending.iter().map(|p| recording(p.id, &p.alert, p.fired_at_ms, p.start_ms, p.end_ms));
+        let finished = self.finished.iter().map(|p| p.summary());
+        let mut list: Vec<IncidentSummary> = recording.chain(finished).chain(self.store.list()).collect();
         list.sort_by_key(|s| std::cmp::Reverse(s.id));
         list
     }
@@ -495,9 +515,10 @@ impl Recorder {
     pub fn finish(&mut self, limit: std::time::Duration) -> bool {
         while let Some(p) = self.pending.pop_front() {
             let parts = self.parts(&p, false);
-            self.store.write(parts);
+            self.finished.push_back(Box::new(parts));
         }
-        self.store.close(limit)
+        let waiting = std::mem::take(&mut self.finished);
+        self.store.close(waiting, limit)
     }
 }
 

@@ -35,12 +35,18 @@ struct Index {
 struct Shared {
     /// Kept bundles, newest first.
     listed: Mutex<Vec<IncidentSummary>>,
+    /// Queued for the writer: listed as still recording.
+    queued: Mutex<std::collections::BTreeMap<u64, IncidentSummary>>,
     changed: AtomicBool,
     dropped: AtomicU64,
     error: Mutex<Option<String>>,
 }
 
 impl Shared {
+    fn dequeue(&self, id: u64) {
+        self.queued.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+    }
+
     fn publish(&self, entries: &[IncidentSummary]) {
         *self.listed.lock().unwrap_or_else(|e| e.into_inner()) = entries.iter().rev().cloned().collect();
         self.changed.store(true, Ordering::Relaxed);
@@ -94,7 +100,9 @@ impl BundleStore {
         let writer = shared.clone();
         let spawned = std::thread::Builder::new().name("incidents".into()).spawn(move || {
             for parts in rx {
+                let id = parts.id();
                 disk.write(*parts, &writer);
+                writer.dequeue(id);
             }
             let _ = done_tx.send(());
         });
@@ -113,12 +121,33 @@ impl BundleStore {
         self.next_id
     }
 
-    /// Queues a finished bundle for writing; dropped (and counted) when the queue is full.
-    pub fn write(&self, parts: Parts) {
+    /// Queues a finished bundle for writing: given back when the writer is [`QUEUE`] bundles
+    /// behind (to be tried again), dropped and counted when the writer has stopped.
+    pub fn write(&self, parts: Box<Parts>) -> Result<(), Box<Parts>> {
         let id = parts.id();
-        let sent = self.tx.as_ref().map(|tx| tx.try_send(Box::new(parts)).is_ok());
-        if sent != Some(true) {
-            self.shared.drop_one(format!("bundle {id} dropped: the writer is {QUEUE} bundles behind or stopped"));
+        let Some(tx) = self.tx.as_ref() else {
+            self.shared.drop_one(format!("bundle {id} dropped: the writer has stopped"));
+            return Ok(());
+        };
+        let summary = parts.summary();
+        match tx.try_send(parts) {
+            Ok(()) => {
+                self.shared.queued.lock().unwrap_or_else(|e| e.into_inner()).insert(id, summary);
+                Ok(())
+            }
+            Err(mpsc::TrySendError::Full(parts)) => Err(parts),
+            Err(mpsc::TrySendError::Disconnected(_)) => {
+                self.shared.drop_one(format!("bundle {id} dropped: the writer has stopped"));
+                Ok(())
+            }
+        }
+    }
+
+    /// Queues a bundle, waiting for room (at stop).
+    fn write_waiting(&self, parts: Box<Parts>) {
+        let id = parts.id();
+        if self.tx.as_ref().is_none_or(|tx| tx.send(parts).is_err()) {
+            self.shared.drop_one(format!("bundle {id} dropped: the writer has stopped"));
         }
     }
 
@@ -126,9 +155,13 @@ impl BundleStore {
         self.shared.dropped.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Kept bundles, newest first.
+    /// Bundles queued for the writer, then those kept, newest first.
     pub fn list(&self) -> Vec<IncidentSummary> {
-        self.shared.listed.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        let queued = self.shared.queued.lock().unwrap_or_else(|e| e.into_inner());
+        let listed = self.shared.listed.lock().unwrap_or_else(|e| e.into_inner());
+        // Just written: listed already, not yet taken off the queue.
+        let waiting = queued.values().rev().filter(|q| !listed.iter().any(|l| l.id == q.id));
+        waiting.chain(listed.iter()).cloned().collect()
     }
 
     pub fn take_changed(&self) -> bool {
@@ -149,7 +182,8 @@ impl BundleStore {
 
     /// The JSON file of bundle `id`.
     pub fn read(&self, id: u64) -> Result<Vec<u8>, ReadError> {
-        if !self.list().iter().any(|s| s.id == id) {
+        let kept = self.shared.listed.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|s| s.id == id);
+        if !kept {
             return Err(ReadError::NotFound(id));
         }
         let path = self.dir.join(format!("{id}.json"));
@@ -169,8 +203,12 @@ impl BundleStore {
         Ok(bytes)
     }
 
-    /// Stops the writer once it has written what is queued, waiting at most `limit`.
-    pub fn close(&mut self, limit: Duration) -> bool {
+    /// Queues `waiting` (oldest first), then stops the writer once it has written what is
+    /// queued, waiting at most `limit`.
+    pub fn close(&mut self, waiting: impl IntoIterator<Item = Box<Parts>>, limit: Duration) -> bool {
+        for parts in waiting {
+            self.write_waiting(parts);
+        }
         self.tx = None;
         match self.done.take() {
             Some(done) => done.recv_timeout(limit).is_ok(),
@@ -286,7 +324,7 @@ impl Disk {
                 self.max_bytes
             ));
         }
-        if let Err(e) = self.write_file(id, &json) {
+        if let Err(e) = self.write_file(&format!("{id}.json"), &json) {
             return shared.drop_one(format!("cannot write bundle {id}: {e}"));
         }
         self.entries.push(bundle.summary(json.len() as u64));
@@ -299,8 +337,9 @@ impl Disk {
         shared.publish(&self.entries);
     }
 
-    fn write_file(&self, id: u64, bytes: &[u8]) -> std::io::Result<()> {
-        let tmp = self.dir.join(format!("{id}.json.tmp"));
+    /// Writes `bytes` to `name` in the directory: a temporary file, synced, then renamed.
+    fn write_file(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+        let tmp = self.dir.join(format!("{name}.tmp"));
         let _ = std::fs::remove_file(&tmp);
         let mut file = std::fs::OpenOptions::new()
             .write(true)
@@ -310,7 +349,7 @@ impl Disk {
             .open(&tmp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
-        std::fs::rename(&tmp, self.path(id))?;
+        std::fs::rename(&tmp, self.dir.join(name))?;
         if let Ok(dir) = std::fs::File::open(&self.dir) {
             let _ = dir.sync_all();
         }
@@ -334,19 +373,7 @@ impl Disk {
     fn save_index(&self) -> Result<(), String> {
         let index = Index { next_id: self.next_id, bundles: self.entries.clone() };
         let json = serde_json::to_vec(&index).map_err(|e| e.to_string())?;
-        let tmp = self.dir.join(format!("{INDEX}.tmp"));
-        let written = (|| -> std::io::Result<()> {
-            let _ = std::fs::remove_file(&tmp);
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&tmp)?;
-            file.write_all(&json)?;
-            file.sync_all()?;
-            std::fs::rename(&tmp, self.dir.join(INDEX))
-        })();
+        let written = self.write_file(INDEX, &json);
         written.map_err(|e| format!("cannot write {}: {e}", self.dir.join(INDEX).display()))
     }
 }
