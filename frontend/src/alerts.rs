@@ -246,35 +246,9 @@ fn AlertRow(alert: Alert) -> impl IntoView {
     };
     // The alert's incident bundles: recording (until when), or kept with their downloads.
     let incidents = move || {
-        let mine: Vec<ringside_shared::IncidentSummary> =
-            store.incidents.with(|all| all.iter().filter(|i| i.alert_id == id).cloned().collect());
-        mine.into_iter()
-            .map(|i| {
-                let json = format!("/api/incidents/{}?download=1", i.id);
-                let trace = format!("/api/incidents/{}/trace?download=1", i.id);
-                let what = if i.recording {
-                    format!("Incident bundle #{} recording until {} · ", i.id, clock(i.end_ms))
-                } else {
-                    let cut = if i.complete { "" } else { ", cut short" };
-                    format!(
-                        "Incident bundle #{} ({}, {} to {}{cut}, {} threads) · ",
-                        i.id,
-                        bytes(i.bytes),
-                        clock(i.start_ms),
-                        clock(i.end_ms),
-                        i.threads
-                    )
-                };
-                view! {
-                    <div class="incident" data-incident-id=i.id.to_string() data-recording=i.recording.to_string()>
-                        {what}
-                        <a class="incident-json" href=json download="">"JSON"</a>
-                        " · "
-                        <a class="incident-trace" href=trace download="" title="Chrome trace event file: open it in ui.perfetto.dev">"trace"</a>
-                    </div>
-                }
-            })
-            .collect_view()
+        store
+            .incidents
+            .with(|all| all.iter().filter(|i| i.alert_id == id).map(|i| incident_line(i, false)).collect_view())
     };
     let class = match (alert.is_active(), alert.silenced.is_some()) {
         (true, false) => "alert",
@@ -376,7 +350,54 @@ pub fn AlertsPanel() -> impl IntoView {
                 </ul>
             </Show>
             <SilencesList />
+            <IncidentsList />
         </section>
+    }
+}
+
+/// An incident bundle: recording until when, or its size, span and downloads (JSON and Chrome
+/// trace). `with_alert` says which alert it is of (in the list of every bundle).
+fn incident_line(i: &ringside_shared::IncidentSummary, with_alert: bool) -> impl IntoView {
+    let json = format!("/api/incidents/{}?download=1", i.id);
+    let trace = format!("/api/incidents/{}/trace?download=1", i.id);
+    let what = if i.recording {
+        format!("Incident bundle #{} recording until {}", i.id, clock(i.end_ms))
+    } else {
+        let cut = if i.complete { "" } else { ", cut short" };
+        format!(
+            "Incident bundle #{} ({}, {} to {}{cut}, {} threads)",
+            i.id,
+            bytes(i.bytes),
+            clock(i.start_ms),
+            clock(i.end_ms),
+            i.threads
+        )
+    };
+    let alert = with_alert.then(|| format!(" of alert #{} ({}): {}", i.alert_id, i.severity.as_str(), i.message));
+    view! {
+        <div class="incident" data-incident-id=i.id.to_string() data-recording=i.recording.to_string()>
+            {what}{alert}" · "
+            <a class="incident-json" href=json download="">"JSON"</a>
+            " · "
+            <a class="incident-trace" href=trace download="" title="Chrome trace event file: open it in ui.perfetto.dev">"trace"</a>
+        </div>
+    }
+}
+
+/// Every incident bundle kept or recording, newest first: also those of alerts no longer listed.
+#[component]
+fn IncidentsList() -> impl IntoView {
+    let store = expect_context::<Store>();
+    let rows = move || {
+        store.incidents.with(|all| {
+            all.iter().map(|i| view! { <li class="incident-row">{incident_line(i, true)}</li> }).collect_view()
+        })
+    };
+    view! {
+        <Show when=move || store.incidents.with(|i| !i.is_empty())>
+            <h3>"Incident bundles"</h3>
+            <ul class="incidents" id="incident-list">{rows}</ul>
+        </Show>
     }
 }
 

@@ -606,6 +606,8 @@ async fn an_alert_silenced_from_its_row_shows_silenced_leaves_the_badge_and_come
         let said =
             eventually("the incident bundle on the row", WAIT, || async { text_of(&client, &kept).await }).await?;
         assert!(said.contains("Incident bundle #") && said.contains("threads"), "{said}");
+        let listed = text_of(&client, "#incident-list").await?.unwrap_or_default();
+        assert!(listed.contains(&format!("of alert #{id} (critical)")), "every bundle listed: {listed}");
         client.find(Locator::Css(&format!("{kept} a.incident-trace"))).await?.click().await?;
         let file = eventually("the trace file is downloaded", WAIT, || async {
             let found = std::fs::read_dir(&downloads.0)?.flatten().map(|e| e.path()).find(|p| {
