@@ -420,9 +420,17 @@ impl NodeState {
         }
     }
 
+    /// An alert changed outside a tick: an incident bundle recording for it closes with it.
+    fn note_alert(&self, alert: &Alert) {
+        if let Some(recorder) = self.incidents.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            recorder.note_alert(alert);
+        }
+    }
+
     /// Tells clients (and Alertmanager) what a silence changed.
     fn announce(&self, changes: Vec<AlertChange>) {
         for change in changes {
+            self.note_alert(change.alert());
             self.forward(change.alert());
             self.broadcast(&ServerMessage::AlertUpdated { alert: change.alert().clone() });
         }
@@ -518,6 +526,7 @@ impl NodeState {
         }
         if changed {
             tracing::info!(id, token = identity.name, "alert acknowledged");
+            self.note_alert(&alert);
             self.forward(&alert);
             self.broadcast(&ServerMessage::AlertUpdated { alert: alert.clone() });
         }

@@ -153,3 +153,61 @@ fn gpu_source(root: &Path, seconds: u64) -> Result<()> {
     }
     Ok(())
 }
+
+/// An `ml-workload` run for the length of a benchmark, its workers stopped with it.
+struct Load(std::process::Child);
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        let _ = Command::new("pkill").args(["-KILL", "-P", &self.0.id().to_string()]).status();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The incident recorder's cost: the daemon at 100 ms beside two `ml-workload`s (threads,
+/// process timelines and decisions to keep every tick), `[incidents]` off and on, alternating
+/// over `rounds`; the medians and their ratio. Needs root (the scheduler's probe).
+pub fn incidents(root: &Path, workload: &Path, seconds: u64, rounds: u32) -> Result<()> {
+    let scratch = std::env::temp_dir().join("ringside-bench-incidents");
+    std::fs::create_dir_all(&scratch)?;
+    let mut loads = Vec::new();
+    for (n, extra) in [["--data-weight", "1"], ["--data-weight", "3"]].iter().enumerate() {
+        let child = Command::new(workload)
+            .args(["--phase-ms", "300", "--cycles", "1000000"])
+            .args(extra)
+            .arg("--log")
+            .arg(scratch.join(format!("truth-{n}.jsonl")))
+            .stdout(Stdio::null())
+            .spawn()
+            .context("cannot start ml-workload")?;
+        loads.push(Load(child));
+    }
+    let mut cpu: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut rss: [u64; 2] = [0, 0];
+    for round in 0..rounds {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for on in order {
+            eprintln!("incidents round {}/{rounds}: {}", round + 1, ["off", "on"][on]);
+            let config = if on == 1 { "[incidents]\nenabled = true\n" } else { "[incidents]\nenabled = false\n" };
+            let (c, r) = measure(root, 100, seconds, &Extra { config, env: Vec::new() })?;
+            cpu[on].push(c);
+            rss[on] = rss[on].max(r);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (off, on) = (median(&mut cpu[0]), median(&mut cpu[1]));
+    drop(loads);
+    println!();
+    println!("| incident recorder (100 ms, 2 ML workloads) | CPU (% of one core, median) | peak RSS |");
+    println!("|---|---|---|");
+    println!("| off | {off:.3} | {} KiB |", rss[0]);
+    println!("| on | {on:.3} | {} KiB |", rss[1]);
+    if off > 0.0 {
+        println!("recorder on / off: {:.3}x CPU", on / off);
+    }
+    Ok(())
+}

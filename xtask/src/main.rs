@@ -15,10 +15,10 @@
 //! - `package`: `target/debian/ringside_<version>_amd64.deb` (see [`package`]).
 //! - `vm-test`: the sched_ext scheduler in a guest kernel under qemu (see [`vm`]).
 //! - `vm-header`: refreshes `bpf/src/bpf/vmlinux_scx.h` from the guest kernel build.
-//! - `bench [ring|gpu|daemon|fanout|sched|guest]`: the ring queue against rtrb and crossbeam-channel,
-//!   the persistent CUDA kernel against launches per message (skipped without a GPU), what
-//!   the idle daemon costs, WebSocket fan-out to 100 clients, the scheduler's probe overhead
-//!   and effect, and the sched_ext
+//! - `bench [ring|gpu|daemon|fanout|sched|incidents|guest]`: the ring queue against rtrb and
+//!   crossbeam-channel, the persistent CUDA kernel against launches per message (skipped without
+//!   a GPU), what the idle daemon costs, WebSocket fan-out to 100 clients, the scheduler's probe
+//!   overhead and effect, the incident recorder's cost beside ML workloads, and the sched_ext
 //!   scheduler against setattr and the kernel's default in the guest (see `docs/performance.md`).
 
 mod bench;
@@ -114,6 +114,13 @@ fn run() -> Result<()> {
                 cargo(&["build", "--release", "-p", "ringside-daemon", "-p", "ringside-workload"])?;
                 sched_bench::run(&root, root.join("target/release/ml-workload"))?;
             }
+            if matches!(which, "all" | "incidents") {
+                setup(false)?;
+                cargo(&["build", "--release", "-p", "ringside-daemon", "-p", "ringside-workload"])?;
+                let seconds = std::env::var("RINGSIDE_BENCH_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
+                let rounds = std::env::var("RINGSIDE_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+                bench::incidents(&root, &root.join("target/release/ml-workload"), seconds, rounds)?;
+            }
             if which == "guest" {
                 vm::run(&root, &guest_options(&args, true))?;
             }
@@ -121,7 +128,7 @@ fn run() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | package | miri | fuzz [SECONDS] | vm-test | vm-header | bench [ring|gpu|daemon|fanout|sched|guest]>"
+                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | package | miri | fuzz [SECONDS] | vm-test | vm-header | bench [ring|gpu|daemon|fanout|sched|incidents|guest]>"
             );
             std::process::exit(2);
         }

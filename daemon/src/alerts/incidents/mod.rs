@@ -362,6 +362,35 @@ impl Recorder {
         self.frames.push_back(Arc::new(frame));
     }
 
+    /// An alert changed outside a tick (acknowledged, silenced): bundles recording for it
+    /// close with it as it is now, and an acknowledgement is an event of the span.
+    pub fn note_alert(&mut self, alert: &Alert) {
+        if !self.config.enabled {
+            return;
+        }
+        for p in self.pending.iter_mut().filter(|p| p.alert.id == alert.id) {
+            p.alert = alert.clone();
+        }
+        if let Some(t) = alert.transitions.last().filter(|t| t.kind == TransitionKind::Acknowledged) {
+            self.push_event(alert, t.kind, t.at_ms);
+        }
+    }
+
+    fn push_event(&mut self, alert: &Alert, kind: TransitionKind, at_ms: u64) {
+        if self.events.len() == MAX_EVENTS {
+            self.events.pop_front();
+        }
+        self.events.push_back(AlertEvent {
+            at_ms,
+            alert_id: alert.id,
+            kind,
+            severity: alert.severity,
+            name: alert.name().to_string(),
+            source: alert.source.clone(),
+            message: alert.message.clone(),
+        });
+    }
+
     fn note_change(&mut self, change: &AlertChange, now: u64) {
         let alert = change.alert();
         for p in self.pending.iter_mut().filter(|p| p.alert.id == alert.id) {
@@ -375,18 +404,7 @@ impl Recorder {
             (AlertChange::Updated(_), Some(t)) => t.kind,
             (AlertChange::Updated(_), None) => return,
         };
-        if self.events.len() == MAX_EVENTS {
-            self.events.pop_front();
-        }
-        self.events.push_back(AlertEvent {
-            at_ms: now,
-            alert_id: alert.id,
-            kind,
-            severity: alert.severity,
-            name: alert.name().to_string(),
-            source: alert.source.clone(),
-            message: alert.message.clone(),
-        });
+        self.push_event(alert, kind, now);
         let min = self.config.min_severity;
         let fired = match kind {
             TransitionKind::Raised | TransitionKind::Reopened => alert.severity >= min,

@@ -237,6 +237,22 @@ fn an_escalation_to_the_level_starts_a_bundle_and_one_alert_records_one_at_a_tim
     });
     recorder.record(&sample1, None, &[AlertChange::Updated(a.clone())]);
     assert_eq!(recorder.list().len(), 1, "escalated to critical");
+    // Acknowledged between ticks: the bundle closes with the acknowledgement, an event.
+    a.acknowledgement = Some(ringside_shared::Acknowledgement {
+        by: "ana".into(),
+        token: "operator".into(),
+        at_ms: sample1.taken_at_ms + 10,
+        note: None,
+    });
+    a.transitions.push(AlertTransition {
+        at_ms: sample1.taken_at_ms + 10,
+        kind: TransitionKind::Acknowledged,
+        severity: Severity::Critical,
+        value: 2.0,
+        by: Some("ana".into()),
+        note: None,
+    });
+    recorder.note_alert(&a);
     // Reopened while its bundle records: no second bundle.
     let (sample2, _) = sample(2);
     a.transitions.push(AlertTransition {
@@ -255,6 +271,12 @@ fn an_escalation_to_the_level_starts_a_bundle_and_one_alert_records_one_at_a_tim
     assert!(!list[0].recording && !list[0].complete, "{list:?}");
     let bundle = read(recorder.store(), list[0].id);
     assert_eq!(bundle.end_ms, sample2.taken_at_ms);
+    assert_eq!(bundle.alert.acknowledgement.as_ref().map(|a| a.by.as_str()), Some("ana"));
+    let kinds: Vec<TransitionKind> = bundle.alert_events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![TransitionKind::Raised, TransitionKind::Escalated, TransitionKind::Acknowledged, TransitionKind::Reopened]
+    );
 }
 
 /// The bounds under a storm: 1,000 critical alerts firing, 10 per tick.
