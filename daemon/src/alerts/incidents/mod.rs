@@ -146,30 +146,21 @@ struct Pending {
 /// What the store's thread needs to assemble one bundle.
 #[derive(Debug)]
 pub struct Parts {
-    id: u64,
-    node: NodeIdentity,
-    alert: Alert,
-    fired_at_ms: u64,
-    start_ms: u64,
-    end_ms: u64,
-    complete: bool,
-    interval_ms: u64,
+    /// Everything but what is assembled from the frames (`history`, `scheduler`, `threads`).
+    bundle: IncidentBundle,
     frames: Vec<Arc<Frame>>,
     comms: HashMap<u32, String>,
-    processes: Vec<ProcessTimeline>,
-    decisions: Vec<Decision>,
-    events: Vec<AlertEvent>,
-    notes: Vec<String>,
 }
 
 impl Parts {
     pub fn id(&self) -> u64 {
-        self.id
+        self.bundle.id
     }
 
     /// Listed as recording until written.
     pub fn summary(&self) -> IncidentSummary {
-        recording(self.id, &self.alert, self.fired_at_ms, self.start_ms, self.end_ms)
+        let b = &self.bundle;
+        recording(b.id, &b.alert, b.fired_at_ms, b.start_ms, b.end_ms)
     }
 }
 
@@ -490,7 +481,8 @@ impl Recorder {
             notes.push(format!("{missed} decisions made faster than the scheduler lists them are not recorded"));
         }
         let events = self.events.iter().filter(|e| e.at_ms >= start && e.at_ms <= end).cloned().collect();
-        Parts {
+        let bundle = IncidentBundle {
+            schema_version: INCIDENT_SCHEMA_VERSION,
             id: p.id,
             node: self.node.clone(),
             alert: p.alert.clone(),
@@ -499,13 +491,15 @@ impl Recorder {
             end_ms: if complete { end } else { frames.last().map_or(start, |f| f.t_ms) },
             complete,
             interval_ms: self.interval_ms,
-            frames,
-            comms,
+            history: Vec::new(),
+            scheduler: Vec::new(),
             processes,
+            threads: Vec::new(),
             decisions,
-            events,
+            alert_events: events,
             notes,
-        }
+        };
+        Parts { bundle, frames, comms }
     }
 
     /// The bundle still being recorded under `id`, as it stands now.
@@ -542,22 +536,8 @@ impl Recorder {
 
 /// Builds the bundle from its parts (on the store's thread: it copies the span's evidence).
 pub fn assemble(parts: Parts) -> IncidentBundle {
-    let Parts {
-        id,
-        node,
-        alert,
-        fired_at_ms,
-        start_ms,
-        end_ms,
-        complete,
-        interval_ms,
-        frames,
-        comms,
-        processes,
-        decisions,
-        events,
-        mut notes,
-    } = parts;
+    let Parts { mut bundle, frames, comms } = parts;
+    let (start_ms, interval_ms) = (bundle.start_ms, bundle.interval_ms);
     // Each thread's phase at every tick, runs of one phase merged. An observation at a tick
     // stands for the time since the tick before.
     let mut threads: BTreeMap<u32, ThreadTimeline> = BTreeMap::new();
@@ -585,26 +565,12 @@ pub fn assemble(parts: Parts) -> IncidentBundle {
         }
     }
     if !left_out.is_empty() {
-        notes.push(format!("{} threads left out (at most {MAX_THREADS})", left_out.len()));
+        bundle.notes.push(format!("{} threads left out (at most {MAX_THREADS})", left_out.len()));
     }
-    IncidentBundle {
-        schema_version: INCIDENT_SCHEMA_VERSION,
-        id,
-        node,
-        alert,
-        fired_at_ms,
-        start_ms,
-        end_ms,
-        complete,
-        interval_ms,
-        history: frames.iter().filter_map(|f| f.point.clone()).collect(),
-        scheduler: frames.iter().filter_map(|f| f.scheduler.clone()).collect(),
-        processes,
-        threads: threads.into_values().collect(),
-        decisions,
-        alert_events: events,
-        notes,
-    }
+    bundle.history = frames.iter().filter_map(|f| f.point.clone()).collect();
+    bundle.scheduler = frames.iter().filter_map(|f| f.scheduler.clone()).collect();
+    bundle.threads = threads.into_values().collect();
+    bundle
 }
 
 #[cfg(test)]
