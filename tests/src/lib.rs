@@ -634,6 +634,21 @@ impl Daemon {
         self.poll(path, what, secs, ready, |v| v.to_string()).await
     }
 
+    /// Polls the text at `path` until `ready` accepts it, within `secs`.
+    pub async fn poll_text(&self, path: &str, what: &str, secs: u64, ready: impl Fn(&str) -> bool) -> Result<String> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let text = self.get(path).await?.text().await?;
+            if ready(&text) {
+                return Ok(text);
+            }
+            if Instant::now() >= deadline {
+                bail!("{what}: not within {secs} s; last answer:\n{text}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Polls the snapshot until component `name` has `status`, within `secs`.
     pub async fn component_when(&self, name: &str, status: &str, secs: u64) -> Result<serde_json::Value> {
         let what = format!("component {name} {status}");

@@ -405,3 +405,70 @@ async fn an_incident_bundle_recording_at_a_stop_is_written_cut_short_and_kept_ac
     assert_eq!(bad.status(), 400);
     Ok(())
 }
+
+/// A storm: 1,000 critical rules firing in the same tick. The daemon keeps at most
+/// `max_count` bundles and `max_bytes` on disk, counts what it gave up, and stays responsive.
+#[tokio::test]
+async fn a_thousand_critical_alerts_keep_the_incident_store_within_its_bounds() -> Result<()> {
+    const RULES: usize = 1000;
+    const MAX_COUNT: usize = 10;
+    const MAX_BYTES: u64 = 1 << 20;
+    let rules: String = (0..RULES)
+        .map(|i| {
+            format!(
+                "[[rules]]\nname = \"storm{i:04}\"\nmetric = \"host.memory_used_pct\"\nop = \">\"\nthreshold = 0.001\n\
+                 severity = \"critical\"\n\n"
+            )
+        })
+        .collect();
+    let daemon = Daemon::start(DaemonOptions {
+        interval_ms: 200,
+        config: format!(
+            "[scheduler]\nenabled = false\n\n[incidents]\nbefore_s = 1\nafter_s = 1\nmax_count = {MAX_COUNT}\n\
+             max_bytes = {MAX_BYTES}\n\n{rules}"
+        ),
+        ..DaemonOptions::default()
+    })?;
+    let dir = daemon.data_dir().join("incidents");
+    let on_disk = || -> Result<(usize, u64)> {
+        let mut files = (0, 0);
+        for entry in std::fs::read_dir(&dir)?.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if name.ends_with(".json") && name != "index.json" {
+                files = (files.0 + 1, files.1 + entry.metadata()?.len());
+            }
+        }
+        Ok(files)
+    };
+    let mut most = (0, 0);
+    wait_for_alerts(&daemon, RULES).await?;
+    // Every bundle of the storm written or given up: none recording any more.
+    let deadline = Instant::now() + WAIT;
+    let list = loop {
+        let (n, bytes) = on_disk()?;
+        most = (most.0.max(n), most.1.max(bytes));
+        let list = daemon.get_json("/api/incidents").await?;
+        let recording = list.as_array().context("list")?.iter().filter(|i| i["recording"] == true).count();
+        if recording == 0 && n > 0 {
+            break list;
+        }
+        ensure!(Instant::now() < deadline, "{recording} bundles still recording: {list}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (n, bytes) = on_disk()?;
+    // While one is written the oldest is still there: one over, never more.
+    assert!(most.0 <= MAX_COUNT + 1, "{} files at once", most.0);
+    assert!(n <= MAX_COUNT && bytes <= MAX_BYTES, "{n} files, {bytes} bytes");
+    assert_eq!(list.as_array().map(Vec::len), Some(n), "{list}");
+    // `/metrics` says so from the next tick on.
+    let kept = format!("ringside_incident_bundles {n}");
+    let metrics = daemon.poll_text("/metrics", "the bundles counted", 5, |m| m.lines().any(|l| l == kept)).await?;
+    let value = |name: &str| {
+        metrics.lines().find_map(|l| l.strip_prefix(&format!("{name} ")).and_then(|v| v.parse::<f64>().ok()))
+    };
+    assert_eq!(value("ringside_incident_bundle_bytes"), Some(bytes as f64));
+    let dropped = value("ringside_incident_bundles_dropped_total").unwrap_or(0.0);
+    assert!(dropped >= (RULES - 3 * MAX_COUNT - 64) as f64, "{dropped} dropped");
+    eprintln!("1000 critical alerts: {n} bundles ({bytes} bytes) kept, {dropped} dropped, at most {} files", most.0);
+    Ok(())
+}

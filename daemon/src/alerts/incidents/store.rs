@@ -175,7 +175,7 @@ impl BundleStore {
         (listed.len() as u64, bytes, self.shared.dropped.load(Ordering::Relaxed))
     }
 
-    /// The latest failure (cleared by nothing: it is said until the daemon restarts).
+    /// The latest failure, until a bundle is written again.
     pub fn error(&self) -> Option<String> {
         self.shared.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -331,6 +331,8 @@ impl Disk {
         self.entries.sort_by_key(|s| s.id);
         self.next_id = self.next_id.max(id + 1);
         self.bound();
+        // Written: what went wrong before is over.
+        *shared.error.lock().unwrap_or_else(|e| e.into_inner()) = None;
         if let Err(why) = self.save_index() {
             shared.fail(why);
         }

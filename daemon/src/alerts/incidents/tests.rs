@@ -393,3 +393,34 @@ fn the_config_refuses_spans_that_do_not_fit_in_memory() {
     assert!(IncidentsConfig { max_count: 0, ..IncidentsConfig::default() }.check(1000).is_err());
     assert!(IncidentsConfig { max_bytes: 10, ..IncidentsConfig::default() }.check(1000).is_err());
 }
+
+#[test]
+fn a_bundle_over_max_bytes_is_not_kept_and_said_until_one_is_written_again() {
+    let dir = ScratchDir::new("incidents-too-big");
+    let max_bytes = 4000;
+    let cfg = IncidentsConfig { before_s: 0, after_s: 0, max_bytes, ..IncidentsConfig::default() };
+    let mut recorder = Recorder::new(cfg, node(), 1000, BundleStore::open(dir.path(), 10, max_bytes));
+    let wait_written = |recorder: &Recorder, n: u64| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while recorder.store().totals().0 + recorder.store().totals().2 < n && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    // A tick with 100 threads: its bundle is larger than max_bytes.
+    let (mut big, _) = sample(1);
+    if let Some(s) = big.scheduler.as_mut() {
+        s.tasks = (0..100).map(|t| task(10, 100 + t, Phase::GpuCompute)).collect();
+    }
+    recorder.record(&big, None, &[raised(1, Severity::Critical, big.taken_at_ms)]);
+    wait_written(&recorder, 1);
+    assert_eq!(recorder.store().totals(), (0, 0, 1));
+    assert!(recorder.store().error().is_some_and(|e| e.contains("max_bytes")), "{:?}", recorder.store().error());
+    // A small one is kept, and the store is healthy again.
+    let small = Sample { taken_at_ms: NODE_START + 5000, ..Sample::default() };
+    recorder.record(&small, None, &[raised(2, Severity::Critical, small.taken_at_ms)]);
+    wait_written(&recorder, 2);
+    let (kept, bytes, dropped) = recorder.store().totals();
+    assert!(kept == 1 && bytes <= max_bytes && dropped == 1, "{kept} {bytes} {dropped}");
+    assert_eq!(recorder.store().error(), None);
+    assert!(recorder.finish(Duration::from_secs(5)));
+}
