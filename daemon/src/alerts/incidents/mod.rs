@@ -150,6 +150,8 @@ pub struct Parts {
     bundle: IncidentBundle,
     frames: Vec<Arc<Frame>>,
     comms: HashMap<u32, String>,
+    /// The processes of the alert's job: their threads go first when there are too many.
+    job_pids: HashSet<u32>,
 }
 
 impl Parts {
@@ -162,6 +164,11 @@ impl Parts {
         let b = &self.bundle;
         recording(b.id, &b.alert, b.fired_at_ms, b.start_ms, b.end_ms)
     }
+}
+
+/// The main pid of the job an alert is about (its `job` label), if any.
+fn alert_job(alert: &Alert) -> Option<u32> {
+    alert.labels.get("job").and_then(|j| j.parse().ok())
 }
 
 /// A bundle not yet written, as listed.
@@ -462,7 +469,10 @@ impl Recorder {
                     .collect(),
             })
             .collect();
-        processes.sort_by_key(|p| p.pid);
+        // Beyond the bound, the alert's own job goes first, then the processes with the most
+        // spans in the span.
+        let job = alert_job(&p.alert);
+        processes.sort_by_key(|t| (Some(t.job) != job, std::cmp::Reverse(t.spans.len()), t.pid));
         let dropped: u64 = self.processes.values().map(|t| t.spans_dropped).sum();
         if dropped > 0 {
             notes.push(format!("{dropped} older phase spans dropped (at most {MAX_PROCESS_SPANS} per process)"));
@@ -471,6 +481,9 @@ impl Recorder {
             notes.push(format!("{} processes left out (at most {MAX_PROCESSES})", processes.len() - MAX_PROCESSES));
             processes.truncate(MAX_PROCESSES);
         }
+        processes.sort_by_key(|t| t.pid);
+        let job_pids: HashSet<u32> =
+            self.processes.iter().filter(|(_, t)| Some(t.job) == job).map(|(pid, _)| *pid).collect();
         let decisions: Vec<Decision> =
             self.decisions.iter().filter(|d| d.at_ms >= start && d.at_ms <= end).cloned().collect();
         if decisions.len() == MAX_DECISIONS {
@@ -499,7 +512,7 @@ impl Recorder {
             alert_events: events,
             notes,
         };
-        Parts { bundle, frames, comms }
+        Parts { bundle, frames, comms, job_pids }
     }
 
     /// The bundle still being recorded under `id`, as it stands now.
@@ -536,18 +549,30 @@ impl Recorder {
 
 /// Builds the bundle from its parts (on the store's thread: it copies the span's evidence).
 pub fn assemble(parts: Parts) -> IncidentBundle {
-    let Parts { mut bundle, frames, comms } = parts;
+    let Parts { mut bundle, frames, comms, job_pids } = parts;
+    // The threads kept when there are more than the bound: the alert's job's first, then in
+    // the order they appear.
+    let mut order: Vec<(bool, usize, u32)> = Vec::new();
+    let mut seen = HashSet::new();
+    for (i, frame) in frames.iter().enumerate() {
+        for &(pid, tid, _) in &frame.threads {
+            if seen.insert(tid) {
+                order.push((!job_pids.contains(&pid), i, tid));
+            }
+        }
+    }
+    order.sort_unstable();
+    let kept: HashSet<u32> = order.iter().take(MAX_THREADS).map(|&(_, _, tid)| tid).collect();
+    let left_out = order.len().saturating_sub(MAX_THREADS);
     let (start_ms, interval_ms) = (bundle.start_ms, bundle.interval_ms);
     // Each thread's phase at every tick, runs of one phase merged. An observation at a tick
     // stands for the time since the tick before.
     let mut threads: BTreeMap<u32, ThreadTimeline> = BTreeMap::new();
     let mut last_frame: HashMap<u32, usize> = HashMap::new();
-    let mut left_out = HashSet::new();
     for (i, frame) in frames.iter().enumerate() {
         let since = if i == 0 { frame.t_ms.saturating_sub(interval_ms).max(start_ms) } else { frames[i - 1].t_ms };
         for &(pid, tid, phase) in &frame.threads {
-            if !threads.contains_key(&tid) && threads.len() >= MAX_THREADS {
-                left_out.insert(tid);
+            if !kept.contains(&tid) {
                 continue;
             }
             let timeline = threads.entry(tid).or_insert_with(|| ThreadTimeline {
@@ -564,8 +589,8 @@ pub fn assemble(parts: Parts) -> IncidentBundle {
             last_frame.insert(tid, i);
         }
     }
-    if !left_out.is_empty() {
-        bundle.notes.push(format!("{} threads left out (at most {MAX_THREADS})", left_out.len()));
+    if left_out > 0 {
+        bundle.notes.push(format!("{left_out} threads left out (at most {MAX_THREADS}; the alert's job's first)"));
     }
     bundle.history = frames.iter().filter_map(|f| f.point.clone()).collect();
     bundle.scheduler = frames.iter().filter_map(|f| f.scheduler.clone()).collect();

@@ -424,3 +424,24 @@ fn a_bundle_over_max_bytes_is_not_kept_and_said_until_one_is_written_again() {
     assert_eq!(recorder.store().error(), None);
     assert!(recorder.finish(Duration::from_secs(5)));
 }
+
+#[test]
+fn beyond_the_thread_bound_the_alert_s_job_is_kept_first() {
+    let dir = ScratchDir::new("incidents-many-threads");
+    let mut recorder = Recorder::new(config(0, 0), node(), 1000, BundleStore::open(dir.path(), 10, 64 << 20));
+    let (mut tick, _) = sample(1);
+    if let Some(s) = tick.scheduler.as_mut() {
+        // 290 threads of job 10 listed before the 10 threads of job 20.
+        s.tasks = (0..290).map(|t| task(10, 1000 + t, Phase::GpuCompute)).collect();
+        s.tasks.extend((0..10).map(|t| task(20, 2000 + t, Phase::NcclCollective)));
+        s.processes.push(MlProcessInfo { pid: 20, job: 20, comm: "rank1".into(), ..MlProcessInfo::default() });
+    }
+    let AlertChange::Raised(mut hang) = raised(5, Severity::Critical, tick.taken_at_ms) else { unreachable!() };
+    hang.labels.insert("job".into(), "20".into());
+    recorder.record(&tick, None, &[AlertChange::Raised(hang)]);
+    assert!(recorder.finish(Duration::from_secs(5)));
+    let bundle = read(recorder.store(), recorder.list()[0].id);
+    assert_eq!(bundle.threads.len(), MAX_THREADS);
+    assert_eq!(bundle.threads.iter().filter(|t| t.pid == 20).count(), 10, "the job's threads all kept");
+    assert!(bundle.notes.iter().any(|n| n.contains("44 threads left out")), "{:?}", bundle.notes);
+}
