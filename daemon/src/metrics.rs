@@ -1535,6 +1535,7 @@ mod tests {
             kernels: vec![kernel, cpu_stats],
             kernel_events: vec![],
             gpus: Some(gpus),
+            ..Sample::default()
         };
         let window = WindowAggregates {
             kernels: vec![KernelWindow {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use ringside_shared::{
     ComponentHealth, ComponentStatus, GpuPoint, GpuTelemetry, HistoryPoint, HostMetrics, KernelPoint,
-    KernelStateChange, KernelWindow, RingKernelMetrics, SchedulerTelemetry, SchedulerWindow, WindowAggregates,
+    KernelStateChange, KernelWindow, Phase, RingKernelMetrics, SchedulerTelemetry, SchedulerWindow, WindowAggregates,
 };
 
 /// What one collection tick gathered.
@@ -23,6 +23,33 @@ pub struct Sample {
     pub kernels: Vec<RingKernelMetrics>,
     pub kernel_events: Vec<KernelStateChange>,
     pub gpus: Option<GpuTelemetry>,
+    /// Every phase change of a tracked ML thread since the tick before, in the order the
+    /// scheduler made them, at its window's resolution; and how many were given up (more than
+    /// the observer keeps between two ticks).
+    pub thread_events: Vec<ThreadEvent>,
+    pub thread_events_lost: u64,
+}
+
+/// What the scheduler's observer tells of one tracked ML thread, at the start of the window in
+/// which it happened (wall ms).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ThreadEvent {
+    /// From `at_ms` on the thread is in `phase`; `comm` is given when it is first tracked.
+    Phase { at_ms: u64, pid: u32, tid: u32, phase: Phase, comm: Option<String> },
+    /// The thread is no longer observed (it exited, or its process is no longer tracked).
+    Gone { at_ms: u64, tid: u32 },
+    /// An observer started: no thread of an earlier one is observed any more.
+    AllGone { at_ms: u64 },
+}
+
+impl ThreadEvent {
+    pub fn at_ms(&self) -> u64 {
+        match self {
+            ThreadEvent::Phase { at_ms, .. } | ThreadEvent::Gone { at_ms, .. } | ThreadEvent::AllGone { at_ms } => {
+                *at_ms
+            }
+        }
+    }
 }
 
 /// Values one part of the daemon produces for another, handed over explicitly rather than

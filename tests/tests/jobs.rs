@@ -187,6 +187,29 @@ async fn incident_bundle_of_the_hang(
             && s["end_ms"].as_u64().unwrap_or(0) >= fired.min(hang_end_ms)
     });
     ensure!(in_collective, "the main thread in a collective through the hang: {main}");
+    // At the scheduler's window resolution, not the tick's: the collective begins within a
+    // window or two of the call, and the thread's phase changes fall between ticks.
+    let spans: Vec<(&str, u64, u64)> = main["spans"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| Some((s["phase"].as_str()?, s["start_ms"].as_u64()?, s["end_ms"].as_u64()?)))
+        .collect();
+    let collective = spans
+        .iter()
+        .find(|(phase, _, end)| *phase == "nccl_collective" && *end >= fired.min(hang_end_ms))
+        .map(|(_, begin, _)| *begin)
+        .context("the collective span")?;
+    ensure!(
+        collective + WINDOW_MS >= hang_start_ms && collective <= hang_start_ms + 2 * WINDOW_MS,
+        "the collective span starts at {collective}, the call at {hang_start_ms}: {spans:?}"
+    );
+    let ticks: std::collections::HashSet<u64> = history.iter().copied().collect();
+    let changes: Vec<u64> = spans.iter().skip(1).map(|(_, begin, _)| *begin).collect();
+    ensure!(
+        changes.iter().any(|t| !ticks.contains(t)),
+        "phase changes at the scheduler's windows, not only at ticks: {changes:?} vs ticks {history:?}"
+    );
     let process =
         bundle["processes"].as_array().into_iter().flatten().find(|p| p["pid"] == pid).context("the process")?;
     ensure!(
@@ -214,6 +237,16 @@ async fn incident_bundle_of_the_hang(
     for e in events {
         let ts_ok = e["ph"] == "M" || e["ts"].as_u64().is_some_and(|ts| ts >= start * 1000 && ts <= end * 1000 + 1);
         ensure!(ts_ok, "an event outside the span (µs): {e}");
+    }
+    // A track's slices must nest for a trace viewer to draw them: one after the other here.
+    for (pid, tid) in &expected {
+        let mut slices: Vec<(u64, u64)> = events
+            .iter()
+            .filter(|e| e["ph"] == "X" && track(e) == (*pid, *tid))
+            .filter_map(|e| Some((e["ts"].as_u64()?, e["dur"].as_u64()?)))
+            .collect();
+        slices.sort_unstable();
+        ensure!(slices.windows(2).all(|w| w[0].0 + w[0].1 <= w[1].0), "slices of {tid} overlap: {slices:?}");
     }
     eprintln!(
         "incident bundle {id}: {} bytes for {} s ({} threads, {} history points); trace {} events",

@@ -388,7 +388,7 @@ impl MetricsSource for SchedulerSource {
             Ok(running) => running,
             Err(why) => return Ok(SourceStatus::Degraded(format!("scheduler unavailable: {why}"))),
         };
-        let published = running.published.lock().map_err(|_| SourceError("observer state poisoned".into()))?;
+        let mut published = running.published.lock().map_err(|_| SourceError("observer state poisoned".into()))?;
         let quiet = published.published_at.unwrap_or(running.started).elapsed();
         if quiet > running.stall_after {
             return Err(SourceError(format!(
@@ -397,6 +397,8 @@ impl MetricsSource for SchedulerSource {
                 published.stage
             )));
         }
+        sample.thread_events = std::mem::take(&mut published.thread_events);
+        sample.thread_events_lost = std::mem::take(&mut published.thread_events_lost);
         let Some(telemetry) = &published.telemetry else {
             return Ok(SourceStatus::Degraded("starting: no window observed yet".into()));
         };

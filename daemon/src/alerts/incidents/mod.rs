@@ -1,28 +1,30 @@
 //! Incident bundles: when an alert of `[incidents] min_severity` or above fires, the evidence
 //! around it is kept. The [`Recorder`] keeps the last `before_s + after_s` of every tick in
-//! memory (the node's history point, the scheduler's counts, each ML thread's phase, each ML
-//! process's measured timeline, the decisions, the alert events); `after_s` after the alert
-//! fired it hands the span to the [`store`], whose own thread assembles the bundle and writes it
-//! to the data dir, bounded in count and bytes (the oldest removed first).
+//! memory (the node's history point, the scheduler's counts, each ML thread's phase timeline
+//! from the scheduler's thread events, each ML process's measured timeline, the decisions,
+//! the alert events); `after_s` after the alert fired it hands the span to the [`store`],
+//! whose own thread assembles the bundle and writes it to the data dir, bounded in count and
+//! bytes (the oldest removed first).
 //!
 //! Every input is bounded: at most [`MAX_THREADS`] threads and [`MAX_PROCESSES`] processes
 //! per bundle, [`MAX_PROCESS_SPANS`] spans per process, [`MAX_DECISIONS`] decisions and
 //! [`MAX_EVENTS`] alert events kept; what is left out is said in the bundle's `notes`.
 
 pub mod store;
+mod threads;
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use ringside_shared::incident::{
-    AlertEvent, IncidentBundle, IncidentSummary, ProcessTimeline, SchedulerPoint, ThreadSpan, ThreadTimeline,
-    INCIDENT_SCHEMA_VERSION,
+    AlertEvent, IncidentBundle, IncidentSummary, ProcessTimeline, SchedulerPoint, INCIDENT_SCHEMA_VERSION,
 };
-use ringside_shared::{Alert, Decision, HistoryPoint, NodeIdentity, Phase, PhaseSpan, Severity, TransitionKind};
+use ringside_shared::{Alert, Decision, HistoryPoint, NodeIdentity, PhaseSpan, Severity, TransitionKind};
 use serde::Deserialize;
 
 use super::store::AlertChange;
 use crate::pipeline::Sample;
+use threads::{MAX_THREAD_SPANS, MAX_TRACKED_THREADS};
 
 /// Distinct threads, and processes, one bundle holds at most.
 pub const MAX_THREADS: usize = 256;
@@ -93,10 +95,13 @@ pub struct Frame {
     t_ms: u64,
     point: Option<HistoryPoint>,
     scheduler: Option<SchedulerPoint>,
-    /// `(pid, tid, phase)` of each ML thread the scheduler listed.
-    threads: Vec<(u32, u32, Phase)>,
-    /// Decisions made this tick that the scheduler's list no longer held.
+    /// The ML threads the scheduler listed (its busiest), in its order.
+    listed: Vec<u32>,
+    /// Decisions made this tick that the scheduler's list no longer held, thread events the
+    /// observer gave up, and threads not followed (beyond [`MAX_TRACKED_THREADS`]).
     decisions_missed: u64,
+    thread_events_lost: u64,
+    threads_refused: u64,
 }
 
 /// A process's measured timeline, merged tick after tick.
@@ -146,12 +151,9 @@ struct Pending {
 /// What the store's thread needs to assemble one bundle.
 #[derive(Debug)]
 pub struct Parts {
-    /// Everything but what is assembled from the frames (`history`, `scheduler`, `threads`).
+    /// Everything but what is assembled from the frames (`history`, `scheduler`).
     bundle: IncidentBundle,
     frames: Vec<Arc<Frame>>,
-    comms: HashMap<u32, String>,
-    /// The processes of the alert's job: their threads go first when there are too many.
-    job_pids: HashSet<u32>,
 }
 
 impl Parts {
@@ -197,8 +199,7 @@ pub struct Recorder {
     node: NodeIdentity,
     interval_ms: u64,
     frames: VecDeque<Arc<Frame>>,
-    /// Each ML thread's name and when it was last listed.
-    comms: HashMap<u32, (String, u64)>,
+    threads: threads::ThreadTracks,
     processes: HashMap<u32, ProcessTrack>,
     decisions: VecDeque<Decision>,
     decisions_made: Option<u64>,
@@ -220,7 +221,7 @@ impl Recorder {
             node,
             interval_ms: interval_ms.max(1),
             frames: VecDeque::new(),
-            comms: HashMap::new(),
+            threads: threads::ThreadTracks::default(),
             processes: HashMap::new(),
             decisions: VecDeque::new(),
             decisions_made: None,
@@ -257,7 +258,7 @@ impl Recorder {
         while self.frames.front().is_some_and(|f| f.t_ms < horizon) {
             self.frames.pop_front();
         }
-        self.comms.retain(|_, (_, seen)| *seen >= horizon);
+        self.threads.prune(horizon);
         self.processes.retain(|_, p| p.last_seen_ms >= horizon);
         for p in self.processes.values_mut() {
             while p.spans.front().is_some_and(|s| s.end_ms < horizon) {
@@ -292,8 +293,21 @@ impl Recorder {
 
     fn keep_frame(&mut self, sample: &Sample, point: Option<&HistoryPoint>) {
         let now = sample.taken_at_ms;
-        let mut frame =
-            Frame { t_ms: now, point: point.cloned(), scheduler: None, threads: Vec::new(), decisions_missed: 0 };
+        let mut frame = Frame {
+            t_ms: now,
+            point: point.cloned(),
+            scheduler: None,
+            listed: Vec::new(),
+            decisions_missed: 0,
+            thread_events_lost: sample.thread_events_lost,
+            threads_refused: 0,
+        };
+        let since = self.frames.back().map_or(now.saturating_sub(self.interval_ms), |f| f.t_ms);
+        let refused = self.threads.refused;
+        let listed = sample.scheduler.as_ref().map_or(&[][..], |s| &s.tasks[..]);
+        self.threads.tick(&sample.thread_events, listed, since, now);
+        frame.threads_refused = self.threads.refused - refused;
+        frame.listed = listed.iter().map(|t| t.tid).collect();
         if let Some(s) = &sample.scheduler {
             frame.scheduler = Some(SchedulerPoint {
                 t_ms: now,
@@ -302,20 +316,6 @@ impl Recorder {
                 decisions_made: s.decisions_made,
                 phase_transitions: s.phase_transitions,
             });
-            for task in &s.tasks {
-                frame.threads.push((task.pid, task.tid, task.phase));
-                match self.comms.get_mut(&task.tid) {
-                    Some((comm, seen)) => {
-                        if *comm != task.comm {
-                            *comm = task.comm.clone();
-                        }
-                        *seen = now;
-                    }
-                    None => {
-                        self.comms.insert(task.tid, (task.comm.clone(), now));
-                    }
-                }
-            }
             for p in &s.processes {
                 if !self.processes.contains_key(&p.pid) && self.processes.len() >= 4 * MAX_PROCESSES {
                     continue;
@@ -450,8 +450,6 @@ impl Recorder {
         let frames: Vec<Arc<Frame>> =
             self.frames.iter().filter(|f| f.t_ms >= start && f.t_ms <= end).cloned().collect();
         let mut notes = Vec::new();
-        let tids: HashSet<u32> = frames.iter().flat_map(|f| f.threads.iter().map(|t| t.1)).collect();
-        let comms = tids.iter().filter_map(|tid| self.comms.get(tid).map(|(c, _)| (*tid, c.clone()))).collect();
         let mut processes: Vec<ProcessTimeline> = self
             .processes
             .iter()
@@ -493,6 +491,34 @@ impl Recorder {
         if missed > 0 {
             notes.push(format!("{missed} decisions made faster than the scheduler lists them are not recorded"));
         }
+        let lost: u64 = frames.iter().map(|f| f.thread_events_lost).sum();
+        if lost > 0 {
+            notes.push(format!(
+                "{lost} thread phase changes given up (more than the scheduler keeps between two ticks): \
+                 those threads' timelines fall back on the tick's listing"
+            ));
+        }
+        // A thread not followed is refused again at every event and listing: the most in one
+        // tick is the honest count.
+        let refused = frames.iter().map(|f| f.threads_refused).max().unwrap_or(0);
+        if refused > 0 {
+            notes.push(format!("at least {refused} threads not followed (at most {MAX_TRACKED_THREADS} at once)"));
+        }
+        // Beyond the bound, the alert's job's threads go first, then the scheduler's busiest.
+        let mut listed = Vec::new();
+        let mut seen = HashSet::new();
+        for tid in frames.iter().flat_map(|f| f.listed.iter()) {
+            if seen.insert(*tid) {
+                listed.push(*tid);
+            }
+        }
+        let (threads, left_out, spans_dropped) = self.threads.timelines((start, end), &job_pids, &listed, MAX_THREADS);
+        if left_out > 0 {
+            notes.push(format!("{left_out} threads left out (at most {MAX_THREADS}; the alert's job's first)"));
+        }
+        if spans_dropped > 0 {
+            notes.push(format!("{spans_dropped} older thread spans dropped (at most {MAX_THREAD_SPANS} per thread)"));
+        }
         let events = self.events.iter().filter(|e| e.at_ms >= start && e.at_ms <= end).cloned().collect();
         let bundle = IncidentBundle {
             schema_version: INCIDENT_SCHEMA_VERSION,
@@ -507,12 +533,12 @@ impl Recorder {
             history: Vec::new(),
             scheduler: Vec::new(),
             processes,
-            threads: Vec::new(),
+            threads,
             decisions,
             alert_events: events,
             notes,
         };
-        Parts { bundle, frames, comms, job_pids }
+        Parts { bundle, frames }
     }
 
     /// The bundle still being recorded under `id`, as it stands now.
@@ -547,54 +573,11 @@ impl Recorder {
     }
 }
 
-/// Builds the bundle from its parts (on the store's thread: it copies the span's evidence).
+/// Builds the bundle from its parts (on the store's thread: it copies the span's history).
 pub fn assemble(parts: Parts) -> IncidentBundle {
-    let Parts { mut bundle, frames, comms, job_pids } = parts;
-    // The threads kept when there are more than the bound: the alert's job's first, then in
-    // the order they appear.
-    let mut order: Vec<(bool, usize, u32)> = Vec::new();
-    let mut seen = HashSet::new();
-    for (i, frame) in frames.iter().enumerate() {
-        for &(pid, tid, _) in &frame.threads {
-            if seen.insert(tid) {
-                order.push((!job_pids.contains(&pid), i, tid));
-            }
-        }
-    }
-    order.sort_unstable();
-    let kept: HashSet<u32> = order.iter().take(MAX_THREADS).map(|&(_, _, tid)| tid).collect();
-    let left_out = order.len().saturating_sub(MAX_THREADS);
-    let (start_ms, interval_ms) = (bundle.start_ms, bundle.interval_ms);
-    // Each thread's phase at every tick, runs of one phase merged. An observation at a tick
-    // stands for the time since the tick before.
-    let mut threads: BTreeMap<u32, ThreadTimeline> = BTreeMap::new();
-    let mut last_frame: HashMap<u32, usize> = HashMap::new();
-    for (i, frame) in frames.iter().enumerate() {
-        let since = if i == 0 { frame.t_ms.saturating_sub(interval_ms).max(start_ms) } else { frames[i - 1].t_ms };
-        for &(pid, tid, phase) in &frame.threads {
-            if !kept.contains(&tid) {
-                continue;
-            }
-            let timeline = threads.entry(tid).or_insert_with(|| ThreadTimeline {
-                pid,
-                tid,
-                comm: comms.get(&tid).cloned().unwrap_or_default(),
-                spans: Vec::new(),
-            });
-            let follows = i > 0 && last_frame.get(&tid) == Some(&(i - 1));
-            match timeline.spans.last_mut() {
-                Some(span) if follows && span.phase == phase => span.end_ms = frame.t_ms,
-                _ => timeline.spans.push(ThreadSpan { phase, start_ms: since, end_ms: frame.t_ms }),
-            }
-            last_frame.insert(tid, i);
-        }
-    }
-    if left_out > 0 {
-        bundle.notes.push(format!("{left_out} threads left out (at most {MAX_THREADS}; the alert's job's first)"));
-    }
+    let Parts { mut bundle, frames } = parts;
     bundle.history = frames.iter().filter_map(|f| f.point.clone()).collect();
     bundle.scheduler = frames.iter().filter_map(|f| f.scheduler.clone()).collect();
-    bundle.threads = threads.into_values().collect();
     bundle
 }
 

@@ -10,6 +10,7 @@ use ringside_shared::{
 
 use super::store::BundleStore;
 use super::*;
+use crate::pipeline::ThreadEvent;
 use crate::test_support::{alert, ScratchDir};
 
 const NODE_START: u64 = 1_000_000;
@@ -444,4 +445,82 @@ fn beyond_the_thread_bound_the_alert_s_job_is_kept_first() {
     assert_eq!(bundle.threads.len(), MAX_THREADS);
     assert_eq!(bundle.threads.iter().filter(|t| t.pid == 20).count(), 10, "the job's threads all kept");
     assert!(bundle.notes.iter().any(|n| n.contains("44 threads left out")), "{:?}", bundle.notes);
+}
+
+/// `sample(s)` with the scheduler's thread events since the tick before: thread 11 starts
+/// loading data and enters its collective at 7.6 s; thread 13 (never among the busiest
+/// listed) is seen at 4.2 s, changes phase three times between the ticks at 6 and 7 s, and
+/// exits at 9.4 s.
+fn sample_with_events(s: u64) -> (Sample, HistoryPoint) {
+    let (mut sample, point) = sample(s);
+    let at = |ms: u64| NODE_START + ms;
+    let phase = |ms: u64, tid: u32, phase: Phase, comm: Option<&str>| ThreadEvent::Phase {
+        at_ms: at(ms),
+        pid: 10,
+        tid,
+        phase,
+        comm: comm.map(str::to_string),
+    };
+    sample.thread_events = match s {
+        0 => vec![ThreadEvent::AllGone { at_ms: at(0) }, phase(0, 11, Phase::DataLoading, Some("t11"))],
+        5 => vec![phase(4200, 13, Phase::Unknown, Some("loader"))],
+        7 => vec![
+            phase(6300, 13, Phase::DataLoading, None),
+            phase(6700, 13, Phase::NcclCollective, None),
+            phase(6900, 13, Phase::DataLoading, None),
+        ],
+        8 => vec![phase(7600, 11, Phase::NcclCollective, None)],
+        10 => vec![ThreadEvent::Gone { at_ms: at(9400), tid: 13 }],
+        _ => Vec::new(),
+    };
+    (sample, point)
+}
+
+#[test]
+fn thread_timelines_follow_the_scheduler_s_events_between_ticks() {
+    let dir = ScratchDir::new("incidents-thread-events");
+    let mut recorder = Recorder::new(config(5, 3), node(), 1000, BundleStore::open(dir.path(), 10, 64 << 20));
+    for s in 0..=13 {
+        let (mut sample, point) = sample_with_events(s);
+        if s == 12 {
+            sample.thread_events_lost = 7;
+        }
+        let changes = if s == 10 { vec![raised(7, Severity::Critical, sample.taken_at_ms)] } else { Vec::new() };
+        recorder.record(&sample, Some(&point), &changes);
+    }
+    assert!(recorder.finish(Duration::from_secs(5)));
+    let bundle = read(recorder.store(), recorder.list()[0].id);
+    let spans = |tid: u32| -> Vec<(Phase, u64, u64)> {
+        let t = bundle.threads.iter().find(|t| t.tid == tid).unwrap_or_else(|| panic!("thread {tid}"));
+        t.spans.iter().map(|s| (s.phase, s.start_ms - NODE_START, s.end_ms - NODE_START)).collect()
+    };
+    // At the window's resolution, not the tick's: 7.6 s, where the listing alone says 7 s.
+    assert_eq!(spans(11), vec![(Phase::DataLoading, 5000, 7600), (Phase::NcclCollective, 7600, 13_000)]);
+    // Three changes within one tick, and the exit, all kept; a thread never listed is there.
+    assert_eq!(
+        spans(13),
+        vec![
+            (Phase::Unknown, 5000, 6300),
+            (Phase::DataLoading, 6300, 6700),
+            (Phase::NcclCollective, 6700, 6900),
+            (Phase::DataLoading, 6900, 9400),
+        ]
+    );
+    assert_eq!(bundle.threads.iter().find(|t| t.tid == 13).map(|t| t.comm.as_str()), Some("loader"));
+    assert_eq!(bundle.threads.len(), 3);
+    assert!(
+        bundle.notes.iter().any(|n| n.starts_with("7 thread phase changes given up")),
+        "what the scheduler gave up is said: {:?}",
+        bundle.notes
+    );
+    // The trace: the three changes as three slices on thread 13's track.
+    let trace = bundle.chrome_trace();
+    let slices: Vec<(u64, u64)> = trace["traceEvents"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["tid"] == 13)
+        .map(|e| ((e["ts"].as_u64().unwrap() / 1000) - NODE_START, e["dur"].as_u64().unwrap() / 1000))
+        .collect();
+    assert_eq!(slices, vec![(5000, 1300), (6300, 400), (6700, 200), (6900, 2500)]);
 }

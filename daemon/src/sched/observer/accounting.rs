@@ -12,6 +12,7 @@ use super::{
     read_chars, read_trimmed, Observer, Task, CPU_WAIT_SHARE, MAX_SPANS, MAX_THREADS_OBSERVED, MAX_THREADS_PER_PROCESS,
     TIMELINE_MS,
 };
+use crate::pipeline::ThreadEvent;
 
 /// Since when (monotonic ns) a thread has been inside an NCCL collective, or synchronizing on
 /// one it enqueued; `None` when it is not.
@@ -75,21 +76,31 @@ impl Observer {
                 if !self.config.syscall_tracepoints {
                     counters.read_bytes = read_chars(&task_dir.join(tid.to_string()).join("io"));
                 }
-                let proc_root = &self.config.proc_root;
-                let task = self.tasks.entry(tid).or_insert_with(|| Task {
-                    pid,
-                    start_time: thread_start_time(proc_root, pid, tid).unwrap_or(0),
-                    comm: read_trimmed(task_dir.join(tid.to_string()).join("comm")).unwrap_or_default(),
-                    before: None,
-                    last: Counters::default(),
-                    evidence: Evidence::default(),
-                    phase: Hysteresis::default(),
-                    phase_ms: PhaseValues::default(),
-                    runq: VecDeque::new(),
-                    last_decision: None,
-                    window_ns,
-                    collective_since_ns: None,
-                });
+                if !self.tasks.contains_key(&tid) {
+                    let task = Task {
+                        pid,
+                        start_time: thread_start_time(&self.config.proc_root, pid, tid).unwrap_or(0),
+                        comm: read_trimmed(task_dir.join(tid.to_string()).join("comm")).unwrap_or_default(),
+                        before: None,
+                        last: Counters::default(),
+                        evidence: Evidence::default(),
+                        phase: Hysteresis::default(),
+                        phase_ms: PhaseValues::default(),
+                        runq: VecDeque::new(),
+                        last_decision: None,
+                        window_ns,
+                        collective_since_ns: None,
+                    };
+                    self.thread_events.push(ThreadEvent::Phase {
+                        at_ms: start_ms,
+                        pid,
+                        tid,
+                        phase: task.phase.phase,
+                        comm: Some(task.comm.clone()),
+                    });
+                    self.tasks.insert(tid, task);
+                }
+                let task = self.tasks.get_mut(&tid).expect("inserted above");
                 let was_in_collective = std::mem::replace(&mut task.collective_since_ns, in_collective);
                 // A thread seen for the first time has no window yet: its counters so far
                 // cover its whole life.
@@ -109,6 +120,7 @@ impl Observer {
                 *self.total_phase_ms.get_mut(task.phase.phase) += window_ms;
                 if let Some(phase) = changed {
                     self.transitions += 1;
+                    self.thread_events.push(ThreadEvent::Phase { at_ms: start_ms, pid, tid, phase, comm: None });
                     self.decide(tid, phase, end_ms);
                 }
             }
@@ -148,6 +160,7 @@ impl Observer {
         for tid in exited {
             self.tasks.remove(&tid);
             self.forget_task(tid);
+            self.thread_events.push(ThreadEvent::Gone { at_ms: start_ms, tid });
         }
     }
 }

@@ -15,6 +15,7 @@ use super::super::phase::Hysteresis;
 use super::super::policy;
 use super::super::trust::Credentials;
 use super::{Inspection, Library, Observer, Process, MAPS_EVERY, MAX_LIBRARIES, RUNQ_SAMPLES};
+use crate::pipeline::ThreadEvent;
 
 /// Longest command line kept for a process (it travels in every update and labels its job's
 /// alerts and series).
@@ -159,9 +160,11 @@ impl Observer {
         self.probe.detach_process(pid);
         self.enforcement.process_gone(pid);
         let gone: Vec<u32> = self.tasks.iter().filter(|(_, t)| t.pid == pid).map(|(tid, _)| *tid).collect();
+        let at_ms = self.window_start_ms;
         for tid in gone {
             self.tasks.remove(&tid);
             self.forget_task(tid);
+            self.thread_events.push(ThreadEvent::Gone { at_ms, tid });
         }
     }
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use ringside_shared::{Decision, PhaseSpan, PhaseValues, ProcessRole, SchedulerTelemetry, StepTimes};
 
-use crate::pipeline::Feed;
+use crate::pipeline::{Feed, ThreadEvent};
 
 use super::enforcement::Enforcement;
 use super::jobs::{RecentPhases, Steps};
@@ -53,6 +53,9 @@ const MAX_THREADS_PER_PROCESS: usize = 1024;
 const MAX_THREADS_OBSERVED: usize = 8192;
 /// A tracked process's `maps` is read for new libraries every this many scans.
 const MAPS_EVERY: u32 = 5;
+/// Thread events kept until the metrics source takes them (at every tick): beyond, the oldest
+/// are given up and counted.
+pub const MAX_THREAD_EVENTS: usize = 65_536;
 
 #[derive(Debug, Clone)]
 pub struct ObserverConfig {
@@ -83,6 +86,10 @@ pub struct Published {
     pub published_at: Option<Instant>,
     /// What the observer is doing now, for a report when it stops publishing.
     pub stage: &'static str,
+    /// Tracked threads' phase changes not yet taken (at most [`MAX_THREAD_EVENTS`]), and how
+    /// many were given up.
+    pub thread_events: Vec<ThreadEvent>,
+    pub thread_events_lost: u64,
 }
 
 /// Run-queue samples kept in the feed until a `stats` kernel takes them.
@@ -178,6 +185,10 @@ pub struct Observer {
     not_tracked: u64,
     /// Windows observed.
     windows: u64,
+    /// Where the current window started (wall ms).
+    window_start_ms: u64,
+    /// Tracked threads' phase changes made this window, published with it.
+    thread_events: Vec<ThreadEvent>,
 }
 
 fn read_trimmed(path: impl AsRef<Path>) -> Option<String> {
@@ -211,6 +222,8 @@ impl Observer {
             libraries: LibraryInspector::new(config.proc_root.clone(), config.libraries),
             not_tracked: 0,
             windows: 0,
+            window_start_ms: 0,
+            thread_events: Vec::new(),
             config,
             processes: HashMap::new(),
             tasks: HashMap::new(),
@@ -272,6 +285,12 @@ impl Observer {
 
     /// One window of `window_ns`, from `start_ms` to `end_ms` (wall clock).
     pub fn window(&mut self, window_ns: u64, start_ms: u64, end_ms: u64) {
+        if self.windows == 0 {
+            // A new observer (the daemon's start, or after one panicked): threads an earlier
+            // one reported are not observed any more until seen again.
+            self.thread_events.push(ThreadEvent::AllGone { at_ms: start_ms });
+        }
+        self.window_start_ms = start_ms;
         self.stage("reading probe events");
         self.handle_events();
         self.attach_inspected();

@@ -11,7 +11,7 @@ use ringside_shared::{
     ProbeProgram, ProgramState, RefusedEvidence, SchedulerBackend, SchedulerMode, SchedulerTelemetry,
 };
 
-use super::{share, Inspection, Observer, Process, Task, MAX_SPANS};
+use super::{share, Inspection, Observer, Process, Task, MAX_SPANS, MAX_THREAD_EVENTS};
 
 fn probe_attach(mode: AttachMode) -> ProbeAttach {
     match mode {
@@ -235,6 +235,14 @@ impl Observer {
             published.telemetry = Some(telemetry);
             published.degraded = degraded;
             published.published_at = Some(Instant::now());
+            published.thread_events.append(&mut self.thread_events);
+            let excess = published.thread_events.len().saturating_sub(MAX_THREAD_EVENTS);
+            if excess > 0 {
+                published.thread_events.drain(..excess);
+                published.thread_events_lost += excess as u64;
+            }
+        } else {
+            self.thread_events.clear();
         }
         self.runq.publish(&mut self.window_runq);
     }

@@ -20,7 +20,7 @@ use super::super::policy::{PhasePolicy, PolicyTable};
 use super::super::probe::Probe;
 use super::super::trust::{Admission, AdmissionConfig};
 use super::{Observer, ObserverConfig, Published};
-use crate::pipeline::Feed;
+use crate::pipeline::{Feed, ThreadEvent};
 use crate::test_support::ScratchDir;
 
 const W: u64 = 100_000_000;
@@ -465,6 +465,95 @@ fn threads_and_processes_that_end_are_forgotten_and_untracked() {
     drop(recording);
     let t = h.telemetry();
     assert!(t.processes.is_empty() && t.tasks.is_empty());
+}
+
+impl Harness {
+    /// The thread events published since the last call, as the metrics source takes them.
+    fn thread_events(&self) -> Vec<ThreadEvent> {
+        std::mem::take(&mut self.published.lock().unwrap().thread_events)
+    }
+}
+
+#[test]
+fn every_phase_change_of_a_thread_is_an_event_at_its_window_s_start() {
+    let mut h = Harness::new("observer-thread-events", SchedulerBackend::Observe);
+    let t0 = h.now_ms;
+    h.proc.process(4001, 1, "python3 train.py", 1000, &[4001, 4002]);
+    h.window();
+    h.window();
+    let events = h.thread_events();
+    // A new observer says first that no thread of an earlier one is observed; then each
+    // thread from the window it was first seen in, named, in the phase it starts in.
+    assert_eq!(events.first(), Some(&ThreadEvent::AllGone { at_ms: t0 }), "{events:?}");
+    let started: Vec<(u32, Phase, Option<String>)> = events
+        .iter()
+        .filter_map(|e| match e {
+            ThreadEvent::Phase { tid, phase, comm, pid: 4001, .. } => Some((*tid, *phase, comm.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started.len(), 2, "{events:?}");
+    assert!(started.iter().all(|(_, phase, comm)| *phase == Phase::Unknown && comm.is_some()), "{started:?}");
+
+    // Into a collective, out again after two quiet windows: each change at the start of the
+    // window the phase was settled in, and nothing while the phase holds.
+    let collective_from = h.now_ms;
+    h.nccl(4001, 90);
+    h.window();
+    h.nccl(4001, 90);
+    h.window();
+    h.nccl(4001, 5);
+    h.window();
+    let unknown_from = h.now_ms;
+    h.nccl(4001, 5);
+    h.window();
+    let changes: Vec<(u64, u32, Phase)> = h
+        .thread_events()
+        .into_iter()
+        .filter_map(|e| match e {
+            ThreadEvent::Phase { at_ms, tid, phase, comm: None, .. } => Some((at_ms, tid, phase)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(changes, vec![(collective_from, 4001, Phase::NcclCollective), (unknown_from, 4001, Phase::Unknown)]);
+
+    // A thread that exits, then the whole process: each thread said gone.
+    let ended = h.now_ms;
+    h.proc.end_thread(4001, 4002);
+    h.window();
+    assert_eq!(h.thread_events(), vec![ThreadEvent::Gone { at_ms: ended, tid: 4002 }]);
+    h.proc.end_process(4001);
+    h.window();
+    let gone: Vec<u32> = h
+        .thread_events()
+        .iter()
+        .filter_map(|e| if let ThreadEvent::Gone { tid, .. } = e { Some(*tid) } else { None })
+        .collect();
+    assert_eq!(gone, vec![4001]);
+}
+
+#[test]
+fn thread_events_not_taken_are_bounded_and_counted() {
+    let mut h = training("observer-thread-events-bound", SchedulerBackend::Observe);
+    h.thread_events();
+    // Far more phase changes than the source is given between two ticks: a thread in and out
+    // of a data wait every window, for long enough.
+    {
+        let mut published = h.published.lock().unwrap();
+        published.thread_events = vec![ThreadEvent::Gone { at_ms: 0, tid: 1 }; super::MAX_THREAD_EVENTS - 1];
+    }
+    h.nccl(4001, 90);
+    h.read(4002, 90);
+    h.window();
+    let published = h.published.lock().unwrap();
+    assert_eq!(published.thread_events.len(), super::MAX_THREAD_EVENTS);
+    assert_eq!(published.thread_events_lost, 1, "the oldest given up and counted");
+    let mut newest: Vec<(u32, Phase)> = published.thread_events[super::MAX_THREAD_EVENTS - 2..]
+        .iter()
+        .filter_map(|e| if let ThreadEvent::Phase { tid, phase, .. } = e { Some((*tid, *phase)) } else { None })
+        .collect();
+    newest.sort_unstable();
+    assert_eq!(newest, vec![(4001, Phase::NcclCollective), (4002, Phase::DataLoading)], "the newest kept");
 }
 
 #[test]
