@@ -406,6 +406,60 @@ async fn an_incident_bundle_recording_at_a_stop_is_written_cut_short_and_kept_ac
     Ok(())
 }
 
+/// `kill -9` while a bundle records: the checkpoint written when the alert fired holds the
+/// evidence from before it, and the restarted daemon keeps it as the bundle, cut short.
+#[tokio::test]
+async fn an_incident_bundle_recording_at_kill_9_keeps_the_evidence_from_before_the_alert() -> Result<()> {
+    let data = Scratch::new("incident-kill");
+    let options = || DaemonOptions {
+        interval_ms: 200,
+        config: "[scheduler]\nenabled = false\n\n[incidents]\nbefore_s = 3\nafter_s = 600\n\n[[rules]]\n\
+                 name = \"memory_critical\"\nmetric = \"host.memory_used_pct\"\nop = \">\"\nthreshold = 0.001\n\
+                 severity = \"critical\"\nfor = \"4s\"\n"
+            .into(),
+        data_dir: Some(data.0.clone()),
+        ..DaemonOptions::default()
+    };
+    let mut daemon = Daemon::start(options())?;
+    let first = |l: &serde_json::Value| l.as_array().and_then(|l| l.first()).cloned();
+    let list = daemon.json_when("/api/incidents", "a bundle recording", 20, |l| first(l).is_some()).await?;
+    let summary = first(&list).context("the bundle")?;
+    let id = summary["id"].as_u64().context("id")?;
+    let fired = summary["fired_at_ms"].as_u64().context("fired_at_ms")?;
+    let checkpoint = data.0.join("incidents").join(format!("{id}.partial"));
+    for _ in 0..50 {
+        if checkpoint.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    ensure!(checkpoint.exists(), "no checkpoint at {}", checkpoint.display());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    daemon.kill_hard()?;
+    let file = data.0.join("incidents").join(format!("{id}.json"));
+    ensure!(!file.exists(), "killed: the bundle itself was never written");
+
+    let daemon = Daemon::start(options())?;
+    let list = daemon.get_json("/api/incidents").await?;
+    let listed = list.as_array().context("list")?;
+    assert_eq!(listed.len(), 1, "{list}");
+    assert_eq!((listed[0]["id"].as_u64(), listed[0]["recording"].as_bool()), (Some(id), Some(false)), "{list}");
+    assert_eq!(listed[0]["complete"], false);
+    assert!(!checkpoint.exists() && file.exists(), "the checkpoint became the bundle");
+    let bundle = daemon.get_json(&format!("/api/incidents/{id}")).await?;
+    let schema = daemon.get_json("/api/schema/incident").await?;
+    let errors: Vec<String> = jsonschema::validator_for(&schema)?.iter_errors(&bundle).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!((bundle["fired_at_ms"].as_u64(), bundle["end_ms"].as_u64()), (Some(fired), Some(fired)));
+    assert_eq!(bundle["start_ms"].as_u64(), Some(fired - 3000), "the span from before the alert");
+    let points = bundle["history"].as_array().map_or(0, Vec::len);
+    assert!(points >= 13, "{points} points over 3 s at 200 ms");
+    assert!(bundle["notes"].to_string().contains("checkpoint"), "{}", bundle["notes"]);
+    let trace = daemon.get_json(&format!("/api/incidents/{id}/trace")).await?;
+    assert!(trace["traceEvents"].as_array().is_some_and(|e| !e.is_empty()));
+    Ok(())
+}
+
 /// A storm: 1,000 critical rules firing in the same tick. The daemon keeps at most
 /// `max_count` bundles and `max_bytes` on disk, counts what it gave up, and stays responsive.
 #[tokio::test]

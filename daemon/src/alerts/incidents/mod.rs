@@ -36,6 +36,10 @@ pub const MAX_DECISIONS: usize = 5000;
 pub const MAX_EVENTS: usize = 2000;
 /// Ticks the recorder keeps at most: `(before_s + after_s) / interval` must fit.
 pub const MAX_FRAMES: u64 = 20_000;
+/// A bundle still recording is written as a checkpoint when its alert fires and then this
+/// often, so that a daemon killed before the span ends (`kill -9`, the OOM killer) still
+/// leaves the evidence from before the alert.
+pub const CHECKPOINT_MS: u64 = 30_000;
 
 /// The `[incidents]` table.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -146,6 +150,8 @@ struct Pending {
     fired_at_ms: u64,
     start_ms: u64,
     end_ms: u64,
+    /// When its next checkpoint is due.
+    checkpoint_ms: u64,
 }
 
 /// What the store's thread needs to assemble one bundle.
@@ -154,6 +160,8 @@ pub struct Parts {
     /// Everything but what is assembled from the frames (`history`, `scheduler`).
     bundle: IncidentBundle,
     frames: Vec<Arc<Frame>>,
+    /// A checkpoint of a bundle still recording, replaced by the bundle once written.
+    checkpoint: bool,
 }
 
 impl Parts {
@@ -271,6 +279,7 @@ impl Recorder {
         while self.events.front().is_some_and(|e| e.at_ms < horizon) {
             self.events.pop_front();
         }
+        self.checkpoint(now);
         while self.pending.front().is_some_and(|p| p.end_ms <= now) {
             if let Some(done) = self.pending.pop_front() {
                 let parts = self.parts(&done, true);
@@ -288,6 +297,26 @@ impl Recorder {
                 self.finished.push_front(back);
                 break;
             }
+        }
+    }
+
+    /// Writes a checkpoint of the bundle recording longest without one, when due and while
+    /// the writer has nothing else to do: a storm of alerts is not slowed by checkpoints.
+    fn checkpoint(&mut self, now: u64) {
+        if !self.store.idle() {
+            return;
+        }
+        let due =
+            self.pending.iter().filter(|p| p.checkpoint_ms <= now && p.end_ms > now).min_by_key(|p| p.checkpoint_ms);
+        let Some(p) = due.cloned() else { return };
+        let mut parts = self.parts(&p, false);
+        parts.checkpoint = true;
+        parts.bundle.notes.push(
+            "a checkpoint written while the bundle was recording: the daemon stopped before the span's end".into(),
+        );
+        self.store.checkpoint(Box::new(parts));
+        if let Some(p) = self.pending.iter_mut().find(|q| q.id == p.id) {
+            p.checkpoint_ms = now + CHECKPOINT_MS;
         }
     }
 
@@ -440,6 +469,7 @@ impl Recorder {
             fired_at_ms: now,
             start_ms,
             end_ms: now + self.config.after_s * 1000,
+            checkpoint_ms: now,
         });
         self.changed = true;
     }
@@ -538,7 +568,7 @@ impl Recorder {
             alert_events: events,
             notes,
         };
-        Parts { bundle, frames }
+        Parts { bundle, frames, checkpoint: false }
     }
 
     /// The bundle still being recorded under `id`, as it stands now.
@@ -575,7 +605,7 @@ impl Recorder {
 
 /// Builds the bundle from its parts (on the store's thread: it copies the span's history).
 pub fn assemble(parts: Parts) -> IncidentBundle {
-    let Parts { mut bundle, frames } = parts;
+    let Parts { mut bundle, frames, .. } = parts;
     bundle.history = frames.iter().filter_map(|f| f.point.clone()).collect();
     bundle.scheduler = frames.iter().filter_map(|f| f.scheduler.clone()).collect();
     bundle

@@ -5,11 +5,15 @@
 //! `max_bytes` is not written. Files are written to a temporary name, synced, then renamed:
 //! a crash leaves either the whole bundle or none, and a bundle written but missing from the
 //! index (a crash between the two) is found again at the next start.
+//!
+//! A bundle still recording is checkpointed to `<id>.partial` (within `max_bytes` with what is
+//! kept, else not at all), removed once the bundle is written. At the next start, a checkpoint
+//! whose bundle never came (the daemon was killed) becomes that bundle, cut short.
 
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
@@ -40,6 +44,8 @@ struct Shared {
     changed: AtomicBool,
     dropped: AtomicU64,
     error: Mutex<Option<String>>,
+    /// Bundles and checkpoints handed to the writer and not yet done.
+    in_flight: AtomicUsize,
 }
 
 impl Shared {
@@ -88,7 +94,14 @@ impl BundleStore {
     /// as the store's error (its health), and bundles that cannot be written are dropped.
     pub fn open(dir: &Path, max_count: usize, max_bytes: u64) -> BundleStore {
         let shared = Arc::new(Shared::default());
-        let mut disk = Disk { dir: dir.to_path_buf(), max_count, max_bytes, entries: Vec::new(), next_id: 1 };
+        let mut disk = Disk {
+            dir: dir.to_path_buf(),
+            max_count,
+            max_bytes,
+            entries: Vec::new(),
+            checkpoints: std::collections::BTreeMap::new(),
+            next_id: 1,
+        };
         if let Err(why) = disk.load() {
             shared.fail(why);
         }
@@ -101,8 +114,13 @@ impl BundleStore {
         let spawned = std::thread::Builder::new().name("incidents".into()).spawn(move || {
             for parts in rx {
                 let id = parts.id();
-                disk.write(*parts, &writer);
-                writer.dequeue(id);
+                if parts.checkpoint {
+                    disk.write_checkpoint(*parts);
+                } else {
+                    disk.write(*parts, &writer);
+                    writer.dequeue(id);
+                }
+                writer.in_flight.fetch_sub(1, Ordering::Relaxed);
             }
             let _ = done_tx.send(());
         });
@@ -130,23 +148,44 @@ impl BundleStore {
             return Ok(());
         };
         let summary = parts.summary();
+        self.shared.in_flight.fetch_add(1, Ordering::Relaxed);
         match tx.try_send(parts) {
             Ok(()) => {
                 self.shared.queued.lock().unwrap_or_else(|e| e.into_inner()).insert(id, summary);
                 Ok(())
             }
-            Err(mpsc::TrySendError::Full(parts)) => Err(parts),
+            Err(mpsc::TrySendError::Full(parts)) => {
+                self.shared.in_flight.fetch_sub(1, Ordering::Relaxed);
+                Err(parts)
+            }
             Err(mpsc::TrySendError::Disconnected(_)) => {
+                self.shared.in_flight.fetch_sub(1, Ordering::Relaxed);
                 self.shared.drop_one(format!("bundle {id} dropped: the writer has stopped"));
                 Ok(())
             }
         }
     }
 
+    /// Whether the writer has nothing to do.
+    pub fn idle(&self) -> bool {
+        self.tx.is_some() && self.shared.in_flight.load(Ordering::Relaxed) == 0
+    }
+
+    /// Queues a checkpoint of a bundle still recording; none is taken when the writer is busy.
+    pub fn checkpoint(&self, parts: Box<Parts>) {
+        let Some(tx) = self.tx.as_ref() else { return };
+        self.shared.in_flight.fetch_add(1, Ordering::Relaxed);
+        if tx.try_send(parts).is_err() {
+            self.shared.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// Queues a bundle, waiting for room (at stop).
     fn write_waiting(&self, parts: Box<Parts>) {
         let id = parts.id();
+        self.shared.in_flight.fetch_add(1, Ordering::Relaxed);
         if self.tx.as_ref().is_none_or(|tx| tx.send(parts).is_err()) {
+            self.shared.in_flight.fetch_sub(1, Ordering::Relaxed);
             self.shared.drop_one(format!("bundle {id} dropped: the writer has stopped"));
         }
     }
@@ -223,20 +262,60 @@ struct Disk {
     max_count: usize,
     max_bytes: u64,
     entries: Vec<IncidentSummary>,
+    /// Checkpoints on disk of bundles still recording: id and bytes.
+    checkpoints: std::collections::BTreeMap<u64, u64>,
     next_id: u64,
 }
 
-/// `<id>.json`: the id.
-fn bundle_id(name: &str) -> Option<u64> {
-    let digits = name.strip_suffix(".json")?;
+/// `<id><suffix>`: the id.
+fn file_id(name: &str, suffix: &str) -> Option<u64> {
+    let digits = name.strip_suffix(suffix)?;
     (!digits.is_empty() && digits.len() <= 19 && digits.bytes().all(|b| b.is_ascii_digit()))
         .then(|| digits.parse().ok())
         .flatten()
 }
 
+/// `<id>.json`: the id.
+fn bundle_id(name: &str) -> Option<u64> {
+    file_id(name, ".json")
+}
+
+const CHECKPOINT: &str = ".partial";
+
 impl Disk {
     fn path(&self, id: u64) -> PathBuf {
         self.dir.join(format!("{id}.json"))
+    }
+
+    fn checkpoint_path(&self, id: u64) -> PathBuf {
+        self.dir.join(format!("{id}{CHECKPOINT}"))
+    }
+
+    /// Writes a checkpoint of a bundle still recording, when it fits within `max_bytes` with
+    /// the bundles kept and the other checkpoints; else none (the bundle itself is not held up).
+    fn write_checkpoint(&mut self, parts: Parts) {
+        let bundle = super::assemble(parts);
+        let id = bundle.id;
+        let Ok(json) = serde_json::to_vec(&bundle) else { return };
+        let kept: u64 = self.entries.iter().map(|s| s.bytes).sum();
+        let others: u64 = self.checkpoints.iter().filter(|(k, _)| **k != id).map(|(_, b)| b).sum();
+        if kept + others + json.len() as u64 > self.max_bytes {
+            tracing::debug!(id, bytes = json.len(), "no room for the incident bundle's checkpoint");
+            return;
+        }
+        match self.write_file(&format!("{id}{CHECKPOINT}"), &json) {
+            Ok(()) => {
+                self.checkpoints.insert(id, json.len() as u64);
+            }
+            Err(e) => tracing::warn!("cannot write a checkpoint of incident bundle {id}: {e}"),
+        }
+    }
+
+    /// The bundle is written (or given up): its checkpoint goes.
+    fn drop_checkpoint(&mut self, id: u64) {
+        if self.checkpoints.remove(&id).is_some() {
+            let _ = std::fs::remove_file(self.checkpoint_path(id));
+        }
     }
 
     /// Reads the index and the directory; a bundle file the index misses is read to list it,
@@ -269,6 +348,7 @@ impl Disk {
         };
         let listing = std::fs::read_dir(&self.dir).map_err(|e| format!("cannot list {}: {e}", self.dir.display()))?;
         let mut files = std::collections::BTreeMap::new();
+        let mut checkpoints = Vec::new();
         for entry in listing.flatten() {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
@@ -277,6 +357,18 @@ impl Disk {
                 let _ = std::fs::remove_file(entry.path());
             } else if let Some(id) = bundle_id(name).filter(|_| meta.is_file()) {
                 files.insert(id, meta.len());
+            } else if let Some(id) = file_id(name, CHECKPOINT).filter(|_| meta.is_file()) {
+                checkpoints.push((id, meta.len()));
+            }
+        }
+        // A checkpoint whose bundle was never written: the daemon died while it recorded. It
+        // is that bundle now, cut short (read and checked below like any unindexed file).
+        for (id, bytes) in checkpoints {
+            if files.contains_key(&id) || std::fs::rename(self.checkpoint_path(id), self.path(id)).is_err() {
+                let _ = std::fs::remove_file(self.checkpoint_path(id));
+            } else {
+                tracing::warn!("incident bundle {id} was recording when the daemon stopped: its checkpoint is kept");
+                files.insert(id, bytes);
             }
         }
         self.next_id = indexed.next_id.max(1);
@@ -310,7 +402,14 @@ impl Disk {
         problem.map_or(Ok(()), Err)
     }
 
+    /// Writes a finished bundle; its checkpoint goes once it is written (or given up).
     fn write(&mut self, parts: Parts, shared: &Shared) {
+        let id = parts.id();
+        self.write_bundle(parts, shared);
+        self.drop_checkpoint(id);
+    }
+
+    fn write_bundle(&mut self, parts: Parts, shared: &Shared) {
         let bundle = super::assemble(parts);
         let id = bundle.id;
         let json = match serde_json::to_vec(&bundle) {

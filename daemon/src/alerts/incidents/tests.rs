@@ -524,3 +524,77 @@ fn thread_timelines_follow_the_scheduler_s_events_between_ticks() {
         .collect();
     assert_eq!(slices, vec![(5000, 1300), (6300, 400), (6700, 200), (6900, 2500)]);
 }
+
+fn wait_idle(store: &BundleStore) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !store.idle() {
+        assert!(std::time::Instant::now() < deadline, "the writer never finished");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn checkpoint_of(dir: &std::path::Path, id: u64) -> Option<IncidentBundle> {
+    let bytes = std::fs::read(dir.join(format!("{id}.partial"))).ok()?;
+    Some(serde_json::from_slice(&bytes).expect("a checkpoint is a bundle"))
+}
+
+#[test]
+fn a_recording_bundle_is_checkpointed_when_it_fires_and_every_30_s_then_replaced() {
+    let dir = ScratchDir::new("incidents-checkpoint");
+    let mut recorder = Recorder::new(config(5, 65), node(), 1000, BundleStore::open(dir.path(), 10, 64 << 20));
+    let mut id = None;
+    for s in 0..=75 {
+        let (sample, point) = sample(s);
+        let changes = if s == 10 { vec![raised(7, Severity::Critical, sample.taken_at_ms)] } else { Vec::new() };
+        recorder.record(&sample, Some(&point), &changes);
+        wait_idle(recorder.store());
+        let current = recorder.list().first().map(|b| b.id);
+        id = id.or(current);
+        let checkpoint = id.and_then(|id| checkpoint_of(dir.path(), id));
+        match s {
+            0..=9 => assert!(id.is_none()),
+            // At the alert: the evidence from before it, on disk at once.
+            10..=39 => {
+                let c = checkpoint.expect("a checkpoint from the alert on");
+                assert_eq!((c.start_ms, c.end_ms, c.complete), (NODE_START + 5000, NODE_START + 10_000, false));
+                assert_eq!(c.history.len(), 6);
+                assert!(c.notes.iter().any(|n| n.starts_with("a checkpoint")), "{:?}", c.notes);
+            }
+            40..=69 => assert_eq!(checkpoint.expect("renewed").end_ms, NODE_START + 40_000),
+            70..=74 => assert_eq!(checkpoint.expect("renewed").end_ms, NODE_START + 70_000),
+            _ => assert!(checkpoint.is_none(), "the bundle written, its checkpoint is gone"),
+        }
+    }
+    let bundle = read(recorder.store(), id.expect("a bundle"));
+    assert!(bundle.complete && bundle.notes.is_empty(), "{:?}", bundle.notes);
+    assert!(recorder.finish(Duration::from_secs(5)));
+}
+
+#[test]
+fn a_checkpoint_left_by_a_killed_daemon_is_the_bundle_cut_short_at_the_next_start() {
+    let dir = ScratchDir::new("incidents-killed");
+    let mut recorder = Recorder::new(config(5, 60), node(), 1000, BundleStore::open(dir.path(), 10, 64 << 20));
+    for s in 0..=12 {
+        let (sample, point) = sample(s);
+        let changes = if s == 10 { vec![raised(7, Severity::Critical, sample.taken_at_ms)] } else { Vec::new() };
+        recorder.record(&sample, Some(&point), &changes);
+    }
+    wait_idle(recorder.store());
+    let id = recorder.list()[0].id;
+    // Killed: nothing more is written, no stop runs.
+    std::mem::forget(recorder);
+    let store = BundleStore::open(dir.path(), 10, 64 << 20);
+    let list = store.list();
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!((list[0].id, list[0].recording, list[0].complete), (id, false, false));
+    let bundle = read(&store, id);
+    assert_eq!((bundle.alert.id, bundle.fired_at_ms, bundle.end_ms), (7, NODE_START + 10_000, NODE_START + 10_000));
+    assert_eq!(bundle.history.len(), 6, "the evidence from before the alert");
+    assert!(checkpoint_of(dir.path(), id).is_none(), "the checkpoint became the bundle");
+    assert_eq!(store.next_id(), id + 1, "its id is not given again");
+    // A checkpoint next to its written bundle (killed between the two) is only removed.
+    std::fs::write(dir.path().join(format!("{id}.partial")), b"{}").unwrap();
+    let store = BundleStore::open(dir.path(), 10, 64 << 20);
+    assert_eq!(store.list().len(), 1);
+    assert!(!dir.path().join(format!("{id}.partial")).exists());
+}
