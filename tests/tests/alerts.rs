@@ -350,24 +350,36 @@ async fn a_full_disk_loses_no_confirmed_acknowledgement_and_the_store_recovers()
     Ok(())
 }
 
+/// A daemon whose memory rule fires critical (`rule_extra` added to it) and records a bundle
+/// from `before_s` before for 10 minutes, in `data`.
+fn recording_options(data: &Scratch, before_s: u64, rule_extra: &str) -> DaemonOptions {
+    DaemonOptions {
+        interval_ms: 200,
+        config: format!(
+            "[scheduler]\nenabled = false\n\n[incidents]\nbefore_s = {before_s}\nafter_s = 600\n\n[[rules]]\n\
+             name = \"memory_critical\"\nmetric = \"host.memory_used_pct\"\nop = \">\"\nthreshold = 0.001\n\
+             severity = \"critical\"\n{rule_extra}"
+        ),
+        data_dir: Some(data.0.clone()),
+        ..DaemonOptions::default()
+    }
+}
+
+/// The first bundle listed, once there is one.
+async fn first_bundle(daemon: &Daemon) -> Result<serde_json::Value> {
+    let first = |l: &serde_json::Value| l.as_array().and_then(|l| l.first()).cloned();
+    let list = daemon.json_when("/api/incidents", "a bundle recording", 20, |l| first(l).is_some()).await?;
+    first(&list).context("the bundle")
+}
+
 /// A critical alert's incident bundle: readable while it records; a clean stop writes what it
 /// holds (cut short), and the restarted daemon lists it from the data dir.
 #[tokio::test]
 async fn an_incident_bundle_recording_at_a_stop_is_written_cut_short_and_kept_across_a_restart() -> Result<()> {
     let data = Scratch::new("incident-stop");
-    let options = || DaemonOptions {
-        interval_ms: 200,
-        config: "[scheduler]\nenabled = false\n\n[incidents]\nbefore_s = 2\nafter_s = 600\n\n[[rules]]\n\
-                 name = \"memory_critical\"\nmetric = \"host.memory_used_pct\"\nop = \">\"\nthreshold = 0.001\n\
-                 severity = \"critical\"\n"
-            .into(),
-        data_dir: Some(data.0.clone()),
-        ..DaemonOptions::default()
-    };
+    let options = || recording_options(&data, 2, "");
     let mut daemon = Daemon::start(options())?;
-    let recording = |l: &serde_json::Value| l.as_array().and_then(|l| l.first()).cloned();
-    let list = daemon.json_when("/api/incidents", "a bundle recording", 15, |l| recording(l).is_some()).await?;
-    let summary = recording(&list).context("the bundle")?;
+    let summary = first_bundle(&daemon).await?;
     assert_eq!(summary["recording"], true, "{summary}");
     let alerts = daemon.get_json("/api/alerts").await?;
     assert_eq!(summary["alert_id"], alerts[0]["id"], "{summary}");
@@ -411,19 +423,10 @@ async fn an_incident_bundle_recording_at_a_stop_is_written_cut_short_and_kept_ac
 #[tokio::test]
 async fn an_incident_bundle_recording_at_kill_9_keeps_the_evidence_from_before_the_alert() -> Result<()> {
     let data = Scratch::new("incident-kill");
-    let options = || DaemonOptions {
-        interval_ms: 200,
-        config: "[scheduler]\nenabled = false\n\n[incidents]\nbefore_s = 3\nafter_s = 600\n\n[[rules]]\n\
-                 name = \"memory_critical\"\nmetric = \"host.memory_used_pct\"\nop = \">\"\nthreshold = 0.001\n\
-                 severity = \"critical\"\nfor = \"4s\"\n"
-            .into(),
-        data_dir: Some(data.0.clone()),
-        ..DaemonOptions::default()
-    };
+    // Fired once the daemon has `before_s` of evidence.
+    let options = || recording_options(&data, 3, "for = \"4s\"\n");
     let mut daemon = Daemon::start(options())?;
-    let first = |l: &serde_json::Value| l.as_array().and_then(|l| l.first()).cloned();
-    let list = daemon.json_when("/api/incidents", "a bundle recording", 20, |l| first(l).is_some()).await?;
-    let summary = first(&list).context("the bundle")?;
+    let summary = first_bundle(&daemon).await?;
     let id = summary["id"].as_u64().context("id")?;
     let fired = summary["fired_at_ms"].as_u64().context("fired_at_ms")?;
     let checkpoint = data.0.join("incidents").join(format!("{id}.partial"));
