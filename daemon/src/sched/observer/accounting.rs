@@ -1,6 +1,7 @@
 //! Each window, each thread of each tracked process: its counters since the last window,
 //! the evidence they make, the phase the hysteresis settles on, and the process's timeline.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashSet, VecDeque};
 
 use ringside_bpf::{CallKind, MlThreadStats};
@@ -76,31 +77,35 @@ impl Observer {
                 if !self.config.syscall_tracepoints {
                     counters.read_bytes = read_chars(&task_dir.join(tid.to_string()).join("io"));
                 }
-                if !self.tasks.contains_key(&tid) {
-                    let task = Task {
-                        pid,
-                        start_time: thread_start_time(&self.config.proc_root, pid, tid).unwrap_or(0),
-                        comm: read_trimmed(task_dir.join(tid.to_string()).join("comm")).unwrap_or_default(),
-                        before: None,
-                        last: Counters::default(),
-                        evidence: Evidence::default(),
-                        phase: Hysteresis::default(),
-                        phase_ms: PhaseValues::default(),
-                        runq: VecDeque::new(),
-                        last_decision: None,
-                        window_ns,
-                        collective_since_ns: None,
-                    };
-                    self.thread_events.push(ThreadEvent::Phase {
-                        at_ms: start_ms,
-                        pid,
-                        tid,
-                        phase: task.phase.phase,
-                        comm: Some(task.comm.clone()),
-                    });
-                    self.tasks.insert(tid, task);
-                }
-                let task = self.tasks.get_mut(&tid).expect("inserted above");
+                let proc_root = &self.config.proc_root;
+                let task = match self.tasks.entry(tid) {
+                    Entry::Occupied(known) => known.into_mut(),
+                    Entry::Vacant(new) => {
+                        let comm = read_trimmed(task_dir.join(tid.to_string()).join("comm")).unwrap_or_default();
+                        let phase = Hysteresis::default();
+                        self.thread_events.push(ThreadEvent::Phase {
+                            at_ms: start_ms,
+                            pid,
+                            tid,
+                            phase: phase.phase,
+                            comm: Some(comm.clone()),
+                        });
+                        new.insert(Task {
+                            pid,
+                            start_time: thread_start_time(proc_root, pid, tid).unwrap_or(0),
+                            comm,
+                            before: None,
+                            last: Counters::default(),
+                            evidence: Evidence::default(),
+                            phase,
+                            phase_ms: PhaseValues::default(),
+                            runq: VecDeque::new(),
+                            last_decision: None,
+                            window_ns,
+                            collective_since_ns: None,
+                        })
+                    }
+                };
                 let was_in_collective = std::mem::replace(&mut task.collective_since_ns, in_collective);
                 // A thread seen for the first time has no window yet: its counters so far
                 // cover its whole life.
