@@ -12,7 +12,8 @@ use std::os::unix::fs::FileExt;
 /// The section header table read at most (65535 headers of 64 bytes would be 4 MiB; real
 /// libraries have a few dozen).
 pub const MAX_SECTION_HEADER_BYTES: u64 = 256 * 1024;
-/// `.dynsym` and its string table together, at most (libcuda's are well under 1 MiB).
+/// The dynamic symbol tables and their string tables of one file together, at most (libcuda's
+/// are well under 1 MiB, NCCL's 2.32 about 100 KiB).
 pub const MAX_SYMBOL_BYTES: u64 = 16 * 1024 * 1024;
 
 const SHT_DYNSYM: u32 = 11;
@@ -89,6 +90,34 @@ pub fn function_offsets(
     size: u64,
     wanted: &[&str],
 ) -> Result<Vec<(usize, u64)>, ElfError> {
+    let mut found: Vec<(usize, u64)> = Vec::new();
+    for_each_function(file, size, |name, at| {
+        if let Some(index) = wanted.iter().position(|w| w.as_bytes() == name) {
+            if !found.iter().any(|(i, _)| *i == index) {
+                found.push((index, at));
+            }
+        }
+    })?;
+    found.sort_unstable();
+    Ok(found)
+}
+
+/// Every function the library defines in its dynamic symbol table (its exports), with its file
+/// offset, in table order; names that are not UTF-8 are left out.
+pub fn exported_functions(file: &(impl ReadAt + ?Sized), size: u64) -> Result<Vec<(String, u64)>, ElfError> {
+    let mut all = Vec::new();
+    for_each_function(file, size, |name, at| {
+        if let Ok(name) = std::str::from_utf8(name) {
+            all.push((name.to_string(), at));
+        }
+    })?;
+    Ok(all)
+}
+
+/// Calls `f` with the name and file offset of every defined function of the dynamic symbol
+/// tables. The tables are read within one budget for the whole file ([`MAX_SYMBOL_BYTES`]):
+/// a file that declares many of them cannot make the reader take more.
+fn for_each_function(file: &(impl ReadAt + ?Sized), size: u64, mut f: impl FnMut(&[u8], u64)) -> Result<(), ElfError> {
     let header = read(file, size, 0, 64, "header").map_err(|_| ElfError::NotElf)?;
     if header.get(0..4) != Some(b"\x7fELF") || header[4] != 2 || header[5] != 1 {
         return Err(ElfError::NotElf);
@@ -114,7 +143,8 @@ pub fn function_offsets(
     };
     // (address, offset) of section `i`, to translate symbol addresses.
     let placement = |i: u64| section(i).and_then(|s| Some((u64_at(s, 0x10)?, u64_at(s, 0x18)?)));
-    let mut found: Vec<(usize, u64)> = Vec::new();
+    // What the symbol tables read so far took, against the one budget of the file.
+    let mut spent: u64 = 0;
     for i in 0..shnum {
         let Some(dynsym) = section(i) else { break };
         if u32_at(dynsym, 4) != Some(SHT_DYNSYM) {
@@ -127,9 +157,9 @@ pub fn function_offsets(
         let str_bad = ElfError::Malformed("dynamic string table");
         let (str_offset, str_bytes) =
             (u64_at(strtab, 0x18).ok_or(str_bad.clone())?, u64_at(strtab, 0x20).ok_or(str_bad)?);
-        let total = bytes.saturating_add(str_bytes);
-        if total > MAX_SYMBOL_BYTES {
-            return Err(ElfError::TooLarge { what: "symbol tables", bytes: total, limit: MAX_SYMBOL_BYTES });
+        spent = spent.saturating_add(bytes).saturating_add(str_bytes);
+        if spent > MAX_SYMBOL_BYTES {
+            return Err(ElfError::TooLarge { what: "symbol tables", bytes: spent, limit: MAX_SYMBOL_BYTES });
         }
         let symbols = read(file, size, offset, bytes, "dynamic symbol table")?;
         let names = read(file, size, str_offset, str_bytes, "dynamic string table")?;
@@ -141,18 +171,16 @@ pub fn function_offsets(
             }
             let Some(start) = u32_at(sym, 0).map(|n| n as usize) else { continue };
             let Some(name) = names.get(start..).and_then(|rest| rest.split(|c| *c == 0).next()) else { continue };
-            let Some(index) = wanted.iter().position(|w| w.as_bytes() == name) else { continue };
             let Some((address, section_offset)) = placement(u64::from(shndx)) else { continue };
             let Some(value) = u64_at(sym, 8) else { continue };
             // Address -> file offset, through the section holding the function.
             let Some(at) = value.checked_sub(address).and_then(|d| d.checked_add(section_offset)) else { continue };
-            if at < size && !found.iter().any(|(i, _)| *i == index) {
-                found.push((index, at));
+            if at < size {
+                f(name, at);
             }
         }
     }
-    found.sort_unstable();
-    Ok(found)
+    Ok(())
 }
 
 #[cfg(test)]

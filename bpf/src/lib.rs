@@ -46,6 +46,7 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/sched.skel.rs"));
 }
 
+use skel::types::gpu_text as RawGpuText;
 use skel::types::ml_thread_stats as RawMlThreadStats;
 /// Per-thread counters, as the BPF side keeps them (`struct thread_stats` in `intf.h`).
 pub use skel::types::thread_stats as RawThreadStats;
@@ -57,7 +58,8 @@ pub mod stats;
 
 pub use attach::{AttachMode, AttachState, Attachment, ProgramStatus};
 pub use calls::{
-    calls_of_library, library_entry_points, CallKind, EntryPoint, CUDA_DRIVER_CALLS, CUDA_RUNTIME_CALLS, NCCL_CALLS,
+    calls_of_library, is_probed_library, library_entry_points, library_exports, CallKind, EntryPoint, GpuLibrary,
+    Operation, Probes, CUDA_DRIVER_OPERATIONS, NCCL_CALLS, NCCL_NOT_PROBED, NCCL_NOT_PROBED_PREFIXES,
 };
 pub use elf::{ElfError, MAX_SECTION_HEADER_BYTES, MAX_SYMBOL_BYTES};
 pub use events::{Event, EventKind};
@@ -72,6 +74,13 @@ pub enum ProbeError {
     PermissionDenied(String),
     #[error("BPF programs could not be {stage}: {detail}")]
     Failed { stage: &'static str, detail: String },
+}
+
+/// Whether an attach failed for want of kernel support (no `uprobe_multi` before 6.6), rather
+/// than for this file or for want of descriptors.
+fn unsupported(e: &libbpf_rs::Error) -> bool {
+    matches!(e.kind(), libbpf_rs::ErrorKind::Unsupported | libbpf_rs::ErrorKind::InvalidInput)
+        || matches!(e.kind(), libbpf_rs::ErrorKind::Other) && format!("{e:#}").contains("not supported")
 }
 
 fn failed(stage: &'static str) -> impl Fn(libbpf_rs::Error) -> ProbeError {
@@ -93,15 +102,70 @@ pub struct Lost {
     pub ml_threads: u64,
 }
 
+/// The GPU driver and runtime code ranges one process may have, at most (`MAX_TEXT_RANGES`).
+pub const MAX_TEXT_RANGES: usize = 8;
+
+/// A library file, by device and inode: what a uprobe is attached to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl FileId {
+    pub fn of(file: &std::fs::File) -> std::io::Result<FileId> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = file.metadata()?;
+        Ok(FileId { dev: meta.dev(), ino: meta.ino() })
+    }
+}
+
+/// The probes on one library file, attached once for every process that maps it
+/// (`uprobe_multi`): two links (entries, returns) however many processes use it.
+struct FileProbes {
+    /// The name a process first mapped it by.
+    path: PathBuf,
+    links: Vec<Link>,
+    entry_points: usize,
+    /// The tracked processes it was attached for; detached when the last one is gone.
+    users: std::collections::HashSet<u32>,
+}
+
+/// How a library's probes were attached for a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attached {
+    /// Once for the library file, for every process mapping it (`uprobe_multi`); `new` when
+    /// this call attached them (else another process had already).
+    File { entry_points: usize, new: bool },
+    /// For this process only, a link per probe (kernels without `uprobe_multi`).
+    Process { entry_points: usize },
+}
+
+impl Attached {
+    pub fn entry_points(self) -> usize {
+        match self {
+            Attached::File { entry_points, .. } | Attached::Process { entry_points } => entry_points,
+        }
+    }
+}
+
 /// The loaded, attached probe; everything is detached when it is dropped.
 pub struct SchedProbe {
     skel: skel::SchedSkel<'static>,
     mode: AttachMode,
+    probes: Probes,
     links: Vec<Link>,
     programs: Vec<ProgramStatus>,
     rings: RingBuffer<'static>,
     queue: Arc<Mutex<EventQueue>>,
-    /// Uprobe links per process, with the libraries they are on.
+    /// Uprobe links by library file, for every process mapping it.
+    files: HashMap<FileId, FileProbes>,
+    /// The library files probed for each process, by the name the process maps them by.
+    file_users: HashMap<u32, Vec<(PathBuf, FileId)>>,
+    /// Why attaching once per file does not work here, once it has failed for want of kernel
+    /// support: every library is then probed per process.
+    no_multi: Option<String>,
+    /// Uprobe links per process (the fallback), with the libraries they are on.
     uprobes: HashMap<u32, Vec<(PathBuf, Vec<Link>)>>,
     /// Where detached uprobe links go to be dropped (see [`SchedProbe::detach_process`]).
     reaper: Option<std::sync::mpsc::Sender<Vec<Link>>>,
@@ -123,11 +187,20 @@ impl SchedProbe {
     /// Exact, but any enabled syscall tracepoint sends every task on the node through the slow
     /// syscall path (see `docs/performance.md`).
     pub fn load_with_options(modes: &[AttachMode], syscall_tracepoints: bool) -> Result<SchedProbe, ProbeError> {
+        Self::load_with_probes(modes, syscall_tracepoints, Probes::default())
+    }
+
+    /// As [`SchedProbe::load_with_options`], with the library calls to probe.
+    pub fn load_with_probes(
+        modes: &[AttachMode],
+        syscall_tracepoints: bool,
+        probes: Probes,
+    ) -> Result<SchedProbe, ProbeError> {
         ensure_tracefs();
         let mut refused: Vec<(AttachMode, String)> = Vec::new();
         let mut last = None;
         for &mode in modes {
-            match Self::try_mode(mode, &refused, syscall_tracepoints) {
+            match Self::try_mode(mode, &refused, syscall_tracepoints, probes) {
                 Ok(probe) => return Ok(probe),
                 Err(e @ ProbeError::PermissionDenied(_)) => return Err(e),
                 Err(e) => {
@@ -143,6 +216,7 @@ impl SchedProbe {
         mode: AttachMode,
         refused: &[(AttachMode, String)],
         syscall_tracepoints: bool,
+        probes: Probes,
     ) -> Result<SchedProbe, ProbeError> {
         // The skeleton borrows its object storage for as long as it lives; a probe lives for
         // the daemon's run, so the few bytes are leaked deliberately (once per attempt).
@@ -212,6 +286,25 @@ impl SchedProbe {
                 detail,
             });
         }
+        // Where tracked threads spend their CPU time (the GPU driver's code or their own),
+        // sampled at timer ticks: worth having, not worth failing for.
+        let ticks = match mode {
+            AttachMode::TpBtf => match find("btf_tick").map(|p| p.attach()) {
+                Some(Ok(link)) => {
+                    links.push(link);
+                    (AttachState::Attached, None)
+                }
+                Some(Err(e)) => (AttachState::Failed, Some(format!("{e:#}"))),
+                None => (AttachState::Failed, Some("program btf_tick missing".into())),
+            },
+            _ => (AttachState::Failed, Some(format!("needs tp_btf (task registers); attached as {}", mode.as_str()))),
+        };
+        programs.push(ProgramStatus {
+            name: "hrtimer_expire_entry (driver time)".into(),
+            attach: Attachment::Mode(AttachMode::TpBtf),
+            state: ticks.0,
+            detail: ticks.1,
+        });
         let queue = Arc::new(Mutex::new(EventQueue::default()));
         let mut builder = RingBufferBuilder::new();
         for map in [&skel.maps.events, &skel.maps.runq_events] {
@@ -230,7 +323,25 @@ impl SchedProbe {
                 .map_err(failed("attached"))?;
         }
         let rings = builder.build().map_err(failed("attached"))?;
-        Ok(SchedProbe { skel, mode, links, programs, rings, queue, uprobes: HashMap::new(), reaper: None })
+        Ok(SchedProbe {
+            skel,
+            mode,
+            probes,
+            links,
+            programs,
+            rings,
+            queue,
+            files: HashMap::new(),
+            file_users: HashMap::new(),
+            no_multi: None,
+            uprobes: HashMap::new(),
+            reaper: None,
+        })
+    }
+
+    /// Which library calls are probed.
+    pub fn probes(&self) -> Probes {
+        self.probes
     }
 
     /// The mode the scheduling programs are attached in.
@@ -242,16 +353,35 @@ impl SchedProbe {
     /// (each process's libraries are listed with the process).
     pub fn programs(&self) -> Vec<ProgramStatus> {
         let mut all = self.programs.clone();
-        // One line for every CUDA/NCCL uprobe, however many processes are probed.
-        if !self.uprobes.is_empty() {
-            let libraries: usize = self.uprobes.values().map(Vec::len).sum();
-            let probes: usize = self.uprobes.values().flatten().map(|(_, links)| links.len()).sum();
+        // One line for the CUDA/NCCL uprobes of each way they are attached, however many
+        // processes are probed.
+        if !self.files.is_empty() {
+            let entry_points: usize = self.files.values().map(|f| f.entry_points).sum();
+            let users: std::collections::HashSet<u32> =
+                self.files.values().flat_map(|f| f.users.iter().copied()).collect();
             all.push(ProgramStatus {
-                name: "on_call".into(),
+                name: "on_call_multi".into(),
                 attach: Attachment::Uprobe,
                 state: AttachState::Attached,
                 detail: Some(format!(
-                    "{probes} probes on {libraries} CUDA/NCCL libraries in {} processes",
+                    "{entry_points} entry points on {} CUDA/NCCL library files, once for every process mapping them \
+                     ({} tracked), {} links",
+                    self.files.len(),
+                    users.len(),
+                    self.files.values().map(|f| f.links.len()).sum::<usize>()
+                )),
+            });
+        }
+        if !self.uprobes.is_empty() {
+            let libraries: usize = self.uprobes.values().map(Vec::len).sum();
+            let probes: usize = self.uprobes.values().flatten().map(|(_, links)| links.len()).sum();
+            let why = self.no_multi.as_deref().map(|w| format!(" (per process: {w})")).unwrap_or_default();
+            all.push(ProgramStatus {
+                name: "on_call".into(),
+                attach: Attachment::Uprobe,
+                state: if self.no_multi.is_some() { AttachState::Fallback } else { AttachState::Attached },
+                detail: Some(format!(
+                    "{probes} probes on {libraries} CUDA/NCCL libraries in {} processes{why}",
                     self.uprobes.len()
                 )),
             });
@@ -259,9 +389,11 @@ impl SchedProbe {
         all
     }
 
-    /// How many links are attached (sched, syscall and uprobes).
+    /// How many links are attached (sched, syscall and uprobes): a descriptor each.
     pub fn link_count(&self) -> usize {
-        self.links.len() + self.uprobes.values().flatten().map(|(_, l)| l.len()).sum::<usize>()
+        self.links.len()
+            + self.files.values().map(|f| f.links.len()).sum::<usize>()
+            + self.uprobes.values().flatten().map(|(_, l)| l.len()).sum::<usize>()
     }
 
     fn decode(tid: u32, bytes: &[u8]) -> Option<ThreadStats> {
@@ -330,8 +462,11 @@ impl SchedProbe {
             launches: raw.launches,
             sync_ns: raw.sync_ns,
             syncs: raw.syncs,
+            copies: raw.copies,
             nccl_ns: raw.nccl_ns,
             nccl_calls: raw.nccl_calls,
+            samples: raw.samples,
+            driver_samples: raw.driver_samples,
             sys_in_progress: (raw.sys_kind.0, raw.sys_since_ns),
             call_in_progress: if raw.call_depth > 0 { (raw.call_kind.0, raw.call_since_ns) } else { (0, 0) },
             last_enqueue: raw.last_enqueue.0,
@@ -365,9 +500,32 @@ impl SchedProbe {
     }
 
     pub fn untrack(&mut self, tgid: u32) {
+        let _ = self.skel.maps.gpu_text.delete(&tgid.to_ne_bytes());
         if self.skel.maps.tracked.delete(&tgid.to_ne_bytes()).is_ok() {
             self.tracked_changed();
         }
+    }
+
+    /// Where the GPU driver's and runtime's code is mapped in a tracked process (start, end),
+    /// at most [`MAX_TEXT_RANGES`] ranges (the rest are left out): a timer tick that finds one
+    /// of its threads running there counts a driver sample. An empty list removes them.
+    pub fn set_gpu_text(&mut self, tgid: u32, ranges: &[(u64, u64)]) -> Result<(), ProbeError> {
+        let key = tgid.to_ne_bytes();
+        if ranges.is_empty() {
+            let _ = self.skel.maps.gpu_text.delete(&key);
+            return Ok(());
+        }
+        let mut text = RawGpuText::default();
+        for (i, (start, end)) in ranges.iter().take(MAX_TEXT_RANGES).enumerate() {
+            text.start[i] = *start;
+            text.end[i] = *end;
+        }
+        // SAFETY: `gpu_text` is plain old data (two arrays of u64) generated from the BTF of
+        // the map's value type, so its bytes are the value the map expects.
+        let bytes = unsafe {
+            std::slice::from_raw_parts((&text as *const RawGpuText).cast::<u8>(), std::mem::size_of::<RawGpuText>())
+        };
+        self.skel.maps.gpu_text.update(&key, bytes, MapFlags::ANY).map_err(failed("updated"))
     }
 
     /// Tells the BPF side to re-read the `tracked` flags it caches per thread.
@@ -416,14 +574,105 @@ impl SchedProbe {
         Lost { events: sums[0] + overflow, runq_samples: sums[1], threads: sums[2], ml_threads: sums[3] }
     }
 
-    /// Attaches the CUDA/NCCL call probes to a library that process `pid` maps, for that
-    /// process only: `library` is its path as `/proc/<pid>/maps` shows it (a name, never opened
-    /// here), `file` the mapped file itself, already opened and checked by the caller, and
-    /// `entries` what [`library_entry_points`] found in it. The probes are attached through
+    /// Attaches the CUDA/NCCL call probes to a library that process `pid` maps: `library` is
+    /// its path as `/proc/<pid>/maps` shows it (a name, never opened here), `file` the mapped
+    /// file itself, already opened and checked by the caller, and `entries` what
+    /// [`library_entry_points`] found in it. The probes are attached through
     /// `/proc/self/fd/N`, so the path is not looked up again (it may have been replaced).
-    /// Returns how many entry points were probed; a library already probed for that process is
-    /// left as it is.
+    ///
+    /// Where the kernel has `uprobe_multi` (6.6+), the file is probed once for every process
+    /// that maps it, two links in all (entries and returns), and a second process mapping it
+    /// costs nothing more; the BPF side ignores threads of processes that are not tracked.
+    /// Elsewhere each process gets a link per probe. A library already probed for the process
+    /// is left as it is.
     pub fn attach_library(
+        &mut self,
+        pid: u32,
+        library: &Path,
+        file: &std::fs::File,
+        entries: &[EntryPoint],
+    ) -> Result<Attached, String> {
+        if entries.is_empty() {
+            return Err(format!("{} defines none of the probed functions", library.display()));
+        }
+        let id = FileId::of(file).map_err(|e| format!("cannot stat {}: {e}", library.display()))?;
+        let users = self.file_users.entry(pid).or_default();
+        if users.iter().any(|(l, _)| l == library) {
+            return Ok(Attached::File { entry_points: entries.len(), new: false });
+        }
+        if let Some(probed) = self.files.get_mut(&id) {
+            probed.users.insert(pid);
+            users.push((library.to_path_buf(), id));
+            return Ok(Attached::File { entry_points: probed.entry_points, new: false });
+        }
+        if self.uprobes.get(&pid).is_some_and(|libs| libs.iter().any(|(l, _)| l == library)) {
+            return Ok(Attached::Process { entry_points: 0 });
+        }
+        if self.no_multi.is_none() {
+            match self.attach_file(file, entries) {
+                Ok(links) => {
+                    let mut users = std::collections::HashSet::new();
+                    users.insert(pid);
+                    self.files.insert(
+                        id,
+                        FileProbes { path: library.to_path_buf(), links, entry_points: entries.len(), users },
+                    );
+                    self.file_users.entry(pid).or_default().push((library.to_path_buf(), id));
+                    return Ok(Attached::File { entry_points: entries.len(), new: true });
+                }
+                Err(e) if unsupported(&e) => self.no_multi = Some(format!("uprobe_multi: {e}")),
+                Err(e) => return Err(format!("cannot probe {}: {e}", library.display())),
+            }
+        }
+        self.attach_process(pid, library, file, entries).map(|entry_points| Attached::Process { entry_points })
+    }
+
+    /// Two `uprobe_multi` links on the file, for every process: the entries of every probe,
+    /// and the returns of the timed ones; the attach cookie of each says its kind of call.
+    fn attach_file(&self, file: &std::fs::File, entries: &[EntryPoint]) -> Result<Vec<Link>, libbpf_rs::Error> {
+        use std::os::fd::AsRawFd;
+        let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        let program = |name: &str| {
+            self.skel
+                .object()
+                .progs_mut()
+                .find(|p| p.name().to_str() == Some(name))
+                .ok_or_else(|| libbpf_rs::Error::from(std::io::Error::other(format!("program {name} missing"))))
+        };
+        let (entry, exit) = (program("on_call_multi")?, program("on_call_return_multi")?);
+        let offsets = |timed_only: bool| -> (Vec<usize>, Vec<u64>) {
+            entries
+                .iter()
+                .filter(|e| !timed_only || e.kind.timed())
+                .filter_map(|e| Some((usize::try_from(e.offset).ok()?, e.kind as u64)))
+                .unzip()
+        };
+        let (offsets_in, cookies_in) = offsets(false);
+        let mut links = vec![entry.attach_uprobe_multi_with_opts(
+            -1,
+            &path,
+            "",
+            libbpf_rs::UprobeMultiOpts { offsets: offsets_in, cookies: cookies_in, ..Default::default() },
+        )?];
+        let (offsets_out, cookies_out) = offsets(true);
+        if !offsets_out.is_empty() {
+            links.push(exit.attach_uprobe_multi_with_opts(
+                -1,
+                &path,
+                "",
+                libbpf_rs::UprobeMultiOpts {
+                    offsets: offsets_out,
+                    cookies: cookies_out,
+                    retprobe: true,
+                    ..Default::default()
+                },
+            )?);
+        }
+        Ok(links)
+    }
+
+    /// A link per probe, for process `pid` only.
+    fn attach_process(
         &mut self,
         pid: u32,
         library: &Path,
@@ -431,12 +680,6 @@ impl SchedProbe {
         entries: &[EntryPoint],
     ) -> Result<usize, String> {
         use std::os::fd::AsRawFd;
-        if entries.is_empty() {
-            return Err(format!("{} defines none of the probed functions", library.display()));
-        }
-        if self.uprobes.get(&pid).is_some_and(|libs| libs.iter().any(|(l, _)| l == library)) {
-            return Ok(0);
-        }
         let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
         let entry = self.skel.object().progs_mut().find(|p| p.name().to_str() == Some("on_call"));
         let exit = self.skel.object().progs_mut().find(|p| p.name().to_str() == Some("on_call_return"));
@@ -457,7 +700,7 @@ impl SchedProbe {
                     continue;
                 }
             }
-            if point.kind != CallKind::Launch {
+            if point.kind.timed() {
                 match exit.attach_uprobe_with_opts(pid as i32, &path, offset, opts(true)) {
                     Ok(link) => links.push(link),
                     Err(e) => errors.push(format!("{} (return): {e}", point.function)),
@@ -471,17 +714,36 @@ impl SchedProbe {
         Ok(found)
     }
 
-    /// Libraries probed in a process.
+    /// Libraries probed in a process (once per file, or for it alone).
     pub fn probed_libraries(&self, pid: u32) -> Vec<PathBuf> {
-        self.uprobes.get(&pid).map(|libs| libs.iter().map(|(l, _)| l.clone()).collect()).unwrap_or_default()
+        let shared = self.file_users.get(&pid).into_iter().flatten().map(|(l, _)| l.clone());
+        let own = self.uprobes.get(&pid).into_iter().flatten().map(|(l, _)| l.clone());
+        shared.chain(own).collect()
     }
 
-    /// Drops a process's uprobes (when it has exited). The kernel takes its time unregistering
-    /// a uprobe (an RCU grace period each: over a second for a probed CUDA library), so the
-    /// links are dropped on a thread of their own, never on the caller's.
+    /// Library files probed once for every process mapping them: (name, tracked processes).
+    pub fn probed_files(&self) -> Vec<(PathBuf, usize)> {
+        self.files.values().map(|f| (f.path.clone(), f.users.len())).collect()
+    }
+
+    /// Forgets a process's probes (when it has exited): its own links are dropped, and a
+    /// library file's when no tracked process is left using it. The kernel takes its time
+    /// unregistering a uprobe (an RCU grace period each: over a second for a probed CUDA
+    /// library), so the links are dropped on a thread of their own, never on the caller's.
     pub fn detach_process(&mut self, pid: u32) {
-        let Some(libraries) = self.uprobes.remove(&pid) else { return };
-        let links: Vec<Link> = libraries.into_iter().flat_map(|(_, links)| links).collect();
+        let mut links: Vec<Link> = Vec::new();
+        for (_, id) in self.file_users.remove(&pid).unwrap_or_default() {
+            let unused = self.files.get_mut(&id).is_some_and(|f| {
+                f.users.remove(&pid);
+                f.users.is_empty()
+            });
+            if unused {
+                links.extend(self.files.remove(&id).map(|f| f.links).unwrap_or_default());
+            }
+        }
+        if let Some(libraries) = self.uprobes.remove(&pid) {
+            links.extend(libraries.into_iter().flat_map(|(_, links)| links));
+        }
         if links.is_empty() {
             return;
         }
@@ -502,9 +764,12 @@ impl SchedProbe {
         }
     }
 
-    /// Processes with uprobes attached.
+    /// Processes with uprobes attached for them.
     pub fn probed_processes(&self) -> Vec<u32> {
-        self.uprobes.keys().copied().collect()
+        let mut pids: Vec<u32> = self.file_users.keys().chain(self.uprobes.keys()).copied().collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
     }
 
     /// Invocations the kernel skipped, per program name (it does when a program would run

@@ -66,12 +66,20 @@ pub struct MlThreadStats {
     pub read_bytes: u64,
     pub nv_ioctl_ns: u64,
     pub nv_ioctls: u64,
+    /// Kernel launches: counted only while the launch probes are attached (`Probes`).
     pub launches: u64,
+    /// Time in synchronize calls and in copies the host waits for (outside collectives), and
+    /// how many synchronize calls and copies returned.
     pub sync_ns: u64,
     pub syncs: u64,
-    /// Time in NCCL collectives, and in synchronizing on a collective.
+    pub copies: u64,
+    /// Time in NCCL calls, and in synchronizing on a collective.
     pub nccl_ns: u64,
     pub nccl_calls: u64,
+    /// Timer-tick samples of the thread on a CPU outside the probed calls, and of those the
+    /// ones that found it running the GPU driver's or runtime's code.
+    pub samples: u64,
+    pub driver_samples: u64,
     /// The syscall and library call in progress: (kind, since), as the BPF side keeps them.
     pub sys_in_progress: (u32, u64),
     pub call_in_progress: (u32, u64),
@@ -96,10 +104,11 @@ impl MlThreadStats {
         }
         let (kind, since) = self.call_in_progress;
         let spent = in_progress(since, now_ns);
+        let waits = kind == CallKind::Sync as u32 || kind == CallKind::Copy as u32;
         match kind {
             k if k == CallKind::Nccl as u32 => s.nccl_ns += spent,
-            k if k == CallKind::Sync as u32 && self.last_enqueue == CallKind::Nccl as u32 => s.nccl_ns += spent,
-            k if k == CallKind::Sync as u32 => s.sync_ns += spent,
+            _ if waits && self.last_enqueue == CallKind::Nccl as u32 => s.nccl_ns += spent,
+            _ if waits => s.sync_ns += spent,
             _ => {}
         }
         s

@@ -9,7 +9,8 @@
 //! idle), [`sched`] (the ML-aware scheduler: detection, phases, decisions, enforcement, its
 //! trust boundary, its metrics source), [`kernels`] (ring kernels as metrics sources) and
 //! [`host`]; the leaves [`pipeline`] (sources, samples, history, window aggregates),
-//! [`clock`], [`identity`] (tokens, who is asking, how secrets compare) and [`http_client`].
+//! [`clock`], [`identity`] (tokens, who is asking, how secrets compare), [`descriptors`] (the
+//! daemon's open-file limit and what uprobes may take of it) and [`http_client`].
 //!
 //! Architecture invariants: modules import only modules below them (no circle); the server only
 //! reads [`state::NodeState`] and calls its methods; metrics reach it only through the pipeline,
@@ -20,6 +21,7 @@ pub mod attribution;
 pub mod clock;
 pub mod collector;
 pub mod config;
+pub mod descriptors;
 pub mod gpu;
 pub mod host;
 pub mod http_client;
@@ -71,6 +73,12 @@ impl StopSignals {
 /// Runs the daemon until SIGINT/SIGTERM.
 pub async fn run(mut config: Config) -> anyhow::Result<()> {
     let stop = StopSignals::install()?;
+    // Uprobe links, sockets and files are all descriptors: take what the hard limit allows.
+    match descriptors::raise_soft_limit() {
+        Ok((before, after)) if after > before => tracing::info!("open-file limit raised from {before} to {after}"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot raise the open-file limit: {e}"),
+    }
     prepare_data_dir(&config.data_dir)?;
     if matches!(config.token_origin, TokenOrigin::Generated) {
         config.tokens = generated_token(&config.data_dir.join(GENERATED_TOKEN_FILE), config.tokens)?;

@@ -47,6 +47,9 @@ pub struct DaemonStats {
     pub incident_bundles: AtomicU64,
     pub incident_bundle_bytes: AtomicU64,
     pub incident_bundles_dropped_total: AtomicU64,
+    /// File descriptors the daemon holds, and its soft open-file limit.
+    pub open_fds: AtomicU64,
+    pub fd_limit: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -551,6 +554,18 @@ pub static ALL: &[Def] = &[
         Kind::Gauge,
         "Bytes of the incident bundles kept in the data dir.",
         incident_bundle_bytes
+    ),
+    daemon_counter!(
+        "ringside_open_fds",
+        Kind::Gauge,
+        "File descriptors the daemon holds (sockets, files, BPF maps, programs and links).",
+        open_fds
+    ),
+    daemon_counter!(
+        "ringside_fd_limit",
+        Kind::Gauge,
+        "The daemon's soft open-file limit (raised to the hard one at start). Uprobes are refused past half of it.",
+        fd_limit
     ),
     daemon_counter!(
         "ringside_incident_bundles_dropped_total",

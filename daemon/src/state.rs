@@ -181,6 +181,17 @@ impl NodeState {
         incidents.as_mut().is_none_or(|r| r.finish(limit))
     }
 
+    /// The daemon's descriptors into its metrics, and into health when they run short.
+    fn note_descriptors(&self) {
+        let now = crate::descriptors::Descriptors::read();
+        self.stats.open_fds.store(now.open, Ordering::Relaxed);
+        self.stats.fd_limit.store(now.soft_limit, Ordering::Relaxed);
+        match now.shortage() {
+            None => self.set_health("descriptors", ComponentStatus::Up, None),
+            Some(why) => self.set_health("descriptors", ComponentStatus::Degraded, Some(why)),
+        }
+    }
+
     /// The store's figures into the daemon's metrics, its failure into health.
     fn note_incidents(&self) {
         let incidents = self.incidents.lock().unwrap_or_else(|e| e.into_inner());
@@ -288,6 +299,7 @@ impl NodeState {
         if silences_changed {
             self.broadcast(&ServerMessage::SilencesChanged { silences: self.silences() });
         }
+        self.note_descriptors();
         if incidents_changed {
             self.note_incidents();
             self.broadcast(&ServerMessage::IncidentsChanged { incidents: self.incidents() });

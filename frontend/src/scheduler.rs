@@ -4,7 +4,7 @@
 
 use leptos::prelude::*;
 use ringside_shared::{
-    ComponentStatus, LibraryState, MlProcessInfo, Phase, PhaseValues, ProgramState, SchedulerTelemetry,
+    CallCounts, ComponentStatus, LibraryState, MlProcessInfo, Phase, PhaseValues, ProgramState, SchedulerTelemetry,
 };
 
 use crate::format::{age, micros};
@@ -156,6 +156,16 @@ fn summary(s: &SchedulerTelemetry) -> impl IntoView {
     }
 }
 
+/// A thread's CUDA/NCCL calls, with its launches where the launch probes count them.
+fn calls(c: &CallCounts) -> String {
+    let waits = format!("{} · {} · {}", c.syncs, c.copies, c.nccl);
+    if c.launches > 0 {
+        format!("{waits} ({} launches)", c.launches)
+    } else {
+        waits
+    }
+}
+
 fn tasks_table(s: &SchedulerTelemetry) -> impl IntoView {
     let rows = s
         .tasks
@@ -169,6 +179,10 @@ fn tasks_table(s: &SchedulerTelemetry) -> impl IntoView {
                     <td>{phase_times(&t.phase_ms)}</td>
                     <td class="num">{format!("{:.0} %", t.on_cpu_pct)}</td>
                     <td class="num">{format!("{} · {}", micros(t.runq_p50_ns), micros(t.runq_p99_ns))}</td>
+                    <td class="num" title="share of its timer-tick samples in the CUDA driver's code">
+                        {t.features.get("driver").map(|d| format!("{:.0} %", d * 100.0)).unwrap_or_else(|| "–".into())}
+                    </td>
+                    <td class="num">{calls(&t.calls)}</td>
                     <td>{t.last_decision.clone().unwrap_or_else(|| "–".into())}</td>
                 </tr>
             }
@@ -178,7 +192,8 @@ fn tasks_table(s: &SchedulerTelemetry) -> impl IntoView {
         <table class="tasks">
             <thead><tr>
                 <th>"pid/tid"</th><th>"Thread"</th><th>"Phase"</th><th>"Time per phase"</th>
-                <th>"On CPU"</th><th>"Run queue p50 · p99"</th><th>"Last decision"</th>
+                <th>"On CPU"</th><th>"Run queue p50 · p99"</th><th>"In driver"</th>
+                <th>"Calls: sync · copy · NCCL"</th><th>"Last decision"</th>
             </tr></thead>
             <tbody>{rows}</tbody>
         </table>

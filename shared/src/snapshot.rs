@@ -888,9 +888,31 @@ pub struct MlTaskInfo {
     pub runq_p50_ns: Option<u64>,
     pub runq_p99_ns: Option<u64>,
     /// The features of the latest window, as shares of it (0-1): `cpu`, `read`, `iowait`,
-    /// `futex`, `sync`, `nccl`, `ioctl`; and `launches_per_s`.
+    /// `futex`, `sync`, `nccl`, `ioctl`; `driver`, the share of its timer-tick samples that
+    /// found it running the GPU driver's code; and `launches_per_s` (only with the launch
+    /// probes attached).
     pub features: BTreeMap<String, f64>,
     pub last_decision: Option<String>,
+    /// Its CUDA and NCCL calls so far, as the probes counted them.
+    #[serde(default)]
+    pub calls: CallCounts,
+}
+
+/// A thread's CUDA and NCCL calls, cumulative, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CallCounts {
+    /// Kernel and graph launches: counted only with `[scheduler] launch_probes` (0 otherwise).
+    pub launches: u64,
+    /// Stream, event and context synchronize calls.
+    pub syncs: u64,
+    /// Copies the host waits for (device to host).
+    pub copies: u64,
+    /// NCCL calls: collectives, point-to-point, group ends, communicator set-up and teardown.
+    pub nccl: u64,
+    /// Timer-tick samples of it on a CPU outside those calls, and those in the GPU driver's or
+    /// runtime's code.
+    pub samples: u64,
+    pub driver_samples: u64,
 }
 
 /// What the scheduler decided for a thread, and whether it was applied.

@@ -352,6 +352,7 @@ pub(crate) fn snapshot() -> Snapshot {
                 runq_p99_ns: Some(90_000),
                 features: [("sync".to_string(), 0.82)].into_iter().collect(),
                 last_decision: Some("nice -5, normal, any cpu (applied)".into()),
+                calls: CallCounts { syncs: 120, copies: 8, nccl: 40, samples: 900, driver_samples: 310, launches: 0 },
             }],
             decisions: vec![Decision {
                 at_ms: 1_700_000_000_000,
@@ -611,6 +612,7 @@ fn worst_case_scheduler_telemetry_fits_the_frame_budget() {
             .map(|k| (k.to_string(), 123456.789))
             .collect(),
         last_decision: Some(long('s')),
+        calls: Default::default(),
         ..base.tasks[0].clone()
     };
     let decision = Decision {

@@ -1,8 +1,9 @@
 //! `cargo xtask <command>`: Ringside's build automation, in Rust.
 //!
 //! - `setup [--test]`: installs what is missing (the wasm32 target; on Debian as root the apt
-//!   packages; `--test` adds Chromium, ChromeDriver, promtool and Alertmanager, and a pinned
-//!   nightly toolchain with Miri). Idempotent.
+//!   packages; `--test` adds Chromium, ChromeDriver, promtool and Alertmanager, a pinned
+//!   nightly toolchain with Miri, and NVIDIA's user-space driver and NCCL libraries, unpacked
+//!   into the cache, not installed: see [`nvidia`]). Idempotent.
 //! - `console`: builds the console (wasm32, `wasm-release` profile) and runs wasm-bindgen (as a
 //!   library pinned to the exact `wasm-bindgen` version in Cargo.lock) into `frontend/dist/`.
 //! - `run [-- ARGS]`: setup, console, release build of `ringsided`, then runs it with ARGS.
@@ -23,6 +24,7 @@
 
 mod bench;
 mod fuzz;
+mod nvidia;
 mod package;
 mod sched_bench;
 mod vm;
@@ -206,7 +208,11 @@ fn setup(for_tests: bool) -> Result<()> {
         lint_components()?;
         fuzz::install()?;
     }
-    install(&wanted)
+    install(&wanted)?;
+    if for_tests {
+        nvidia::fetch()?;
+    }
+    Ok(())
 }
 
 /// rustfmt and clippy for the test command's style checks, if the toolchain lacks them.
@@ -418,7 +424,14 @@ fn test(root: &Path) -> Result<()> {
         ("clippy", cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])),
         // The Debian package, which tests/tests/package.rs installs and runs.
         ("the package", package::build(root).map(|_| ())),
-        ("the workspace's tests", cargo(&["test", "--workspace", "--no-fail-fast"])),
+        // The real-driver tests find NVIDIA's libraries where `setup --test` unpacked them.
+        (
+            "the workspace's tests",
+            cargo_with_env(
+                &["test", "--workspace", "--no-fail-fast"],
+                &[("RINGSIDE_NVIDIA_DIR", &nvidia::dir().to_string_lossy())],
+            ),
+        ),
         ("Miri", miri()),
         // Every parser of what a client, a config or a user's file says, 60 s each.
         ("fuzzing", fuzz::run(root, 60)),

@@ -50,7 +50,9 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
 }
 
-fn cache_dir() -> PathBuf {
+/// Where built and downloaded things are kept between runs: `RINGSIDE_CACHE_DIR`, else
+/// `~/.cache/ringside`.
+pub(crate) fn cache_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("RINGSIDE_CACHE_DIR") {
         return dir.into();
     }

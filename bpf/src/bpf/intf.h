@@ -12,9 +12,19 @@ enum sys_kind {
 /* The attach cookie of each uprobe says which kind of call it is. */
 enum call_kind {
 	CALL_NONE = 0,
-	CALL_LAUNCH = 1,
-	CALL_SYNC = 2,
-	CALL_NCCL = 3,
+	CALL_LAUNCH = 1, /* kernel and graph launches (probed only when asked: a trap per launch) */
+	CALL_SYNC = 2,   /* stream, event and context synchronize */
+	CALL_NCCL = 3,   /* NCCL collectives, point-to-point, group end, communicator set-up */
+	CALL_COPY = 4,   /* copies the host waits for (device to host) */
+};
+
+/* The executable mappings of the GPU driver and runtime in one process (`gpu_text`, keyed by
+ * tgid, written by user space): a tick that finds a thread running code in one of them finds
+ * it driving the GPU. */
+#define MAX_TEXT_RANGES 8
+struct gpu_text {
+	__u64 start[MAX_TEXT_RANGES];
+	__u64 end[MAX_TEXT_RANGES];
 };
 
 enum event_kind {
@@ -61,11 +71,17 @@ struct ml_thread_stats {
 	__u64 read_bytes;
 	__u64 nv_ioctl_ns;      /* time in ioctl() on NVIDIA device files (/dev/nvidia*) */
 	__u64 nv_ioctls;
-	__u64 launches;         /* cuLaunchKernel calls */
-	__u64 sync_ns;          /* time in the cu*Synchronize / cuda*Synchronize family */
-	__u64 syncs;
-	__u64 nccl_ns;          /* time in NCCL collectives, and in synchronizing on them */
+	__u64 launches;         /* kernel launches (only with the launch probes attached) */
+	__u64 sync_ns;          /* time in synchronize calls and copies the host waits for */
+	__u64 syncs;            /* synchronize calls */
+	__u64 copies;           /* copies the host waits for (device to host) */
+	__u64 nccl_ns;          /* time in NCCL calls, and in synchronizing on them */
 	__u64 nccl_calls;
+	/* Scheduler-tick samples of the thread on a CPU outside the probed calls, and of those
+	 * the ones that found it running the GPU driver's or runtime's code (`gpu_text`). */
+	__u64 samples;
+	__u64 driver_samples;
+	__u64 nccl_end_cpu_ns;  /* its on-CPU time when its latest NCCL call returned */
 	/* In flight: */
 	__u64 sys_since_ns;     /* entry time of the syscall being accounted; 0 if none */
 	__u64 call_since_ns;    /* entry time of the outermost probed library call */
@@ -74,7 +90,8 @@ struct ml_thread_stats {
 	enum sys_kind sys_kind;   /* of the syscall in flight */
 	enum call_kind call_kind; /* of the outermost library call in flight */
 	__u32 call_depth;       /* nesting (cudaDeviceSynchronize calls cuCtxSynchronize) */
-	enum call_kind last_enqueue; /* CALL_LAUNCH or CALL_NCCL: what the GPU queue got last */
+	enum call_kind last_enqueue; /* CALL_LAUNCH or CALL_NCCL: what the GPU queue got last (a
+				      * launch, or work the thread did since its collective) */
 	__u32 tgid;
 	__u32 pad;
 };

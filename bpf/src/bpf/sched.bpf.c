@@ -8,8 +8,11 @@
  *   a tracked (ML) process is tracked from birth (DataLoader workers are child processes).
  * - Tracked processes only (user space writes their tgids into `tracked`): time in futex waits,
  *   reads and bytes read, ioctls on NVIDIA device files (syscall tracepoints); calls and time in
- *   CUDA launch/synchronize and NCCL collectives (uprobes, attached per process, the attach
- *   cookie saying which kind of call); run-queue latency samples on `runq_events`.
+ *   CUDA synchronizes, blocking copies and NCCL calls (uprobes, attached once per library file
+ *   for every process, or per process where the kernel has no uprobe_multi; the attach cookie
+ *   says which kind of call), kernel launches only when asked; at every timer tick, whether the
+ *   thread on the CPU runs the GPU driver's code (`gpu_text`); run-queue latency samples on
+ *   `runq_events`.
  *
  * The scheduling and lifecycle programs come in three variants, tp_btf, raw_tp and tracepoint;
  * user space loads the first that the kernel accepts. The bodies are shared and take ids. */
@@ -28,6 +31,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define TASK_RUNNING_STATE 0
 /* Set early in do_exit(), before sched_process_exit. */
 #define PF_EXITING 0x00000004
+#define PF_KTHREAD 0x00200000
 
 /* futex(2) commands that wait. */
 #define FUTEX_CMD_MASK 0x7f
@@ -59,6 +63,14 @@ struct {
 	__type(value, __u32);
 } tracked SEC(".maps");
 
+/* tgid -> the executable mappings of the CUDA driver and runtime in that process. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_TRACKED);
+	__type(key, __u32);
+	__type(value, struct gpu_text);
+} gpu_text SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 256 * 1024);
@@ -86,6 +98,7 @@ __u32 tracked_generation = 1;
 struct thread_stats thread_stats_layout = {};
 struct ml_thread_stats ml_thread_stats_layout = {};
 struct event event_layout = {};
+struct gpu_text gpu_text_layout = {};
 
 static __always_inline void count_lost(__u32 kind)
 {
@@ -356,6 +369,7 @@ static __always_inline void on_exit(__u32 tid, __u32 tgid, const char *comm)
 	bpf_map_delete_elem(&threads, &tid);
 	bpf_map_delete_elem(&ml_threads, &tid);
 	if (tid == tgid) {
+		bpf_map_delete_elem(&gpu_text, &tgid);
 		if (bpf_map_delete_elem(&tracked, &tgid) == 0)
 			__sync_fetch_and_add(&tracked_generation, 1);
 		emit(EVENT_EXIT, tid, tgid, 0, 0, comm);
@@ -619,13 +633,25 @@ int sys_exit_any(struct trace_event_raw_sys_exit *ctx)
 
 /* ---- tracked processes: CUDA and NCCL calls (uprobes; the cookie is the call kind) ---- */
 
-SEC("uprobe")
-int BPF_UPROBE(on_call)
+/* CPU time a thread spends after its collective returned and before it waits for the GPU: past
+ * this it has enqueued other work since (launches are not probed by default), and the wait is
+ * for that work as much as for the collective. A launch costs a few µs of CPU. */
+#define ENQUEUE_WORK_NS 200000ULL
+
+/* The thread's on-CPU time now: as of its last switch-out, plus the run in progress. */
+static __always_inline __u64 cpu_time_now(__u32 tid, __u64 now)
+{
+	struct thread_stats *t = bpf_map_lookup_elem(&threads, &tid);
+	if (!t)
+		return 0;
+	return t->on_cpu_ns + (t->last_in_ns && now > t->last_in_ns ? now - t->last_in_ns : 0);
+}
+
+static __always_inline int call_entry(struct pt_regs *ctx, __u32 kind)
 {
 	struct ml_thread_stats *s = ml_current();
 	if (!s)
 		return 0;
-	__u32 kind = bpf_get_attach_cookie(ctx);
 	__u64 sp = PT_REGS_SP(ctx);
 	/* Stacks grow down: a call nested in the outer one has a lower stack pointer. One at or
 	 * above it comes after the outer call returned, unseen: start afresh. */
@@ -648,7 +674,13 @@ int BPF_UPROBE(on_call)
 		s->last_enqueue = CALL_NCCL;
 	}
 	if (s->call_depth == 0) {
-		s->call_since_ns = bpf_ktime_get_ns();
+		__u64 now = bpf_ktime_get_ns();
+		if ((kind == CALL_SYNC || kind == CALL_COPY) && s->last_enqueue == CALL_NCCL) {
+			__u32 tid = (__u32)bpf_get_current_pid_tgid();
+			if (cpu_time_now(tid, now) > s->nccl_end_cpu_ns + ENQUEUE_WORK_NS)
+				s->last_enqueue = CALL_LAUNCH;
+		}
+		s->call_since_ns = now;
 		s->call_kind = kind;
 		s->call_sp = sp;
 	}
@@ -657,8 +689,7 @@ int BPF_UPROBE(on_call)
 	return 0;
 }
 
-SEC("uretprobe")
-int BPF_URETPROBE(on_call_return)
+static __always_inline int call_return(void)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct ml_thread_stats *s = bpf_map_lookup_elem(&ml_threads, &tid);
@@ -667,15 +698,89 @@ int BPF_URETPROBE(on_call_return)
 	s->call_depth -= 1;
 	if (s->call_depth || !s->call_since_ns)
 		return 0;
-	__u64 spent = bpf_ktime_get_ns() - s->call_since_ns;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 spent = now - s->call_since_ns;
+	bool waits = s->call_kind == CALL_SYNC || s->call_kind == CALL_COPY;
 	/* Waiting for the GPU after enqueueing a collective is waiting for the collective. */
-	if (s->call_kind == CALL_NCCL || (s->call_kind == CALL_SYNC && s->last_enqueue == CALL_NCCL)) {
+	if (s->call_kind == CALL_NCCL || (waits && s->last_enqueue == CALL_NCCL)) {
 		s->nccl_ns += spent;
-	} else if (s->call_kind == CALL_SYNC) {
+	} else if (waits) {
 		s->sync_ns += spent;
-		s->syncs += 1;
 	}
+	if (s->call_kind == CALL_SYNC)
+		s->syncs += 1;
+	else if (s->call_kind == CALL_COPY)
+		s->copies += 1;
+	if (s->call_kind == CALL_NCCL)
+		s->nccl_end_cpu_ns = cpu_time_now(tid, now);
 	s->call_since_ns = 0;
 	s->call_kind = CALL_NONE;
+	return 0;
+}
+
+/* Attached per process (kernels without uprobe_multi). */
+SEC("uprobe")
+int BPF_UPROBE(on_call)
+{
+	return call_entry(ctx, bpf_get_attach_cookie(ctx));
+}
+
+SEC("uretprobe")
+int BPF_URETPROBE(on_call_return)
+{
+	return call_return();
+}
+
+/* Attached once per library file, for every process that maps it: the breakpoint is in every
+ * such process, and threads of untracked ones leave at once (ml_current). */
+SEC("uprobe.multi")
+int BPF_UPROBE(on_call_multi)
+{
+	return call_entry(ctx, bpf_get_attach_cookie(ctx));
+}
+
+SEC("uretprobe.multi")
+int BPF_URETPROBE(on_call_return_multi)
+{
+	return call_return();
+}
+
+/* ---- tracked processes: where their CPU time goes, sampled at timer ticks ---- */
+
+/* Every expiring high-resolution timer, the scheduler tick among them (HZ times a second on a
+ * busy CPU, none on an idle one): the thread it interrupts is sampled. A sample costs no
+ * interrupt of its own, and none at all to a thread that is not tracked beyond a map lookup.
+ * The user-space instruction pointer comes from the registers saved at the thread's entry to
+ * the kernel: where it was running, or where it made the syscall it is in. */
+SEC("tp_btf/hrtimer_expire_entry")
+int BPF_PROG(btf_tick, struct hrtimer *timer, ktime_t *now)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u32 tid = task->pid;
+	__u32 tgid = task->tgid;
+	/* An exiting thread's entries are already deleted (sched_process_exit): never re-create
+	 * them. */
+	if (!tid || (task->flags & (PF_KTHREAD | PF_EXITING)))
+		return 0;
+	if (!bpf_map_lookup_elem(&tracked, &tgid))
+		return 0;
+	struct ml_thread_stats *s = ml_entry(tid, tgid);
+	/* Time inside a probed call is accounted by the call itself. */
+	if (!s || s->call_depth)
+		return 0;
+	s->samples += 1;
+	struct gpu_text *text = bpf_map_lookup_elem(&gpu_text, &tgid);
+	if (!text)
+		return 0;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs)
+		return 0;
+	__u64 ip = PT_REGS_IP_CORE(regs);
+	for (int i = 0; i < MAX_TEXT_RANGES; i++) {
+		if (ip >= text->start[i] && ip < text->end[i]) {
+			s->driver_samples += 1;
+			break;
+		}
+	}
 	return 0;
 }

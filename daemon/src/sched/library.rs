@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ringside_bpf::EntryPoint;
+use ringside_bpf::{EntryPoint, Probes};
 
 use super::offthread::{OffThread, Outcome};
 
@@ -39,6 +39,8 @@ pub struct Mapping {
     /// `(major, minor)` of the file's device.
     pub dev: (u32, u32),
     pub inode: u64,
+    /// Mapped executable (`x` in its permissions): code.
+    pub exec: bool,
     /// As the kernel printed it when read, without a trailing ` (deleted)` (the file behind
     /// the mapping is opened through `map_files`, deleted or not).
     pub path: PathBuf,
@@ -59,7 +61,7 @@ impl Mapping {
 /// Parses a `maps` line; `None` for anonymous and pseudo mappings (`[heap]`, `[vdso]`).
 pub fn parse_maps_line(line: &str) -> Option<Mapping> {
     let mut fields = line.splitn(6, ' ');
-    let (range, _perms, _offset, dev, inode) =
+    let (range, perms, _offset, dev, inode) =
         (fields.next()?, fields.next()?, fields.next()?, fields.next()?, fields.next()?);
     let path = fields.next()?.trim_start_matches(' ');
     if !path.starts_with('/') {
@@ -77,6 +79,7 @@ pub fn parse_maps_line(line: &str) -> Option<Mapping> {
         end: u64::from_str_radix(end, 16).ok()?,
         dev: (u32::from_str_radix(major, 16).ok()?, u32::from_str_radix(minor, 16).ok()?),
         inode,
+        exec: perms.as_bytes().get(2) == Some(&b'x'),
         path: PathBuf::from(path),
     })
 }
@@ -158,7 +161,7 @@ pub struct Limits {
 
 /// What the worker does with one request (the real [`inspect`], or a test's stand-in).
 type InspectFn =
-    fn(&Path, &Request, Limits, &Mutex<HashMap<FileKey, Verdict>>) -> Result<(File, Vec<EntryPoint>), String>;
+    fn(&Path, &Request, Limits, Probes, &Mutex<HashMap<FileKey, Verdict>>) -> Result<(File, Vec<EntryPoint>), String>;
 
 /// The libraries' reader, off the observer's thread.
 pub struct LibraryInspector {
@@ -171,15 +174,16 @@ pub struct LibraryInspector {
 }
 
 impl LibraryInspector {
-    pub fn new(proc_root: PathBuf, limits: Limits) -> LibraryInspector {
-        LibraryInspector::with(proc_root, limits, inspect)
+    /// `probes`: which calls to look for.
+    pub fn new(proc_root: PathBuf, limits: Limits, probes: Probes) -> LibraryInspector {
+        LibraryInspector::with(proc_root, limits, probes, inspect)
     }
 
-    fn with(proc_root: PathBuf, limits: Limits, inspect: InspectFn) -> LibraryInspector {
+    fn with(proc_root: PathBuf, limits: Limits, probes: Probes, inspect: InspectFn) -> LibraryInspector {
         let cache: Arc<Mutex<HashMap<FileKey, Verdict>>> = Arc::default();
         let worker_cache = cache.clone();
         let work = OffThread::new("sched-libraries", "library inspection", QUEUE, limits.timeout, move |request| {
-            inspect(&proc_root, request, limits, &worker_cache)
+            inspect(&proc_root, request, limits, probes, &worker_cache)
         });
         #[cfg(not(test))]
         drop(cache);
@@ -243,6 +247,7 @@ fn inspect(
     proc_root: &Path,
     request: &Request,
     limits: Limits,
+    probes: Probes,
     cache: &Mutex<HashMap<FileKey, Verdict>>,
 ) -> Result<(File, Vec<EntryPoint>), String> {
     let (file, meta) = open_mapped(proc_root, request.pid, &request.mapping)?;
@@ -263,7 +268,8 @@ fn inspect(
     if let Some(verdict) = cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
         return verdict.map(|entries| (file, entries));
     }
-    let verdict = ringside_bpf::library_entry_points(&file, size, &request.mapping.path).map_err(|e| e.to_string());
+    let verdict =
+        ringside_bpf::library_entry_points(&file, size, &request.mapping.path, probes).map_err(|e| e.to_string());
     if let Ok(mut cache) = cache.lock() {
         if cache.len() >= CACHE {
             cache.clear();
@@ -284,12 +290,16 @@ pub(crate) mod tests {
         let line = "7f3a2c000000-7f3a2c021000 r-xp 00000000 fd:01 1234567                    /usr/lib/x86_64-linux-gnu/libcuda.so.1";
         let m = parse_maps_line(line).unwrap();
         assert_eq!((m.start, m.end, m.dev, m.inode), (0x7f3a2c000000, 0x7f3a2c021000, (0xfd, 1), 1234567));
+        assert!(m.exec);
         assert_eq!(m.file_name(), "libcuda.so.1");
         assert_eq!(m.map_file(Path::new("/proc"), 7), PathBuf::from("/proc/7/map_files/7f3a2c000000-7f3a2c021000"));
         let padded =
             parse_maps_line("00400000-00452000 r-xp 00000000 08:02 173521 /tmp/a dir/libnccl.so.2 (deleted)").unwrap();
         assert_eq!(padded.map_file(Path::new("/proc"), 1), PathBuf::from("/proc/1/map_files/400000-452000"));
         assert_eq!(padded.path.to_str(), Some("/tmp/a dir/libnccl.so.2"));
+        let data =
+            parse_maps_line("7f3a2c021000-7f3a2c022000 r--p 00021000 fd:01 1234567 /usr/lib/libcuda.so.1").unwrap();
+        assert!(!data.exec);
         assert_eq!(parse_maps_line("7ffd1000-7ffd2000 rw-p 00000000 00:00 0                          [stack]"), None);
         assert_eq!(parse_maps_line("garbage"), None);
     }
@@ -311,7 +321,9 @@ pub(crate) mod tests {
         let (file, meta) = open_mapped(Path::new("/proc"), me, &libc).expect("root may open map_files");
         assert!(meta.len() > 0);
         // A sound ELF file that defines none of the CUDA entry points.
-        let entries = ringside_bpf::library_entry_points(&file, meta.len(), Path::new("libcuda.so.1")).unwrap();
+        let entries =
+            ringside_bpf::library_entry_points(&file, meta.len(), Path::new("libcuda.so.1"), Probes::default())
+                .unwrap();
         assert!(entries.is_empty());
         // A mapping whose inode does not match is refused.
         let wrong = Mapping { inode: libc.inode + 1, ..libc };
@@ -337,11 +349,12 @@ pub(crate) mod tests {
         let me = std::process::id();
         let libc = own_libc();
         let limits = Limits { max_bytes: 4096, timeout: Duration::from_secs(5) };
-        let mut small = LibraryInspector::new("/proc".into(), limits);
+        let mut small = LibraryInspector::new("/proc".into(), limits, Probes::default());
         assert!(small.request(Request { pid: me, mapping: libc.clone() }));
         let refused = wait_for(&mut small).result.expect_err("refused");
         assert!(refused.contains("over the 4096 bytes read at most"), "{refused}");
-        let mut inspector = LibraryInspector::new("/proc".into(), Limits { max_bytes: 1 << 31, ..limits });
+        let mut inspector =
+            LibraryInspector::new("/proc".into(), Limits { max_bytes: 1 << 31, ..limits }, Probes::default());
         for _ in 0..2 {
             // The second answer comes from the cache, with the file opened afresh.
             assert!(inspector.request(Request { pid: me, mapping: libc.clone() }));
@@ -358,6 +371,7 @@ pub(crate) mod tests {
         _: &Path,
         _: &Request,
         _: Limits,
+        _: Probes,
         _: &Mutex<HashMap<FileKey, Verdict>>,
     ) -> Result<(File, Vec<EntryPoint>), String> {
         std::thread::sleep(Duration::from_secs(3600));
@@ -369,7 +383,7 @@ pub(crate) mod tests {
         let me = std::process::id();
         let libc = own_libc();
         let limits = Limits { max_bytes: 1 << 31, timeout: Duration::from_millis(100) };
-        let mut inspector = LibraryInspector::with("/proc".into(), limits, stuck);
+        let mut inspector = LibraryInspector::with("/proc".into(), limits, Probes::default(), stuck);
         for round in 1..=MAX_ABANDONED {
             // One in hand and one queued behind it: the queued one is lost with the worker.
             assert!(inspector.request(Request { pid: me, mapping: libc.clone() }));

@@ -7,9 +7,15 @@
 //! | phase             | evidence (time in the window)                                                  |
 //! |-------------------|--------------------------------------------------------------------------------|
 //! | `nccl_collective` | in NCCL collectives, and synchronizing on a collective it enqueued              |
-//! | `gpu_compute`     | in CUDA synchronize calls and NVIDIA ioctls; plus its free CPU time while it launches at >= 2000 kernels/s (feeding the GPU) |
+//! | `gpu_compute`     | in CUDA synchronize calls, copies the host waits for and NVIDIA ioctls; plus its free CPU time while it feeds the GPU (below) |
 //! | `data_loading`    | blocked in reads and block I/O; for a worker process (a descendant that does not use the GPU, e.g. a DataLoader worker) also its free CPU time |
-//! | `optimizer_step`  | free CPU time (on a CPU or waiting for one, outside the calls above) of a process that uses the GPU, launching below that rate |
+//! | `optimizer_step`  | free CPU time (on a CPU or waiting for one, outside the calls above) of a process that uses the GPU, while it does not feed it |
+//!
+//! A thread *feeds the GPU* while at least 5% of its timer-tick samples outside the probed
+//! calls (at least two, over this window and the one before) find it running the CUDA driver's
+//! or runtime's code: launching kernels, enqueueing copies, spinning in a wait. Launches
+//! themselves are not probed by default (a uprobe traps on every one); with
+//! `[scheduler] launch_probes` a rate of 2000 launches/s or more counts as feeding too.
 //!
 //! Futex waits are measured and shown, but are not evidence: every idle thread of a pool waits
 //! on a futex, so they say "waiting", not for what. Waits inside NCCL are counted as NCCL.
@@ -23,8 +29,13 @@
 use ringside_bpf::{MlThreadStats, ThreadStats};
 use ringside_shared::{Phase, ProcessRole};
 
-/// Launch rate above which a thread's CPU time is spent feeding the GPU.
+/// Launch rate above which a thread's CPU time is spent feeding the GPU (counted only with
+/// the launch probes attached).
 pub const FEEDING_LAUNCHES_PER_S: f64 = 2000.0;
+/// Share of a thread's tick samples in the GPU driver's code at which it feeds the GPU, and
+/// the fewest such samples that count (one alone is noise).
+pub const FEEDING_DRIVER_SHARE: f64 = 0.05;
+pub const FEEDING_MIN_SAMPLES: u64 = 2;
 pub const ENTER: f64 = 0.30;
 pub const STRONG: f64 = 0.60;
 pub const EXIT: f64 = 0.15;
@@ -43,8 +54,13 @@ pub struct Counters {
     pub nv_ioctl_ns: u64,
     pub launches: u64,
     pub sync_ns: u64,
+    pub syncs: u64,
+    pub copies: u64,
     pub nccl_ns: u64,
     pub nccl_calls: u64,
+    /// Timer-tick samples outside the probed calls, and those in the GPU driver's code.
+    pub samples: u64,
+    pub driver_samples: u64,
 }
 
 impl Counters {
@@ -62,8 +78,12 @@ impl Counters {
             c.nv_ioctl_ns = m.nv_ioctl_ns;
             c.launches = m.launches;
             c.sync_ns = m.sync_ns;
+            c.syncs = m.syncs;
+            c.copies = m.copies;
             c.nccl_ns = m.nccl_ns;
             c.nccl_calls = m.nccl_calls;
+            c.samples = m.samples;
+            c.driver_samples = m.driver_samples;
         }
         c
     }
@@ -83,10 +103,32 @@ impl Counters {
             nv_ioctl_ns: d(self.nv_ioctl_ns, before.nv_ioctl_ns),
             launches: d(self.launches, before.launches),
             sync_ns: d(self.sync_ns, before.sync_ns),
+            syncs: d(self.syncs, before.syncs),
+            copies: d(self.copies, before.copies),
             nccl_ns: d(self.nccl_ns, before.nccl_ns),
             nccl_calls: d(self.nccl_calls, before.nccl_calls),
+            samples: d(self.samples, before.samples),
+            driver_samples: d(self.driver_samples, before.driver_samples),
         }
     }
+
+    /// Share of the tick samples that found the thread in the GPU driver's code (0 without
+    /// samples).
+    pub fn driver_share(&self) -> f64 {
+        if self.samples == 0 {
+            0.0
+        } else {
+            self.driver_samples as f64 / self.samples as f64
+        }
+    }
+}
+
+/// Whether a thread feeds the GPU: `recent` is its counters over this window and the one
+/// before (tick samples are few: 25 in a 100 ms window at HZ 250), `window` this window's.
+pub fn feeding(recent: &Counters, window: &Counters, window_ns: u64) -> bool {
+    let launches_per_s = window.launches as f64 * 1e9 / window_ns.max(1) as f64;
+    launches_per_s >= FEEDING_LAUNCHES_PER_S
+        || (recent.driver_samples >= FEEDING_MIN_SAMPLES && recent.driver_share() >= FEEDING_DRIVER_SHARE)
 }
 
 /// The evidence of one window, in ns, for the four detectable phases.
@@ -99,21 +141,19 @@ pub struct Evidence {
 }
 
 impl Evidence {
-    /// One thread's window (`delta` over `window_ns`).
-    pub fn of(delta: &Counters, window_ns: u64, role: ProcessRole) -> Evidence {
-        let window = window_ns.max(1) as f64;
+    /// One thread's window (`delta`); `feeding`: whether it feeds the GPU ([`feeding`]).
+    pub fn of(delta: &Counters, role: ProcessRole, feeding: bool) -> Evidence {
         let nccl = delta.nccl_ns as f64;
         let gpu_wait = (delta.sync_ns + delta.nv_ioctl_ns) as f64;
         let loading = (delta.read_ns + delta.iowait_ns) as f64;
         // CPU time outside the calls above; those calls may spin, so their time is not counted
         // twice (blocking time is not on a CPU anyway).
         let free_cpu = ((delta.on_cpu_ns + delta.runq_ns) as f64 - nccl - gpu_wait - loading).max(0.0);
-        let launches_per_s = delta.launches as f64 * 1e9 / window;
         let mut e =
             Evidence { data_loading: loading, gpu_compute: gpu_wait, nccl_collective: nccl, optimizer_step: 0.0 };
         match role {
             ProcessRole::Worker => e.data_loading += free_cpu,
-            ProcessRole::Main if launches_per_s >= FEEDING_LAUNCHES_PER_S => e.gpu_compute += free_cpu,
+            ProcessRole::Main if feeding => e.gpu_compute += free_cpu,
             ProcessRole::Main => e.optimizer_step = free_cpu,
         }
         e
@@ -217,48 +257,73 @@ mod tests {
         c
     }
 
+    /// The evidence of one window of a thread, with its feeding judged from that window alone.
+    fn evidence(c: &Counters, role: ProcessRole) -> Evidence {
+        Evidence::of(c, role, feeding(c, c, W))
+    }
+
     #[test]
     fn each_phase_has_its_signature() {
         let reading = window(|c| {
             c.read_ns = 80_000_000;
             c.on_cpu_ns = 5_000_000;
         });
-        assert_eq!(Evidence::of(&reading, W, ProcessRole::Main).best(W).0, Phase::DataLoading);
+        assert_eq!(evidence(&reading, ProcessRole::Main).best(W).0, Phase::DataLoading);
         let syncing = window(|c| {
             c.sync_ns = 85_000_000;
-            c.launches = 400;
             c.on_cpu_ns = 8_000_000;
         });
-        assert_eq!(Evidence::of(&syncing, W, ProcessRole::Main).best(W).0, Phase::GpuCompute);
+        assert_eq!(evidence(&syncing, ProcessRole::Main).best(W).0, Phase::GpuCompute);
+        // Busy on a CPU, a fifth of it in the driver: launching, i.e. feeding the GPU.
         let feeding = window(|c| {
+            c.on_cpu_ns = 90_000_000;
+            c.samples = 22;
+            c.driver_samples = 5;
+        });
+        assert_eq!(evidence(&feeding, ProcessRole::Main).best(W).0, Phase::GpuCompute, "driver time");
+        let launching = window(|c| {
             c.launches = 300;
             c.on_cpu_ns = 90_000_000;
         });
-        assert_eq!(Evidence::of(&feeding, W, ProcessRole::Main).best(W).0, Phase::GpuCompute, "3000 launches/s");
+        assert_eq!(evidence(&launching, ProcessRole::Main).best(W).0, Phase::GpuCompute, "3000 launches/s");
         let collective = window(|c| {
             c.nccl_ns = 70_000_000;
             c.futex_ns = 60_000_000;
             c.on_cpu_ns = 10_000_000;
         });
-        assert_eq!(Evidence::of(&collective, W, ProcessRole::Main).best(W).0, Phase::NcclCollective);
+        assert_eq!(evidence(&collective, ProcessRole::Main).best(W).0, Phase::NcclCollective);
+        // Busy on a CPU in its own code: one sample of 23 in the driver is a launch now and
+        // then, not feeding.
         let stepping = window(|c| {
             c.on_cpu_ns = 70_000_000;
             c.runq_ns = 20_000_000;
             c.launches = 40;
+            c.samples = 23;
+            c.driver_samples = 1;
         });
-        let (phase, share) = Evidence::of(&stepping, W, ProcessRole::Main).best(W);
+        let (phase, share) = evidence(&stepping, ProcessRole::Main).best(W);
         assert_eq!((phase, share), (Phase::OptimizerStep, 0.9));
         assert_eq!(
-            Evidence::of(&stepping, W, ProcessRole::Worker).best(W).0,
+            evidence(&stepping, ProcessRole::Worker).best(W).0,
             Phase::DataLoading,
             "a worker's CPU is data work"
         );
         let idle = window(|c| c.futex_ns = W);
-        assert_eq!(
-            Evidence::of(&idle, W, ProcessRole::Main).best(W),
-            (Phase::Unknown, 0.0),
-            "futex waits are not evidence"
-        );
+        assert_eq!(evidence(&idle, ProcessRole::Main).best(W), (Phase::Unknown, 0.0), "futex waits are not evidence");
+    }
+
+    #[test]
+    fn feeding_needs_enough_driver_samples_and_a_large_enough_share() {
+        let with = |samples, driver_samples| Counters { samples, driver_samples, ..Counters::default() };
+        let none = Counters::default();
+        assert!(!feeding(&with(0, 0), &none, W), "no samples: no evidence");
+        assert!(!feeding(&with(3, 1), &none, W), "a single sample is noise, whatever its share");
+        assert!(feeding(&with(3, 2), &none, W));
+        assert!(feeding(&with(40, 2), &none, W), "5%");
+        assert!(!feeding(&with(41, 2), &none, W), "under 5%");
+        // Launch probes count launches exactly: 2000/s feeds, whatever the samples say.
+        assert!(feeding(&none, &Counters { launches: 200, ..Counters::default() }, W));
+        assert!(!feeding(&none, &Counters { launches: 199, ..Counters::default() }, W));
     }
 
     #[test]

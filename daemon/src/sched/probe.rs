@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use ringside_bpf::{
-    AttachMode, EntryPoint, Event, Lost, MlThreadStats, ProbeError, ProgramStatus, SchedProbe, ThreadStats,
+    AttachMode, Attached, EntryPoint, Event, Lost, MlThreadStats, ProbeError, ProgramStatus, SchedProbe, ThreadStats,
 };
 
 /// The probe's counters, events and attachments, as the observer uses them.
@@ -20,15 +20,18 @@ pub trait Probe: Send {
     /// Marks a process (and its future children) as part of `job`: its calls are counted.
     fn track(&mut self, tgid: u32, job: u32) -> Result<(), ProbeError>;
     fn untrack(&mut self, tgid: u32);
-    /// Attaches the call probes to `entries` of `library`, read through `file`; returns how
-    /// many entry points were probed.
+    /// Attaches the call probes to `entries` of `library`, read through `file` (once for the
+    /// file where the kernel allows, else for this process); says how.
     fn attach_library(
         &mut self,
         pid: u32,
         library: &Path,
         file: &std::fs::File,
         entries: &[EntryPoint],
-    ) -> Result<usize, String>;
+    ) -> Result<Attached, String>;
+    /// Where the GPU driver's and runtime's code is mapped in a tracked process: the tick
+    /// sampler's ranges (empty: none).
+    fn set_gpu_text(&mut self, tgid: u32, ranges: &[(u64, u64)]) -> Result<(), ProbeError>;
     fn probed_libraries(&self, pid: u32) -> Vec<PathBuf>;
     fn probed_processes(&self) -> Vec<u32>;
     /// Drops a process's call probes (off the caller's thread where that is slow).
@@ -66,8 +69,11 @@ impl Probe for SchedProbe {
         library: &Path,
         file: &std::fs::File,
         entries: &[EntryPoint],
-    ) -> Result<usize, String> {
+    ) -> Result<Attached, String> {
         SchedProbe::attach_library(self, pid, library, file, entries)
+    }
+    fn set_gpu_text(&mut self, tgid: u32, ranges: &[(u64, u64)]) -> Result<(), ProbeError> {
+        SchedProbe::set_gpu_text(self, tgid, ranges)
     }
     fn probed_libraries(&self, pid: u32) -> Vec<PathBuf> {
         SchedProbe::probed_libraries(self, pid)

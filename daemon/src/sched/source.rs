@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ringside_bpf::{AttachMode, SchedProbe};
+use ringside_bpf::{AttachMode, Probes, SchedProbe};
 use ringside_shared::{SchedulerBackend, SchedulerMode, SchedulerTelemetry};
 
 use super::enforcement;
@@ -42,6 +42,11 @@ pub struct SchedulerConfig {
     /// Count every futex/read/ioctl call of ML processes with the syscall tracepoints, rather
     /// than the waits they block in. Exact, but it slows every syscall of every task on the node.
     pub syscall_tracepoints: bool,
+    /// Count every kernel launch with a uprobe on each launch entry point of the driver. Off by
+    /// default: every launch then traps into the kernel (about 15 µs on a VM), which slows a
+    /// launch-bound job; without it a thread feeding the GPU is told by where its CPU time
+    /// goes (the driver's code, sampled at timer ticks).
+    pub launch_probes: bool,
     pub policy: PolicyTable,
     /// ML processes tracked at most (the first found, main processes and the busiest first);
     /// the rest are counted and reported, not tracked.
@@ -72,6 +77,7 @@ impl Default for SchedulerConfig {
             window_ms: 100,
             scan_interval_ms: 1000,
             syscall_tracepoints: false,
+            launch_probes: false,
             policy: PolicyTable::default(),
             max_processes: 256,
             max_library_bytes: 2 << 30,
@@ -233,7 +239,8 @@ impl SchedulerSource {
     fn launch(config: &SchedulerConfig, data_dir: &Path, runq: Feed<u64>) -> Launched {
         let journal_path = data_dir.join(JOURNAL_FILE);
         let journal = recover(&journal_path);
-        let probe = SchedProbe::load_with_options(&AttachMode::ALL, config.syscall_tracepoints);
+        let probes = Probes { launches: config.launch_probes };
+        let probe = SchedProbe::load_with_probes(&AttachMode::ALL, config.syscall_tracepoints, probes);
         let (mut backend, mut load_scx) = config.resolve();
         let mut enforcement_off = None;
         let journal = match journal {
@@ -270,6 +277,7 @@ impl SchedulerSource {
                 libraries: Limits { max_bytes: config.max_library_bytes, timeout: LIBRARY_TIMEOUT },
                 admission: Admission::resolve(&config.enforce)?,
                 job_window: Duration::from_secs(config.job_window_s),
+                probes,
             };
             let published = Arc::new(Mutex::new(Published::default()));
             let stop = Arc::new(AtomicBool::new(false));

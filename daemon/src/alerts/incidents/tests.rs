@@ -41,6 +41,7 @@ fn task(pid: u32, tid: u32, phase: Phase) -> MlTaskInfo {
         runq_p99_ns: None,
         features: Default::default(),
         last_decision: None,
+        calls: Default::default(),
     }
 }
 

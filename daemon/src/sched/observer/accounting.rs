@@ -8,7 +8,7 @@ use ringside_bpf::{CallKind, MlThreadStats};
 use ringside_shared::{PhaseSpan, PhaseValues};
 
 use super::super::journal::thread_start_time;
-use super::super::phase::{Counters, Evidence, Hysteresis};
+use super::super::phase::{self, Counters, Evidence, Hysteresis};
 use super::{
     read_chars, read_trimmed, Observer, Task, CPU_WAIT_SHARE, MAX_SPANS, MAX_THREADS_OBSERVED, MAX_THREADS_PER_PROCESS,
     TIMELINE_MS,
@@ -20,7 +20,8 @@ use crate::pipeline::ThreadEvent;
 fn collective_since(calls: &MlThreadStats) -> Option<u64> {
     let (kind, since) = calls.call_in_progress;
     let nccl = CallKind::Nccl as u32;
-    (since != 0 && (kind == nccl || (kind == CallKind::Sync as u32 && calls.last_enqueue == nccl))).then_some(since)
+    let waits = kind == CallKind::Sync as u32 || kind == CallKind::Copy as u32;
+    (since != 0 && (kind == nccl || (waits && calls.last_enqueue == nccl))).then_some(since)
 }
 
 impl Observer {
@@ -103,6 +104,7 @@ impl Observer {
                             last_decision: None,
                             window_ns,
                             collective_since_ns: None,
+                            feeding: false,
                         })
                     }
                 };
@@ -110,7 +112,15 @@ impl Observer {
                 // A thread seen for the first time has no window yet: its counters so far
                 // cover its whole life.
                 let Some(before) = task.before.replace(counters) else { continue };
-                task.last = counters.since(&before);
+                let previous = std::mem::replace(&mut task.last, counters.since(&before));
+                // Tick samples are few per window: whether it feeds the GPU is judged over
+                // this window and the one before.
+                let recent = Counters {
+                    samples: task.last.samples + previous.samples,
+                    driver_samples: task.last.driver_samples + previous.driver_samples,
+                    ..Counters::default()
+                };
+                task.feeding = phase::feeding(&recent, &task.last, window_ns);
                 // A collective returned: the one it was in has ended, or it entered one and is
                 // out again, or it entered two (the probe counts calls as they start).
                 collective_returned |= (was_in_collective.is_some() && was_in_collective != in_collective)
@@ -118,7 +128,7 @@ impl Observer {
                     || task.last.nccl_calls >= 2;
                 most_runq_ns = most_runq_ns.max(task.last.runq_ns);
                 task.window_ns = window_ns;
-                task.evidence = Evidence::of(&task.last, window_ns, role);
+                task.evidence = Evidence::of(&task.last, role, task.feeding);
                 evidence.add(&task.evidence);
                 let changed = task.phase.step(&task.evidence, window_ns);
                 *task.phase_ms.get_mut(task.phase.phase) += window_ms;

@@ -12,13 +12,20 @@ impl Observer {
         let d = &task.last;
         let w = task.window_ns;
         format!(
-            "over {} ms: cpu {:.0}%, read {:.0}%, sync {:.0}%, nccl {:.0}%, {:.0} launches/s",
+            "over {} ms: cpu {:.0}%, read {:.0}%, sync {:.0}%, nccl {:.0}%, in the driver {:.0}% of {} samples{}{}",
             w / 1_000_000,
             share(d.on_cpu_ns + d.runq_ns, w) * 100.0,
             share(d.read_ns + d.iowait_ns, w) * 100.0,
             share(d.sync_ns + d.nv_ioctl_ns, w) * 100.0,
             share(d.nccl_ns, w) * 100.0,
-            d.launches as f64 * 1e9 / w.max(1) as f64
+            d.driver_share() * 100.0,
+            d.samples,
+            if task.feeding { " (feeding the GPU)" } else { "" },
+            if d.launches > 0 {
+                format!(", {:.0} launches/s", d.launches as f64 * 1e9 / w.max(1) as f64)
+            } else {
+                String::new()
+            }
         )
     }
 

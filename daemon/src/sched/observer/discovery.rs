@@ -4,7 +4,7 @@
 
 use std::collections::{HashSet, VecDeque};
 
-use ringside_bpf::{calls_of_library, EventKind};
+use ringside_bpf::{is_probed_library, EventKind, GpuLibrary, MAX_TEXT_RANGES};
 use ringside_shared::{PhaseValues, ProcessRole, SchedulerBackend};
 
 use super::super::jobs::{RecentPhases, Steps};
@@ -122,6 +122,7 @@ impl Observer {
                 admission: Err("not admitted: not looked at yet".into()),
                 nice_floor: 0,
                 libraries: Vec::new(),
+                gpu_text: Vec::new(),
                 scans_since_maps: 0,
                 phase: Hysteresis::default(),
                 phase_since_ms: crate::clock::now_ms(),
@@ -281,8 +282,22 @@ impl Observer {
         if !due {
             return;
         }
-        for mapping in library::mappings(&self.config.proc_root, pid) {
-            if calls_of_library(&mapping.path).is_empty() {
+        let mappings = library::mappings(&self.config.proc_root, pid);
+        // The GPU driver's and runtime's code in this process, for the tick sampler.
+        let text: Vec<(u64, u64)> = mappings
+            .iter()
+            .filter(|m| m.exec && GpuLibrary::of(&m.path).is_some_and(GpuLibrary::drives_gpu))
+            .map(|m| (m.start, m.end))
+            .take(MAX_TEXT_RANGES)
+            .collect();
+        if text != process.gpu_text {
+            match self.probe.set_gpu_text(pid, &text) {
+                Ok(()) => process.gpu_text = text,
+                Err(e) => tracing::warn!(pid, "cannot set the GPU driver's code ranges: {e}"),
+            }
+        }
+        for mapping in mappings {
+            if !is_probed_library(&mapping.path) {
                 continue;
             }
             // Pending entries stay until answered; one whose worker was abandoned is asked again.
@@ -311,11 +326,16 @@ impl Observer {
         for done in self.libraries.poll() {
             let Some(process) = self.processes.get_mut(&done.pid) else { continue };
             let Some(library) = process.libraries.iter_mut().find(|l| l.path == done.path) else { continue };
+            // A link per entry point and per return, at worst (per process, without
+            // uprobe_multi): refused before the daemon runs short of descriptors.
+            let room = |entries: usize| crate::descriptors::Descriptors::read().room_for_probes(2 * entries);
             library.state = match done.result {
-                Ok((file, entries)) => match self.probe.attach_library(done.pid, &done.path, &file, &entries) {
-                    Ok(found) => {
-                        tracing::info!(pid = done.pid, library = %done.path.display(), found, "probing CUDA/NCCL calls");
-                        Inspection::Probed(found)
+                Ok((file, entries)) => match room(entries.len())
+                    .and_then(|()| self.probe.attach_library(done.pid, &done.path, &file, &entries))
+                {
+                    Ok(attached) => {
+                        tracing::info!(pid = done.pid, library = %done.path.display(), ?attached, "probing CUDA/NCCL calls");
+                        Inspection::Probed(attached)
                     }
                     Err(e) => {
                         tracing::warn!(pid = done.pid, "cannot probe {}: {e}", done.path.display());

@@ -74,6 +74,8 @@ pub struct ObserverConfig {
     pub admission: Admission,
     /// The recent window of each job's phase shares and step times.
     pub job_window: Duration,
+    /// Which library calls are probed.
+    pub probes: ringside_bpf::Probes,
 }
 
 /// What the observer publishes.
@@ -104,7 +106,7 @@ struct Library {
 /// How far a library has been looked at (the wire's `LibraryState`, with what it found).
 enum Inspection {
     Pending,
-    Probed(usize),
+    Probed(ringside_bpf::Attached),
     Refused(String),
 }
 
@@ -121,6 +123,8 @@ struct Process {
     /// The lowest nice value its threads may be given.
     nice_floor: i32,
     libraries: Vec<Library>,
+    /// Where the GPU driver's and runtime's code is mapped in it, as last given to the probe.
+    gpu_text: Vec<(u64, u64)>,
     /// Scans since its `maps` was last read for libraries.
     scans_since_maps: u32,
     phase: Hysteresis,
@@ -158,6 +162,8 @@ struct Task {
     window_ns: u64,
     /// Since when (monotonic ns) it has been inside a collective, as of the latest window.
     collective_since_ns: Option<u64>,
+    /// Whether it fed the GPU in the latest window (`phase::feeding`).
+    feeding: bool,
 }
 
 pub struct Observer {
@@ -219,7 +225,7 @@ impl Observer {
         Observer {
             probe,
             detector: MlDetector::new(libraries, config.ml_patterns.clone()).with_proc_root(&config.proc_root),
-            libraries: LibraryInspector::new(config.proc_root.clone(), config.libraries),
+            libraries: LibraryInspector::new(config.proc_root.clone(), config.libraries, config.probes),
             not_tracked: 0,
             windows: 0,
             window_start_ms: 0,

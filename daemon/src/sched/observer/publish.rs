@@ -5,10 +5,10 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use ringside_bpf::{AttachMode, AttachState, Attachment};
+use ringside_bpf::{AttachMode, AttachState, Attached, Attachment};
 use ringside_shared::{
-    clip, LibraryState, LibraryStatus, MlProcessInfo, MlTaskInfo, Phase, PhaseValues, ProbeAttach, ProbeLosses,
-    ProbeProgram, ProgramState, RefusedEvidence, SchedulerBackend, SchedulerMode, SchedulerTelemetry,
+    clip, CallCounts, LibraryState, LibraryStatus, MlProcessInfo, MlTaskInfo, Phase, PhaseValues, ProbeAttach,
+    ProbeLosses, ProbeProgram, ProgramState, RefusedEvidence, SchedulerBackend, SchedulerMode, SchedulerTelemetry,
 };
 
 use super::{share, Inspection, Observer, Process, Task, MAX_SPANS, MAX_THREAD_EVENTS};
@@ -57,6 +57,7 @@ impl Observer {
                     ("sync", share(d.sync_ns, w)),
                     ("nccl", share(d.nccl_ns, w)),
                     ("ioctl", share(d.nv_ioctl_ns, w)),
+                    ("driver", d.driver_share()),
                     ("launches_per_s", d.launches as f64 * 1e9 / w.max(1) as f64),
                 ]
                 .into_iter()
@@ -73,6 +74,17 @@ impl Observer {
                     runq_p99_ns: pick(0.99),
                     features,
                     last_decision: t.last_decision.clone(),
+                    calls: t
+                        .before
+                        .map(|c| CallCounts {
+                            launches: c.launches,
+                            syncs: c.syncs,
+                            copies: c.copies,
+                            nccl: c.nccl_calls,
+                            samples: c.samples,
+                            driver_samples: c.driver_samples,
+                        })
+                        .unwrap_or_default(),
                 }
             })
             .collect();
@@ -123,7 +135,13 @@ impl Observer {
                     .map(|l| {
                         let (state, detail) = match &l.state {
                             Inspection::Pending => (LibraryState::Pending, String::new()),
-                            Inspection::Probed(n) => (LibraryState::Probed, format!("{n} entry points probed")),
+                            Inspection::Probed(Attached::File { entry_points, .. }) => (
+                                LibraryState::Probed,
+                                format!("{entry_points} entry points probed, once for the library file"),
+                            ),
+                            Inspection::Probed(Attached::Process { entry_points }) => {
+                                (LibraryState::Probed, format!("{entry_points} entry points probed, for this process"))
+                            }
                             Inspection::Refused(why) => (LibraryState::Refused, why.clone()),
                         };
                         LibraryStatus {

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ringside_bpf::{
-    AttachMode, EntryPoint, Event, EventKind, Lost, MlThreadStats, ProbeError, ProgramStatus, ThreadStats,
+    AttachMode, Attached, EntryPoint, Event, EventKind, Lost, MlThreadStats, ProbeError, Probes, ProgramStatus,
+    ThreadStats,
 };
 use ringside_shared::{
     Decision, Phase, ProcessRole, SchedulerBackend, SchedulerMode, SchedulerTelemetry, ScxExitInfo, ScxStatus,
@@ -34,6 +35,7 @@ struct Recording {
     events: Vec<Event>,
     tracked: HashMap<u32, u32>,
     detached: Vec<u32>,
+    gpu_text: HashMap<u32, Vec<(u64, u64)>>,
 }
 
 struct RecordedProbe(Arc<Mutex<Recording>>);
@@ -58,8 +60,12 @@ impl Probe for RecordedProbe {
     fn untrack(&mut self, tgid: u32) {
         self.0.lock().unwrap().tracked.remove(&tgid);
     }
-    fn attach_library(&mut self, _: u32, _: &Path, _: &std::fs::File, _: &[EntryPoint]) -> Result<usize, String> {
+    fn attach_library(&mut self, _: u32, _: &Path, _: &std::fs::File, _: &[EntryPoint]) -> Result<Attached, String> {
         Err("a recorded probe attaches nothing".into())
+    }
+    fn set_gpu_text(&mut self, tgid: u32, ranges: &[(u64, u64)]) -> Result<(), ProbeError> {
+        self.0.lock().unwrap().gpu_text.insert(tgid, ranges.to_vec());
+        Ok(())
     }
     fn probed_libraries(&self, _: u32) -> Vec<PathBuf> {
         Vec::new()
@@ -228,6 +234,7 @@ impl Harness {
             libraries: Limits { max_bytes: 1 << 20, timeout: Duration::from_secs(1) },
             admission: Admission::resolve(&admission).unwrap(),
             job_window: Duration::from_secs(10),
+            probes: Probes::default(),
         };
         let enforcement: Box<dyn Enforcement> = match backend {
             SchedulerBackend::Observe => Box::new(ObserveOnly),
@@ -270,6 +277,16 @@ impl Harness {
         self.spend(tid, |s, _| s.on_cpu_ns += ms * MS);
     }
 
+    /// `ms` of the window on a CPU, with `samples` timer-tick samples of which `in_driver`
+    /// found it in the GPU driver's code.
+    fn cpu_sampled(&self, tid: u32, ms: u64, samples: u64, in_driver: u64) {
+        self.spend(tid, |s, c| {
+            s.on_cpu_ns += ms * MS;
+            c.samples += samples;
+            c.driver_samples += in_driver;
+        });
+    }
+
     fn window(&mut self) {
         self.observer.window(W, self.now_ms, self.now_ms + W / MS);
         self.now_ms += W / MS;
@@ -310,6 +327,56 @@ fn training(name: &str, backend: SchedulerBackend) -> Harness {
     h.window();
     assert_eq!(h.probe.lock().unwrap().tracked.get(&4001), Some(&4001), "the process is tracked as its own job");
     h
+}
+
+#[test]
+fn a_busy_thread_feeds_the_gpu_when_its_ticks_find_it_in_the_driver_and_steps_otherwise() {
+    let mut h = training("observer-feeding", SchedulerBackend::Observe);
+    // 90 ms on a CPU, 6 of its 22 tick samples in the driver (launching): GPU compute.
+    for _ in 0..2 {
+        h.cpu_sampled(4001, 90, 22, 6);
+        h.window();
+    }
+    assert_eq!(h.phase_of(4001), Phase::GpuCompute);
+    let task = h.telemetry().tasks.into_iter().find(|t| t.tid == 4001).unwrap();
+    assert_eq!(task.features["driver"], 0.273, "{:?}", task.features);
+    // The same CPU time in its own code (one stray sample in the driver): the optimizer step,
+    // once the window before has gone out of the judgement too.
+    for _ in 0..3 {
+        h.cpu_sampled(4001, 90, 22, 1);
+        h.window();
+    }
+    assert_eq!(h.phase_of(4001), Phase::OptimizerStep);
+    // Too few samples in one window alone, enough over two.
+    for _ in 0..2 {
+        h.cpu_sampled(4001, 90, 2, 1);
+        h.window();
+    }
+    assert_eq!(h.phase_of(4001), Phase::GpuCompute);
+}
+
+#[test]
+fn the_gpu_drivers_code_in_a_process_goes_to_the_tick_sampler() {
+    let mut h = training("observer-text", SchedulerBackend::Observe);
+    let maps = "\
+7f0000000000-7f0000100000 r--p 00000000 fd:01 11 /usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03
+7f0000100000-7f0000600000 r-xp 00100000 fd:01 11 /usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03
+7f0000600000-7f0000700000 rw-p 00600000 fd:01 11 /usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03
+7f1000000000-7f1000080000 r-xp 00010000 fd:01 12 /opt/venv/nvidia/cuda_runtime/lib/libcudart.so.12
+7f2000000000-7f2000300000 r-xp 00090000 fd:01 13 /opt/venv/nvidia/nccl/lib/libnccl.so.2
+7f3000000000-7f3000100000 r-xp 00000000 fd:01 14 /usr/lib/x86_64-linux-gnu/libc.so.6
+";
+    std::fs::write(h.proc.root.join("4001/maps"), maps).unwrap();
+    // The maps of a tracked process are read again every few scans.
+    for _ in 0..6 {
+        h.window();
+    }
+    let text = h.probe.lock().unwrap().gpu_text.get(&4001).cloned();
+    assert_eq!(
+        text,
+        Some(vec![(0x7f0000100000, 0x7f0000600000), (0x7f1000000000, 0x7f1000080000)]),
+        "the driver's and the runtime's code, not their data, not NCCL's nor libc's"
+    );
 }
 
 #[test]
