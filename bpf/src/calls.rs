@@ -19,6 +19,7 @@
 use std::path::Path;
 
 use crate::elf::{self, ElfError};
+use crate::placement;
 use crate::skel::types::call_kind as RawCallKind;
 
 /// Which kind of library call a uprobe counts: the BPF side's `enum call_kind` (intf.h), its
@@ -258,12 +259,15 @@ pub fn is_probed_library(path: &Path) -> bool {
     matches!(GpuLibrary::of(path), Some(GpuLibrary::Driver | GpuLibrary::Nccl))
 }
 
-/// A probed function found in a library: where its code starts in the file.
+/// A probed function found in a library: where its code starts in the file, and where its
+/// probe goes (the first instruction the kernel emulates when a probe fires, a few bytes on,
+/// where that is safe: see the `placement` module).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EntryPoint {
     pub function: &'static str,
     pub kind: CallKind,
     pub offset: u64,
+    pub probe_at: u64,
 }
 
 /// The probed functions (by [`calls_of_library`] of its name) that a library file of `size`
@@ -281,10 +285,23 @@ pub fn library_entry_points(
     let mut entries: Vec<EntryPoint> = Vec::with_capacity(found.len());
     for (i, offset) in found {
         if !entries.iter().any(|e| e.offset == offset) {
-            entries.push(EntryPoint { function: calls[i].0, kind: calls[i].1, offset });
+            let probe_at = offset + placement::emulated_offset(&prologue(file, size, offset)) as u64;
+            entries.push(EntryPoint { function: calls[i].0, kind: calls[i].1, offset, probe_at });
         }
     }
     Ok(entries)
+}
+
+/// The first bytes of the function at `offset` (fewer at the end of the file; none if they
+/// cannot be read).
+fn prologue(file: &std::fs::File, size: u64, offset: u64) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let len = size.saturating_sub(offset).min(placement::PROLOGUE_BYTES as u64) as usize;
+    let mut bytes = vec![0; len];
+    match file.read_exact_at(&mut bytes, offset) {
+        Ok(()) => bytes,
+        Err(_) => Vec::new(),
+    }
 }
 
 /// Every function a library file exports, with its file offset (bounded reads, as above):

@@ -30,6 +30,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuild
 
 mod cpus;
 mod elf;
+mod placement;
 pub mod scx;
 
 pub use cpus::parse_cpu_list;
@@ -644,7 +645,7 @@ impl SchedProbe {
             entries
                 .iter()
                 .filter(|e| !timed_only || e.kind.timed())
-                .filter_map(|e| Some((usize::try_from(e.offset).ok()?, e.kind as u64)))
+                .filter_map(|e| Some((usize::try_from(e.probe_at).ok()?, e.kind as u64)))
                 .unzip()
         };
         let (offsets_in, cookies_in) = offsets(false);
@@ -689,7 +690,7 @@ impl SchedProbe {
         let mut found = 0;
         for point in entries {
             let opts = |retprobe| UprobeOpts { cookie: point.kind as u64, retprobe, ..UprobeOpts::default() };
-            let offset = usize::try_from(point.offset).map_err(|_| "entry point offset out of range".to_string())?;
+            let offset = usize::try_from(point.probe_at).map_err(|_| "entry point offset out of range".to_string())?;
             match entry.attach_uprobe_with_opts(pid as i32, &path, offset, opts(false)) {
                 Ok(link) => {
                     links.push(link);

@@ -149,6 +149,10 @@ fn every_entry_point_the_real_driver_hands_out_is_probed() {
             assert_eq!(by_name.get(name.as_str()), Some(&kind), "{name} is found in the file as a {kind:?}");
         }
     }
+    // Every entry of the driver begins with a RIP-relative compare, which the kernel would have
+    // to single-step: the probe goes on the conditional jump after it, ten bytes on.
+    let moved: Vec<u64> = entries.iter().map(|e| e.probe_at - e.offset).collect();
+    assert!(moved.iter().all(|m| *m == 10), "probe offsets past each entry: {moved:?}");
     let default = library_entry_points(&file, size, &path, Probes::default()).unwrap();
     assert!(default.iter().all(|e| e.kind != CallKind::Launch), "launches are probed only when asked");
     assert!(default.iter().any(|e| e.function == "cuStreamSynchronize_ptsz"));
@@ -198,4 +202,8 @@ fn every_nccl_export_is_probed_or_known_not_to_wait() {
     }
     let entries = library_entry_points(&file, size, &path, Probes::default()).unwrap();
     assert_eq!(entries.len(), NCCL_CALLS.len() - absent.len(), "each probed call it has is an entry point");
+    // NCCL's functions begin with a push, which the kernel emulates: probed at the entry.
+    let moved: Vec<(&str, u64)> =
+        entries.iter().filter(|e| e.probe_at != e.offset).map(|e| (e.function, e.probe_at - e.offset)).collect();
+    assert!(moved.is_empty(), "{moved:?}");
 }

@@ -185,10 +185,14 @@ fn sample(interval: Duration, out: Arc<Mutex<Option<Published>>>, stop: Arc<Atom
                 }
             },
             Err(e) => {
-                let no_driver = matches!(e, NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound);
+                let library_missing = matches!(e, NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound);
+                let on_bus = nvidia_gpus_on_bus();
+                // The library without the kernel driver and without an NVIDIA GPU is a node
+                // that has NVIDIA's user-space libraries (a CUDA image) and nothing to watch.
+                let no_driver = library_missing || (matches!(e, NvmlError::DriverNotLoaded) && on_bus == 0);
                 // Without the library there is nothing to retry for until the driver is
                 // installed; a failed start (driver not loaded yet) is retried sooner.
-                ((unavailable(&e), no_driver), Duration::from_secs(if no_driver { 300 } else { 30 }))
+                ((unavailable(&e, on_bus), no_driver), Duration::from_secs(if library_missing { 300 } else { 30 }))
             }
         };
         // Why NVML is not running, republished every interval until it runs (so the reading is
@@ -363,12 +367,63 @@ pub fn xid_description(code: u64) -> Option<&'static str> {
 /// XIDs that mean the GPU or its memory is failing: a critical alert, not a warning.
 pub const CRITICAL_XIDS: [u64; 10] = [48, 63, 64, 74, 79, 92, 94, 95, 119, 120];
 
-fn unavailable(error: &NvmlError) -> GpuTelemetry {
+/// NVIDIA display and 3D controllers on the PCI bus, whether or not a driver has them.
+fn nvidia_gpus_on_bus() -> usize {
+    crate::host::gpus(&crate::host::HostPaths::default()).iter().filter(|g| g.vendor == "nvidia").count()
+}
+
+/// The file NVML is loaded from (`libnvidia-ml.so.<driver version>`), as the dynamic loader
+/// finds `libnvidia-ml.so.1`: it names the user-space driver that is installed.
+fn nvml_library_file() -> Option<String> {
+    let name = std::ffi::CString::new("libnvidia-ml.so.1").ok()?;
+    let init = std::ffi::CString::new("nvmlInit_v2").ok()?;
+    // SAFETY: dlopen of a library name; the handle is closed below. NVML's constructors do not
+    // start the driver (nvmlInit does), so loading it again has no effect of its own.
+    let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        return None;
+    }
+    // SAFETY: a handle from dlopen, a valid symbol name.
+    let symbol = unsafe { libc::dlsym(handle, init.as_ptr()) };
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: dladdr reads the address and fills the struct it is given.
+    let found = !symbol.is_null() && unsafe { libc::dladdr(symbol, &mut info) } != 0 && !info.dli_fname.is_null();
+    // SAFETY: dli_fname, when set, is the loaded object's NUL-terminated path.
+    let path = found.then(|| unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned());
+    // SAFETY: the handle from dlopen above, closed once.
+    unsafe { libc::dlclose(handle) };
+    let path = std::path::PathBuf::from(path?);
+    let real = std::fs::canonicalize(&path).unwrap_or(path);
+    Some(real.file_name()?.to_string_lossy().into_owned())
+}
+
+/// Why NVML is not running, in words an operator can act on; `on_bus`: NVIDIA GPUs on the
+/// PCI bus.
+fn unavailable(error: &NvmlError, on_bus: usize) -> GpuTelemetry {
     let reason = match error {
         NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound => {
             "no NVIDIA driver on this node (libnvidia-ml.so.1 could not be loaded)".to_string()
         }
-        NvmlError::DriverNotLoaded => "the NVIDIA kernel driver is not loaded".to_string(),
+        NvmlError::DriverNotLoaded => {
+            let library = nvml_library_file().unwrap_or_else(|| "libnvidia-ml.so.1".into());
+            if on_bus == 0 {
+                format!(
+                    "NVIDIA's driver library is installed ({library}) but the NVIDIA kernel driver is not loaded, \
+                     and no NVIDIA GPU is on the PCI bus"
+                )
+            } else {
+                format!(
+                    "NVIDIA's driver library is installed ({library}) but the NVIDIA kernel driver is not loaded: \
+                     the {on_bus} NVIDIA GPU(s) on the PCI bus are not watched. Load it (`modprobe nvidia`), or \
+                     install the kernel module built for this kernel"
+                )
+            }
+        }
         NvmlError::NoPermission => "NVML refused to start: no permission to the NVIDIA devices".to_string(),
         other => format!("NVML could not start: {other}"),
     };

@@ -209,7 +209,7 @@ pub fn node_identity(paths: &HostPaths, started_at_ms: u64) -> NodeIdentity {
 }
 
 /// Display controllers (PCI class 0x03xx) of GPU vendors on the PCI bus.
-fn gpus(paths: &HostPaths) -> Vec<GpuInfo> {
+pub fn gpus(paths: &HostPaths) -> Vec<GpuInfo> {
     let Ok(entries) = std::fs::read_dir(paths.sys.join("bus/pci/devices")) else {
         return Vec::new();
     };

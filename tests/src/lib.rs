@@ -46,6 +46,38 @@ pub fn hostile_binary() -> PathBuf {
     path
 }
 
+/// `cuda-calls`, which drives a CUDA driver library through the entry points
+/// `cuGetProcAddress_v2` hands out (workspace debug build, with the `ringside-workload` package).
+pub fn cuda_calls_binary() -> PathBuf {
+    let path = target_dir().join("debug/cuda-calls");
+    assert!(path.exists(), "{} is missing: run the tests with `cargo xtask test`", path.display());
+    path
+}
+
+/// Where `cargo xtask setup --test` unpacked NVIDIA's own libraries: `lib/libcuda.so.1`,
+/// `lib/libnvidia-ml.so.1` (Debian non-free) and `nccl/libnccl.so.2` (PyPI).
+/// `RINGSIDE_NVIDIA_DIR`, else `<cache>/ringside/nvidia`.
+pub fn nvidia_dir() -> PathBuf {
+    let dir = std::env::var_os("RINGSIDE_NVIDIA_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        std::env::var_os("RINGSIDE_CACHE_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                std::env::var_os("XDG_CACHE_HOME")
+                    .map(PathBuf::from)
+                    .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                    .unwrap_or_else(|| PathBuf::from("/var/cache"))
+                    .join("ringside")
+            })
+            .join("nvidia")
+    });
+    assert!(
+        dir.join("lib/libcuda.so.1").exists(),
+        "NVIDIA's libraries are missing from {}: `cargo xtask setup --test` fetches them",
+        dir.display()
+    );
+    dir
+}
+
 /// Waits for a process under test to create `path` (its sign that it is set up).
 pub fn wait_for_file(path: &Path, limit: Duration) -> Result<()> {
     let deadline = Instant::now() + limit;

@@ -25,6 +25,12 @@
 //!
 //! `ml-workload --pingpong N` instead measures context switches: a byte bounced N times between
 //! two threads through two pipes, printing `{"round_trips":N,"us_per_round_trip":…}`.
+//!
+//! `ml-workload --eager-steps SECONDS [--ready FILE] [--go FILE]` instead runs steps shaped like
+//! an eager PyTorch training step on the doubles — 200 kernel launches, an all-reduce, a
+//! synchronize — for SECONDS, printing `{"steps":N,"seconds":S,"steps_per_s":R}`: what a
+//! launch-bound job makes of the probes on its path. With `--go`, it writes `--ready` once set up
+//! and starts only when FILE exists (after the daemon has found and probed it).
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::io::Write;
@@ -65,6 +71,8 @@ struct Args {
     pingpong: Option<u32>,
     data_weight: u32,
     hang_ms: u64,
+    eager_steps: Option<f64>,
+    go: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -78,6 +86,8 @@ fn parse_args() -> Result<Args, String> {
         pingpong: None,
         data_weight: 1,
         hang_ms: 0,
+        eager_steps: None,
+        go: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -93,6 +103,10 @@ fn parse_args() -> Result<Args, String> {
                 args.data_weight = value()?.parse().map_err(|e| format!("--data-weight: {e}"))?;
             }
             "--hang-ms" => args.hang_ms = value()?.parse().map_err(|e| format!("--hang-ms: {e}"))?,
+            "--eager-steps" => {
+                args.eager_steps = Some(value()?.parse().map_err(|e| format!("--eager-steps: {e}"))?);
+            }
+            "--go" => args.go = Some(value()?.into()),
             "--pingpong" => {
                 args.pingpong = Some(value()?.parse().map_err(|e| format!("--pingpong: {e}"))?);
             }
@@ -482,6 +496,49 @@ fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
+/// Waits until `go` exists (the benchmark's sign that the daemon is ready), at most a minute.
+fn wait_for_go(go: &Path) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !go.exists() {
+        if Instant::now() > deadline {
+            return Err(format!("{} did not appear within a minute", go.display()));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
+
+/// Eager-style training steps for `seconds`: 200 launches of kernels that take no device time
+/// (each a few µs of the double's own marshalling on the CPU: the step is bound by its
+/// launches, as an eager job's often is), an all-reduce (one rank: the double's transfer time
+/// only) and a synchronize. Returns (steps, seconds).
+fn eager_steps(args: &Args, seconds: f64) -> Result<(u64, f64), String> {
+    let doubles = Doubles::load(&args.doubles)?;
+    // SAFETY: the double's cuInit takes flags only.
+    unsafe { (doubles.cu_init)(0) };
+    let comm = doubles.comm(1, 0)?;
+    let send = vec![1.0f32; 256];
+    let mut recv = vec![0.0f32; 256];
+    if let Some(ready) = &args.ready {
+        std::fs::write(ready, std::process::id().to_string()).map_err(|e| format!("--ready: {e}"))?;
+    }
+    if let Some(go) = &args.go {
+        wait_for_go(go)?;
+    }
+    let limit = Duration::from_secs_f64(seconds);
+    let started = Instant::now();
+    let mut steps = 0u64;
+    while started.elapsed() < limit {
+        for _ in 0..200 {
+            doubles.launch(0);
+        }
+        doubles.all_reduce(&send, &mut recv, comm);
+        doubles.synchronize();
+        steps += 1;
+    }
+    Ok((steps, started.elapsed().as_secs_f64()))
+}
+
 /// Mean round trip (µs) of a byte bounced between two threads through two pipes: two context
 /// switches per round trip when both threads share a CPU, two wake-ups otherwise.
 fn pipe_pingpong(round_trips: u32) -> std::io::Result<f64> {
@@ -522,6 +579,21 @@ fn main() {
             Ok(us) => println!("{{\"round_trips\":{round_trips},\"us_per_round_trip\":{us:.3}}}"),
             Err(e) => {
                 eprintln!("ml-workload: ping-pong: {e}");
+                std::process::exit(2);
+            }
+        }
+        return;
+    }
+    if let Some(seconds) = args.eager_steps {
+        match eager_steps(&args, seconds) {
+            Ok((steps, secs)) => {
+                println!(
+                    "{}",
+                    serde_json::json!({ "steps": steps, "seconds": secs, "steps_per_s": steps as f64 / secs })
+                )
+            }
+            Err(e) => {
+                eprintln!("ml-workload: {e}");
                 std::process::exit(2);
             }
         }

@@ -16,14 +16,16 @@
 //! - `package`: `target/debian/ringside_<version>_amd64.deb` (see [`package`]).
 //! - `vm-test`: the sched_ext scheduler in a guest kernel under qemu (see [`vm`]).
 //! - `vm-header`: refreshes `bpf/src/bpf/vmlinux_scx.h` from the guest kernel build.
-//! - `bench [ring|gpu|daemon|fanout|sched|incidents|guest]`: the ring queue against rtrb and
-//!   crossbeam-channel, the persistent CUDA kernel against launches per message (skipped without
-//!   a GPU), what the idle daemon costs, WebSocket fan-out to 100 clients, the scheduler's probe
-//!   overhead and effect, the incident recorder's cost beside ML workloads, and the sched_ext
+//! - `bench [ring|gpu|daemon|fanout|sched|launch|incidents|guest]`: the ring queue against rtrb
+//!   and crossbeam-channel, the persistent CUDA kernel against launches per message (skipped
+//!   without a GPU), what the idle daemon costs, WebSocket fan-out to 100 clients, the
+//!   scheduler's probe overhead and effect, what the probes add to a job's kernel launches
+//!   ([`launch_bench`]), the incident recorder's cost beside ML workloads, and the sched_ext
 //!   scheduler against setattr and the kernel's default in the guest (see `docs/performance.md`).
 
 mod bench;
 mod fuzz;
+mod launch_bench;
 mod nvidia;
 mod package;
 mod sched_bench;
@@ -116,6 +118,11 @@ fn run() -> Result<()> {
                 cargo(&["build", "--release", "-p", "ringside-daemon", "-p", "ringside-workload"])?;
                 sched_bench::run(&root, root.join("target/release/ml-workload"))?;
             }
+            if matches!(which, "all" | "launch") {
+                setup(false)?;
+                cargo(&["build", "--release", "-p", "ringside-daemon", "-p", "ringside-workload"])?;
+                launch_bench::run(&root)?;
+            }
             if matches!(which, "all" | "incidents") {
                 setup(false)?;
                 cargo(&["build", "--release", "-p", "ringside-daemon", "-p", "ringside-workload"])?;
@@ -130,7 +137,7 @@ fn run() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | package | miri | fuzz [SECONDS] | vm-test | vm-header | bench [ring|gpu|daemon|fanout|sched|incidents|guest]>"
+                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | package | miri | fuzz [SECONDS] | vm-test | vm-header | bench [ring|gpu|daemon|fanout|sched|launch|incidents|guest]>"
             );
             std::process::exit(2);
         }

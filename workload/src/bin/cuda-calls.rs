@@ -12,10 +12,15 @@
 //! cuda-calls drive --driver LIB --thread FLAG:OP=N[,OP=N...] [--thread ...] [--ready FILE]
 //!     [--hold-ms MS]
 //!     one thread per --thread, each asking with FLAG (0 default, 1 legacy stream, 2 per-thread
-//!     default stream) and calling each OP N times with zero arguments; then writes
-//!     {"tid","flag","calls":{OP:N}} per thread to FILE (the sign it is done) and sleeps MS
-//! cuda-calls launch-loop --driver LIB [--flag F] --seconds S [--ready FILE]
-//!     calls the launch entry point in a loop for S seconds: {"calls","seconds","calls_per_s"}
+//!     default stream) and calling each OP N times with zero arguments, then sleeping MS (its
+//!     counters end with it); writes {"tid","flag","calls":{OP:N}} per thread to FILE (the
+//!     sign the calls are done)
+//! cuda-calls launch-loop --driver LIB [--flag F] --seconds S [--ready FILE] [--go FILE]
+//!     calls the launch entry point in a loop for S seconds: {"calls","seconds","calls_per_s"};
+//!     with --go, it writes --ready once set up and starts only when FILE exists
+//! cuda-calls hold --driver LIB [--also LIB...] [--ready FILE] --hold-ms MS
+//!     loads the driver (and each --also library, e.g. NCCL), writes FILE and sleeps MS: a
+//!     process of a large job, for the descriptor tests
 //! ```
 //! Every argument passed is zero: the real driver, not initialised, checks that first.
 
@@ -61,8 +66,8 @@ impl Driver {
         let driver = Driver { handle, get_proc_address: None };
         if let Some(init) = driver.symbol("cuInit") {
             // SAFETY: cuInit(unsigned int flags) -> CUresult, in the real driver and the doubles.
-            let result = unsafe { std::mem::transmute::<*mut c_void, CuInit>(init)(0) };
-            eprintln!("cuInit: {result}");
+            // Its answer does not matter: 100 (no device) leaves every entry point callable.
+            unsafe { std::mem::transmute::<*mut c_void, CuInit>(init)(0) };
         }
         let get_proc_address = driver
             .symbol("cuGetProcAddress_v2")
@@ -127,6 +132,8 @@ struct Args {
     hold: Duration,
     flag: u64,
     seconds: f64,
+    go: Option<PathBuf>,
+    also: Vec<String>,
 }
 
 fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -138,12 +145,16 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         hold: Duration::ZERO,
         flag: 0,
         seconds: 1.0,
+        go: None,
+        also: Vec::new(),
     };
     while let Some(arg) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{arg} needs a value"));
         match arg.as_str() {
             "--driver" => args.driver = value()?,
             "--ready" => args.ready = Some(value()?.into()),
+            "--go" => args.go = Some(value()?.into()),
+            "--also" => args.also.push(value()?),
             "--hold-ms" => args.hold = Duration::from_millis(value()?.parse().map_err(|e| format!("--hold-ms: {e}"))?),
             "--flag" => args.flag = value()?.parse().map_err(|e| format!("--flag: {e}"))?,
             "--seconds" => args.seconds = value()?.parse().map_err(|e| format!("--seconds: {e}"))?,
@@ -166,6 +177,19 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         return Err("--driver LIB is needed".into());
     }
     Ok(args)
+}
+
+/// Waits until `go` exists (a test's or benchmark's sign to start), at most a minute.
+fn wait_for(go: Option<&std::path::Path>) -> Result<(), String> {
+    let Some(go) = go else { return Ok(()) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !go.exists() {
+        if Instant::now() > deadline {
+            return Err(format!("{} did not appear within a minute", go.display()));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
 }
 
 fn entry_points(driver: &Driver, ops: &[String]) {
@@ -197,24 +221,25 @@ fn drive(driver: &Driver, args: &Args) -> Result<(), String> {
         }
         plans.push((*flag, plan));
     }
-    let done: Vec<serde_json::Value> = std::thread::scope(|scope| {
-        let handles: Vec<_> = plans
-            .iter()
-            .map(|(flag, plan)| {
-                scope.spawn(move || {
-                    let mut calls = serde_json::Map::new();
-                    for (op, n, pointer) in plan {
-                        for _ in 0..*n {
-                            call(*pointer as *mut c_void);
-                        }
-                        calls.insert(op.clone(), (*n).into());
-                    }
-                    serde_json::json!({ "tid": gettid(), "flag": flag, "calls": calls })
-                })
-            })
-            .collect();
-        handles.into_iter().filter_map(|h| h.join().ok()).collect()
-    });
+    wait_for(args.go.as_deref())?;
+    // Each thread stays (sleeps) after its calls: a thread's counters end with it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (flag, plan) in plans {
+        let (tx, hold) = (tx.clone(), args.hold);
+        std::thread::spawn(move || {
+            let mut calls = serde_json::Map::new();
+            for (op, n, pointer) in plan {
+                for _ in 0..n {
+                    call(pointer as *mut c_void);
+                }
+                calls.insert(op, n.into());
+            }
+            let _ = tx.send(serde_json::json!({ "tid": gettid(), "flag": flag, "calls": calls }));
+            std::thread::sleep(hold);
+        });
+    }
+    drop(tx);
+    let done: Vec<serde_json::Value> = rx.iter().take(args.threads.len()).collect();
     let text: String = done.iter().map(|d| format!("{d}\n")).collect();
     print!("{text}");
     if let Some(ready) = &args.ready {
@@ -231,6 +256,7 @@ fn launch_loop(driver: &Driver, args: &Args) -> Result<(), String> {
     if let Some(ready) = &args.ready {
         std::fs::write(ready, std::process::id().to_string()).map_err(|e| e.to_string())?;
     }
+    wait_for(args.go.as_deref())?;
     let limit = Duration::from_secs_f64(args.seconds);
     let started = Instant::now();
     let mut calls: u64 = 0;
@@ -248,6 +274,21 @@ fn launch_loop(driver: &Driver, args: &Args) -> Result<(), String> {
     Ok(())
 }
 
+fn hold(args: &Args) -> Result<(), String> {
+    for library in &args.also {
+        let c = CString::new(library.as_str()).map_err(|e| e.to_string())?;
+        // SAFETY: a valid NUL-terminated path; the handle is kept for the process's life.
+        if unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) }.is_null() {
+            return Err(format!("dlopen {library}: {}", dl_error()));
+        }
+    }
+    if let Some(ready) = &args.ready {
+        std::fs::write(ready, std::process::id().to_string()).map_err(|e| e.to_string())?;
+    }
+    std::thread::sleep(args.hold);
+    Ok(())
+}
+
 fn main() {
     let mut argv = std::env::args().skip(1);
     let command = argv.next().unwrap_or_default();
@@ -260,7 +301,8 @@ fn main() {
             }
             "drive" => drive(&driver, &args),
             "launch-loop" => launch_loop(&driver, &args),
-            other => Err(format!("unknown command {other:?}: entry-points, drive or launch-loop")),
+            "hold" => hold(&args),
+            other => Err(format!("unknown command {other:?}: entry-points, drive, launch-loop or hold")),
         }
     });
     if let Err(e) = result {
