@@ -119,7 +119,7 @@ mod tests {
         assert_eq!(emulated_offset(&[0x81, 0x3d, 0, 0, 0]), 0);
         assert_eq!(emulated_offset(&[]), 0);
         // Thirty-two bytes of neutral loads and no emulated instruction: the entry.
-        let loads: Vec<u8> = std::iter::repeat([0x8b, 0x05, 0, 0, 0, 0]).take(8).flatten().collect();
+        let loads: Vec<u8> = std::iter::repeat_n([0x8b, 0x05, 0, 0, 0, 0], 8).flatten().collect();
         assert_eq!(emulated_offset(&loads), 0);
     }
 
