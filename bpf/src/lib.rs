@@ -628,6 +628,21 @@ impl SchedProbe {
         self.attach_process(pid, library, file, entries).map(|entry_points| Attached::Process { entry_points })
     }
 
+    /// How many links (descriptors) attaching `entries` of `library` for `pid` would add: none
+    /// when the file is probed already, two for a new file with `uprobe_multi`, else one per
+    /// entry point and one per return probe.
+    pub fn links_needed(&self, pid: u32, library: &Path, file: &std::fs::File, entries: &[EntryPoint]) -> usize {
+        let known = FileId::of(file).is_ok_and(|id| self.files.contains_key(&id));
+        let own = self.uprobes.get(&pid).is_some_and(|libs| libs.iter().any(|(l, _)| l == library));
+        if known || own {
+            0
+        } else if self.no_multi.is_none() {
+            2
+        } else {
+            entries.len() + entries.iter().filter(|e| e.kind.timed()).count()
+        }
+    }
+
     /// Two `uprobe_multi` links on the file, for every process: the entries of every probe,
     /// and the returns of the timed ones; the attach cookie of each says its kind of call.
     fn attach_file(&self, file: &std::fs::File, entries: &[EntryPoint]) -> Result<Vec<Link>, libbpf_rs::Error> {

@@ -42,8 +42,11 @@ impl Descriptors {
         })
     }
 
-    /// Whether `needed` more descriptors may go to uprobe links.
+    /// Whether `needed` more descriptors may go to uprobe links (none needed: always).
     pub fn room_for_probes(&self, needed: usize) -> Result<(), String> {
+        if needed == 0 {
+            return Ok(());
+        }
         let budget = (self.soft_limit as f64 * PROBE_SHARE) as u64;
         if self.open + needed as u64 > budget {
             return Err(format!(
@@ -102,6 +105,7 @@ mod tests {
     fn probes_stop_at_half_the_limit_and_health_warns_at_four_fifths() {
         let d = Descriptors { open: 500, soft_limit: 1024, hard_limit: 4096 };
         assert!(d.room_for_probes(12).is_ok());
+        assert!(Descriptors { open: 1000, ..d }.room_for_probes(0).is_ok(), "a file probed already needs none");
         let why = d.room_for_probes(13).unwrap_err();
         assert!(why.contains("past 512 (50% of its open-file limit 1024; 500 in use)"), "{why}");
         assert_eq!(d.shortage(), None);

@@ -257,3 +257,42 @@ async fn two_hundred_processes_mapping_the_libraries_fit_in_1024_descriptors() -
     drop(job);
     Ok(())
 }
+
+/// A daemon short of descriptors (`ulimit -n 80`: the probe's maps and programs, the listener
+/// and the database already hold more than half) refuses new uprobes with the reason, and keeps
+/// serving: the listener, the alert database and the scheduler's other parts are untouched.
+#[tokio::test(flavor = "multi_thread")]
+async fn past_half_its_descriptors_the_daemon_refuses_probes_and_serves_on() -> Result<()> {
+    let _one = ONE_DAEMON.lock().await;
+    let daemon = Daemon::start(DaemonOptions {
+        config: "[scheduler]\nscan_interval_ms = 200\n".into(),
+        wrapper: vec!["prlimit".into(), "--nofile=80:80".into(), "--".into()],
+        ..DaemonOptions::default()
+    })?;
+    let dir = Scratch::new("real-driver-fd-budget");
+    let ready = dir.0.join("ready");
+    let process = Reaped::start(
+        Command::new(cuda_calls_binary())
+            .args(["hold", "--driver", &driver(), "--hold-ms", "60000"])
+            .arg("--ready")
+            .arg(&ready),
+        &ready,
+    )?;
+    let refused = |s: &Value| -> Option<String> {
+        ml_process(s, process.pid())?["libraries"]
+            .as_array()?
+            .iter()
+            .find_map(|l| (l["state"] == "refused").then(|| l["detail"].as_str().unwrap_or_default().to_string()))
+    };
+    let snapshot = daemon.wait_for("the driver refused for want of descriptors", 20, |s| refused(s).is_some()).await?;
+    let why = refused(&snapshot).unwrap_or_default();
+    ensure!(why.starts_with("not probed: ") && why.contains("of its open-file limit 80"), "{why}");
+    println!("refused: {why}");
+    // Everything else works: the API, the alert store, the scheduler's tracking.
+    ensure!(daemon.get("/api/alerts").await?.status() == 200);
+    let health = daemon.health().await?;
+    for name in ["alert-store", "scheduler"] {
+        ensure!(component(&health, name)["status"] == "up", "{name}: {health}");
+    }
+    Ok(())
+}

@@ -29,6 +29,9 @@ pub trait Probe: Send {
         file: &std::fs::File,
         entries: &[EntryPoint],
     ) -> Result<Attached, String>;
+    /// How many descriptors attaching `entries` of `library` for `pid` would add (0 when the
+    /// file is probed already).
+    fn links_needed(&self, pid: u32, library: &Path, file: &std::fs::File, entries: &[EntryPoint]) -> usize;
     /// Where the GPU driver's and runtime's code is mapped in a tracked process: the tick
     /// sampler's ranges (empty: none).
     fn set_gpu_text(&mut self, tgid: u32, ranges: &[(u64, u64)]) -> Result<(), ProbeError>;
@@ -71,6 +74,9 @@ impl Probe for SchedProbe {
         entries: &[EntryPoint],
     ) -> Result<Attached, String> {
         SchedProbe::attach_library(self, pid, library, file, entries)
+    }
+    fn links_needed(&self, pid: u32, library: &Path, file: &std::fs::File, entries: &[EntryPoint]) -> usize {
+        SchedProbe::links_needed(self, pid, library, file, entries)
     }
     fn set_gpu_text(&mut self, tgid: u32, ranges: &[(u64, u64)]) -> Result<(), ProbeError> {
         SchedProbe::set_gpu_text(self, tgid, ranges)

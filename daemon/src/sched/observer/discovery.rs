@@ -326,11 +326,10 @@ impl Observer {
         for done in self.libraries.poll() {
             let Some(process) = self.processes.get_mut(&done.pid) else { continue };
             let Some(library) = process.libraries.iter_mut().find(|l| l.path == done.path) else { continue };
-            // A link per entry point and per return, at worst (per process, without
-            // uprobe_multi): refused before the daemon runs short of descriptors.
-            let room = |entries: usize| crate::descriptors::Descriptors::read().room_for_probes(2 * entries);
             library.state = match done.result {
-                Ok((file, entries)) => match room(entries.len())
+                // New links are refused before the daemon runs short of descriptors.
+                Ok((file, entries)) => match crate::descriptors::Descriptors::read()
+                    .room_for_probes(self.probe.links_needed(done.pid, &done.path, &file, &entries))
                     .and_then(|()| self.probe.attach_library(done.pid, &done.path, &file, &entries))
                 {
                     Ok(attached) => {

@@ -63,6 +63,9 @@ impl Probe for RecordedProbe {
     fn attach_library(&mut self, _: u32, _: &Path, _: &std::fs::File, _: &[EntryPoint]) -> Result<Attached, String> {
         Err("a recorded probe attaches nothing".into())
     }
+    fn links_needed(&self, _: u32, _: &Path, _: &std::fs::File, _: &[EntryPoint]) -> usize {
+        0
+    }
     fn set_gpu_text(&mut self, tgid: u32, ranges: &[(u64, u64)]) -> Result<(), ProbeError> {
         self.0.lock().unwrap().gpu_text.insert(tgid, ranges.to_vec());
         Ok(())
