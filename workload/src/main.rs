@@ -32,6 +32,8 @@
 //! launch-bound job makes of the probes on its path. With `--go`, it writes `--ready` once set up
 //! and starts only when FILE exists (after the daemon has found and probed it).
 
+mod go;
+
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -496,18 +498,6 @@ fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
-/// Waits until `go` exists (the benchmark's sign that the daemon is ready), at most a minute.
-fn wait_for_go(go: &Path) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !go.exists() {
-        if Instant::now() > deadline {
-            return Err(format!("{} did not appear within a minute", go.display()));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    Ok(())
-}
-
 /// Eager-style training steps for `seconds`: 200 launches of kernels that take no device time
 /// (each a few µs of the double's own marshalling on the CPU: the step is bound by its
 /// launches, as an eager job's often is), an all-reduce (one rank: the double's transfer time
@@ -522,9 +512,7 @@ fn eager_steps(args: &Args, seconds: f64) -> Result<(u64, f64), String> {
     if let Some(ready) = &args.ready {
         std::fs::write(ready, std::process::id().to_string()).map_err(|e| format!("--ready: {e}"))?;
     }
-    if let Some(go) = &args.go {
-        wait_for_go(go)?;
-    }
+    go::wait_for(args.go.as_deref())?;
     let limit = Duration::from_secs_f64(seconds);
     let started = Instant::now();
     let mut steps = 0u64;

@@ -24,6 +24,9 @@
 //! ```
 //! Every argument passed is zero: the real driver, not initialised, checks that first.
 
+#[path = "../go.rs"]
+mod go;
+
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::io::Write;
 use std::path::PathBuf;
@@ -179,19 +182,6 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
     Ok(args)
 }
 
-/// Waits until `go` exists (a test's or benchmark's sign to start), at most a minute.
-fn wait_for(go: Option<&std::path::Path>) -> Result<(), String> {
-    let Some(go) = go else { return Ok(()) };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !go.exists() {
-        if Instant::now() > deadline {
-            return Err(format!("{} did not appear within a minute", go.display()));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    Ok(())
-}
-
 fn entry_points(driver: &Driver, ops: &[String]) {
     let mut out = std::io::stdout().lock();
     for op in ops {
@@ -221,7 +211,7 @@ fn drive(driver: &Driver, args: &Args) -> Result<(), String> {
         }
         plans.push((*flag, plan));
     }
-    wait_for(args.go.as_deref())?;
+    go::wait_for(args.go.as_deref())?;
     // Each thread stays (sleeps) after its calls: a thread's counters end with it.
     let (tx, rx) = std::sync::mpsc::channel();
     for (flag, plan) in plans {
@@ -256,7 +246,7 @@ fn launch_loop(driver: &Driver, args: &Args) -> Result<(), String> {
     if let Some(ready) = &args.ready {
         std::fs::write(ready, std::process::id().to_string()).map_err(|e| e.to_string())?;
     }
-    wait_for(args.go.as_deref())?;
+    go::wait_for(args.go.as_deref())?;
     let limit = Duration::from_secs_f64(args.seconds);
     let started = Instant::now();
     let mut calls: u64 = 0;
