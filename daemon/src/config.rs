@@ -343,6 +343,9 @@ impl Config {
 pub struct ServerConfig {
     /// Open HTTP connections at most (WebSocket sessions not counted once upgraded).
     pub max_connections: usize,
+    /// Open HTTP connections from one client address at most. Past it (or past
+    /// `max_connections`), a new connection evicts the oldest that has not authenticated.
+    pub max_connections_per_address: usize,
     /// Time a client has to send a request's headers, and that a kept-alive connection may
     /// sit idle.
     pub header_read_timeout_ms: u64,
@@ -357,6 +360,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             max_connections: 256,
+            max_connections_per_address: 64,
             header_read_timeout_ms: 10_000,
             max_ws_sessions: 64,
             auth_failures_per_address: 30,
@@ -368,6 +372,12 @@ impl ServerConfig {
     pub fn check(&self) -> Result<(), String> {
         if !(1..=65_536).contains(&self.max_connections) {
             return Err(format!("max_connections = {}: must be 1 to 65536", self.max_connections));
+        }
+        if !(1..=self.max_connections).contains(&self.max_connections_per_address) {
+            return Err(format!(
+                "max_connections_per_address = {}: must be 1 to max_connections ({})",
+                self.max_connections_per_address, self.max_connections
+            ));
         }
         if !(100..=300_000).contains(&self.header_read_timeout_ms) {
             return Err(format!("header_read_timeout_ms = {}: must be 100 to 300000", self.header_read_timeout_ms));

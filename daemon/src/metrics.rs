@@ -35,6 +35,8 @@ pub struct DaemonStats {
     /// Connections accepted, and refused because the cap was reached.
     pub http_connections_total: AtomicU64,
     pub http_connections_refused_total: AtomicU64,
+    /// Connections that had not authenticated, closed to make room for a new one.
+    pub http_connections_evicted_total: AtomicU64,
     pub http_connections_open: AtomicU64,
     pub ticks_total: AtomicU64,
     pub last_collect_ns: AtomicU64,
@@ -498,8 +500,14 @@ pub static ALL: &[Def] = &[
     daemon_counter!(
         "ringside_http_connections_refused_total",
         Kind::Counter,
-        "HTTP connections closed at once because max_connections were open.",
+        "HTTP connections closed at once: every slot they could take was held by an authenticated client.",
         http_connections_refused_total
+    ),
+    daemon_counter!(
+        "ringside_http_connections_evicted_total",
+        Kind::Counter,
+        "Connections that had not authenticated, closed to make room for a new one (max_connections or max_connections_per_address reached).",
+        http_connections_evicted_total
     ),
     daemon_counter!(
         "ringside_tls_handshake_failures_total",

@@ -384,3 +384,106 @@ async fn after_kill_9_a_restart_restores_every_changed_thread_and_nothing_else()
     drop(workload);
     Ok(())
 }
+
+/// A client that keeps a connection open and asks `/healthz` (no token needed) every half
+/// second, reconnecting when the daemon closes it; until `stop`.
+fn healthz_poller(addr: String, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<u32> {
+    use std::io::{Read, Write};
+    std::thread::spawn(move || {
+        let mut stream: Option<std::net::TcpStream> = None;
+        let mut answered = 0;
+        let mut buf = [0u8; 4096];
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if stream.is_none() {
+                stream = std::net::TcpStream::connect(&addr).ok();
+                if let Some(s) = &stream {
+                    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+                }
+            }
+            if let Some(s) = stream.as_mut() {
+                let sent = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").is_ok();
+                match s.read(&mut buf) {
+                    Ok(n) if n > 0 && sent => answered += 1,
+                    _ => stream = None,
+                }
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        answered
+    })
+}
+
+/// 256 clients without a token holding keep-alive connections to `/healthz` (every slot, the
+/// moment before this was fixed) and 100 idle connections that send nothing: an operator with
+/// the token is served at once, every time. Unauthenticated answers close their connection and a
+/// new connection evicts the oldest that has not authenticated.
+#[tokio::test(flavor = "multi_thread")]
+async fn clients_without_a_token_cannot_lock_an_operator_out() -> Result<()> {
+    let daemon =
+        Daemon::start(DaemonOptions { config: "[scheduler]\nenabled = false\n".into(), ..DaemonOptions::default() })?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pollers: Vec<_> = (0..256).map(|_| healthz_poller(daemon.addr.clone(), stop.clone())).collect();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let idle: Vec<std::net::TcpStream> =
+        (0..100).filter_map(|_| std::net::TcpStream::connect(&daemon.addr).ok()).collect();
+    let mut slowest = Duration::ZERO;
+    for _ in 0..10 {
+        let started = Instant::now();
+        let response = tokio::time::timeout(Duration::from_secs(3), daemon.get("/api/alerts"))
+            .await
+            .context("the operator's request took over 3 s")?
+            .context("the operator's request was refused")?;
+        anyhow::ensure!(response.status() == 200, "{}", response.status());
+        slowest = slowest.max(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answered: u32 = pollers.into_iter().map(|p| p.join().unwrap_or(0)).sum();
+    drop(idle);
+    let metrics = daemon.get("/metrics").await?.text().await?;
+    let counter = |name: &str| {
+        metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok()).unwrap_or(-1.0)
+    };
+    let (evicted, refused) =
+        (counter("ringside_http_connections_evicted_total"), counter("ringside_http_connections_refused_total"));
+    println!(
+        "256 keep-alive /healthz clients ({answered} answers) and 100 idle connections: the operator served 10 of 10, \
+         slowest {} ms; {evicted} connections evicted, {refused} refused",
+        slowest.as_millis()
+    );
+    anyhow::ensure!(answered > 0, "the health checks were answered too");
+    anyhow::ensure!(refused == 0.0, "nobody is refused while untrusted connections can be evicted");
+    Ok(())
+}
+
+/// Token guessing gets no free answers on `/healthz`: a wrong bearer token counts against the
+/// address as on every other route (30 per 10 s by default, then 429), where a right one would
+/// show itself by the reply's `components`. A health check with no token is not counted, and the
+/// right token is never held back.
+#[tokio::test(flavor = "multi_thread")]
+async fn wrong_tokens_on_healthz_are_throttled_like_anywhere_else() -> Result<()> {
+    let daemon =
+        Daemon::start(DaemonOptions { config: "[scheduler]\nenabled = false\n".into(), ..DaemonOptions::default() })?;
+    let http = daemon.http();
+    let mut statuses = Vec::new();
+    for i in 0..60 {
+        let response =
+            http.get(format!("{}/healthz", daemon.base)).bearer_auth(format!("guess-{i:04}-0123456789")).send().await?;
+        statuses.push(response.status().as_u16());
+    }
+    let first_429 = statuses.iter().position(|s| *s == 429);
+    println!(
+        "60 wrong tokens on /healthz: {:?} answers, the first 429 at guess {:?}",
+        statuses.len(),
+        first_429.map(|i| i + 1)
+    );
+    anyhow::ensure!(first_429 == Some(30), "the 31st wrong token is throttled: {statuses:?}");
+    anyhow::ensure!(statuses[30..].iter().all(|s| *s == 429), "{statuses:?}");
+    let plain = reqwest::Client::new().get(format!("{}/healthz", daemon.base)).send().await?;
+    anyhow::ensure!(plain.status() == 200, "a health check without a token is not throttled: {}", plain.status());
+    let body: Value = plain.json().await?;
+    anyhow::ensure!(body.get("components").is_none(), "{body}");
+    let health = daemon.health().await?;
+    anyhow::ensure!(health["components"].is_array(), "the right token is answered in full: {health}");
+    Ok(())
+}

@@ -1,7 +1,9 @@
 //! The REST routes of the v1 contract.
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
@@ -19,7 +21,8 @@ use crate::state::NodeState;
 /// `ok` (200), `degraded` (503: a component is not up) or `down` (503: no collection tick for
 /// three intervals, at least 3 s: the collector is stalled). Without the token only the word;
 /// with it, what each component says, which can name URLs and errors.
-pub async fn healthz(State(app): State<SharedApp>, headers: axum::http::HeaderMap) -> Response {
+pub async fn healthz(State(app): State<SharedApp>, request: axum::extract::Request) -> Response {
+    let headers = request.headers();
     let components = app.state.components();
     let healthy = NodeState::is_healthy(&components);
     let stalled_after = (3 * app.state.interval_ms()).max(3_000);
@@ -30,9 +33,18 @@ pub async fn healthz(State(app): State<SharedApp>, headers: axum::http::HeaderMa
     } else {
         ("degraded", StatusCode::SERVICE_UNAVAILABLE)
     };
-    if super::auth::authenticate(&app, &headers).is_none() {
+    if super::auth::authenticate(&app, headers).is_none() {
+        // A wrong token here counts against the address like anywhere else: the reply must not
+        // be a free oracle for guessing one. No token at all is a plain health check.
+        if super::auth::brings_bearer(headers) {
+            let address = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|info| info.0.ip());
+            if let Some(throttled) = super::auth::failed(&app, address, "/healthz") {
+                return throttled;
+            }
+        }
         return (code, Json(serde_json::json!({ "status": status }))).into_response();
     }
+    super::auth::trust_connection(&request);
     let started = app.state.node().daemon_started_at_ms;
     let body = Json(serde_json::json!({
         "status": status,

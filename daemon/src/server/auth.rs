@@ -19,6 +19,11 @@ use super::{ApiError, App, SharedApp};
 pub use crate::identity::Identity;
 use crate::identity::{same_secret, Credential};
 
+/// Whether a request brings a bearer token at all (right or wrong).
+pub fn brings_bearer(headers: &HeaderMap) -> bool {
+    bearer(headers).is_some()
+}
+
 fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
@@ -96,6 +101,7 @@ pub async fn require_token(State(app): State<SharedApp>, mut request: Request, n
                 return ApiError::new(StatusCode::FORBIDDEN, why).into_response();
             }
         }
+        trust_connection(&request);
         request.extensions_mut().insert(identity);
         return next.run(request).await;
     }
@@ -112,6 +118,25 @@ pub async fn require_token(State(app): State<SharedApp>, mut request: Request, n
     )
     .into_response();
     response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"ringside\""));
+    response
+}
+
+/// Marks the request's connection as one that authenticated: it keeps its slot and may stay
+/// open for the next request (see [`super::connections`]).
+pub fn trust_connection(request: &Request) {
+    if let Some(trust) = request.extensions().get::<super::connections::Trust>() {
+        trust.grant();
+    }
+}
+
+/// Answers to requests on connections that have not authenticated close them: such a client
+/// does not keep a slot between its requests.
+pub async fn close_untrusted(request: Request, next: Next) -> Response {
+    let trust = request.extensions().get::<super::connections::Trust>().cloned();
+    let mut response = next.run(request).await;
+    if trust.is_some_and(|t| !t.granted()) {
+        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     response
 }
 

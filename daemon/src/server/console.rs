@@ -89,6 +89,7 @@ pub async fn index(
     State(app): State<SharedApp>,
     Query(query): Query<IndexQuery>,
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    trust: Option<Extension<super::connections::Trust>>,
     headers: HeaderMap,
 ) -> Response {
     if let Some(given) = query.token {
@@ -119,11 +120,18 @@ pub async fn index(
             }
             Err(_) => return page(StatusCode::INTERNAL_SERVER_ERROR, "No session", "<p>No session could be made.</p>"),
         };
+        if let Some(Extension(trust)) = &trust {
+            trust.grant();
+        }
         let mut response = Redirect::to("/").into_response();
         response.headers_mut().insert(header::SET_COOKIE, app.sessions.cookie(&id));
         return response;
     }
-    if auth::authenticate(&app, &headers).is_none() {
+    if auth::authenticate(&app, &headers).is_some() {
+        if let Some(Extension(trust)) = &trust {
+            trust.grant();
+        }
+    } else {
         return page(
             StatusCode::UNAUTHORIZED,
             "Sign-in needed",

@@ -1,7 +1,11 @@
 //! The accept loop: each connection served by hyper's HTTP/1 server with a timer, so that a
 //! client cannot hold the daemon's sockets, memory or file descriptors by being slow.
 //!
-//! - at most `max_connections` are open; one over the cap is closed at once (and counted);
+//! - at most `max_connections` are open, `max_connections_per_address` from one address; past
+//!   either, a new connection evicts the oldest one that has not authenticated, and is closed at
+//!   once (and counted) only when every slot it could take is held by one that has (see
+//!   [`super::connections`]); the answer to a request without a valid token closes its
+//!   connection;
 //! - the request headers must arrive within `header_read_timeout` (also between the requests
 //!   of a kept-alive connection: an idle connection is closed after it);
 //! - on shutdown, open connections finish the request in flight and close, within 5 s;
@@ -20,7 +24,9 @@ use axum::{Extension, Router};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{oneshot, watch};
+
+use super::connections::Connections;
 
 use crate::config::ServerConfig;
 use crate::state::NodeState;
@@ -28,9 +34,15 @@ use crate::state::NodeState;
 /// How long open connections get to finish when the daemon stops.
 const DRAIN: Duration = Duration::from_secs(5);
 
-/// Serves one connection until it ends or the daemon stops (then drains it within [`DRAIN`]).
-async fn connection<I>(io: I, service: Service, header_timeout: Duration, mut stop: watch::Receiver<bool>)
-where
+/// Serves one connection until it ends, is evicted (closed at once) or the daemon stops (then
+/// drains it within [`DRAIN`]).
+async fn connection<I>(
+    io: I,
+    service: Service,
+    header_timeout: Duration,
+    mut stop: watch::Receiver<bool>,
+    evicted: oneshot::Receiver<()>,
+) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -39,6 +51,7 @@ where
     tokio::pin!(connection);
     tokio::select! {
         _ = connection.as_mut() => {}
+        _ = evicted => {}
         _ = stop.changed() => {
             connection.as_mut().graceful_shutdown();
             let _ = tokio::time::timeout(DRAIN, connection).await;
@@ -59,7 +72,7 @@ pub async fn serve(
 ) {
     let tls = tls.map(tokio_rustls::TlsAcceptor::from);
     let stats = &state.stats;
-    let slots = Arc::new(Semaphore::new(config.max_connections));
+    let table = Connections::new(config.max_connections, config.max_connections_per_address);
     let header_timeout = Duration::from_millis(config.header_read_timeout_ms);
     let mut refused_logged_at: Option<std::time::Instant> = None;
     loop {
@@ -76,27 +89,37 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
+        let Some(mut admitted) = table.admit(peer.ip(), std::time::Instant::now()) else {
             stats.http_connections_refused_total.fetch_add(1, Ordering::Relaxed);
             // Said at most once a minute: the counter in /metrics has the number.
             if refused_logged_at.is_none_or(|at| at.elapsed() > Duration::from_secs(60)) {
-                tracing::warn!(%peer, "max_connections ({}) open: closing new connections", config.max_connections);
+                tracing::warn!(
+                    %peer,
+                    "every connection slot ({} in all, {} per address) is held by an authenticated client: \
+                     closing new connections",
+                    config.max_connections,
+                    config.max_connections_per_address
+                );
                 refused_logged_at = Some(std::time::Instant::now());
             }
             drop(stream);
             continue;
         };
+        stats.http_connections_evicted_total.fetch_add(u64::from(admitted.evictions), Ordering::Relaxed);
         stats.http_connections_total.fetch_add(1, Ordering::Relaxed);
         stats.http_connections_open.fetch_add(1, Ordering::Relaxed);
-        let service = TowerToHyperService::new(router.clone().layer(Extension(ConnectInfo(peer))));
+        let service = TowerToHyperService::new(
+            router.clone().layer(Extension(ConnectInfo(peer))).layer(Extension(admitted.trust.clone())),
+        );
+        let evicted = std::mem::replace(&mut admitted.evicted, oneshot::channel().1);
         let state = state.clone();
         let stop = shutdown.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
             match tls {
-                None => connection(stream, service, header_timeout, stop).await,
+                None => connection(stream, service, header_timeout, stop, evicted).await,
                 Some(acceptor) => match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
-                    Ok(Ok(stream)) => connection(stream, service, header_timeout, stop).await,
+                    Ok(Ok(stream)) => connection(stream, service, header_timeout, stop, evicted).await,
                     // A plain-HTTP client, a scanner, a certificate the client refused: closed.
                     Ok(Err(e)) => {
                         state.stats.tls_handshake_failures_total.fetch_add(1, Ordering::Relaxed);
@@ -109,7 +132,7 @@ pub async fn serve(
                 },
             }
             state.stats.http_connections_open.fetch_sub(1, Ordering::Relaxed);
-            drop(permit);
+            drop(admitted);
         });
     }
 }

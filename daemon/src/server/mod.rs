@@ -4,6 +4,7 @@
 
 mod api;
 pub mod auth;
+pub mod connections;
 pub mod console;
 pub mod listen;
 pub mod session;
@@ -72,6 +73,7 @@ pub fn router(app: SharedApp) -> Router {
         .merge(protected)
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
         .layer(middleware::map_response(security_headers))
+        .layer(middleware::from_fn(auth::close_untrusted))
         .with_state(app)
 }
 

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 /// The window failures are counted over.
 pub const WINDOW: Duration = Duration::from_secs(10);
 /// Addresses followed at most; beyond it, those whose window has passed are forgotten first,
-/// then all (no limit for a moment rather than unbounded memory).
+/// then the one whose window started longest ago (never all at once: a flood of new addresses
+/// must not wipe the count of the one guessing now).
 const MAX_ADDRESSES: usize = 4096;
 /// At most one log line per this long; the rest are counted into the next one.
 const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -60,7 +61,10 @@ impl AuthFailures {
         if inner.by_address.len() >= MAX_ADDRESSES && !inner.by_address.contains_key(&address) {
             inner.by_address.retain(|_, (since, _)| now.duration_since(*since) < WINDOW);
             if inner.by_address.len() >= MAX_ADDRESSES {
-                inner.by_address.clear();
+                let oldest = inner.by_address.iter().min_by_key(|(_, (since, _))| *since).map(|(a, _)| *a);
+                if let Some(oldest) = oldest {
+                    inner.by_address.remove(&oldest);
+                }
             }
         }
         let entry = inner.by_address.entry(address).or_insert((now, 0));
@@ -98,12 +102,21 @@ mod tests {
     }
 
     #[test]
-    fn the_addresses_followed_are_bounded() {
-        let failures = AuthFailures::new(1);
+    fn the_addresses_followed_are_bounded_and_a_flood_does_not_wipe_the_guesser() {
+        let failures = AuthFailures::new(3);
         let t0 = Instant::now();
+        let guesser: IpAddr = "192.0.2.1".parse().unwrap();
+        for _ in 0..3 {
+            failures.failed(Some(guesser), "/healthz", t0 + Duration::from_millis(500));
+        }
+        // A flood of one failure each from many other addresses, all within the window.
         for i in 0..(MAX_ADDRESSES as u32 + 10) {
             failures.failed(Some(IpAddr::from(i.to_be_bytes())), "/", t0);
         }
         assert!(failures.inner.lock().unwrap().by_address.len() <= MAX_ADDRESSES);
+        assert!(
+            matches!(failures.failed(Some(guesser), "/healthz", t0 + Duration::from_secs(1)), Verdict::Throttle(_)),
+            "the guesser's count survives: only the oldest windows were forgotten"
+        );
     }
 }
