@@ -437,6 +437,11 @@ impl SchedProbe {
             .collect()
     }
 
+    /// How many threads the probe can hold counters for (its `threads` map's size).
+    pub fn threads_capacity(&self) -> usize {
+        self.skel.maps.threads.max_entries() as usize
+    }
+
     /// How many threads the probe holds counters for (cheaper than [`SchedProbe::threads`]).
     pub fn thread_count(&self) -> usize {
         self.skel.maps.threads.keys().count()

@@ -795,6 +795,19 @@ pub static ALL: &[Def] = &[
         },
     },
     Def {
+        name: "ringside_scheduler_threads_capacity",
+        kind: Kind::Gauge,
+        unit: Unit::Number,
+        help: "Threads the BPF probe can keep counters for (its threads map, filled to zernel_scheduler_tasks{type=\"total\"}); past it new threads are not counted (ringside_scheduler_lost_total{kind=\"threads\"}).",
+        labels: &[],
+        rules: &[],
+        read: |v, out| {
+            if let Some(s) = v.scheduler.filter(|s| s.threads_capacity > 0) {
+                point(out, "scheduler", vec![], s.threads_capacity as f64);
+            }
+        },
+    },
+    Def {
         name: "zernel_scheduler_decisions_total",
         kind: Kind::Counter,
         unit: Unit::Number,
@@ -1481,6 +1494,7 @@ mod tests {
         };
         let scheduler = SchedulerTelemetry {
             ml_tasks: 3,
+            threads_capacity: 65_536,
             processes: vec![process],
             scx: Some(ScxStatus::default()),
             ..Default::default()

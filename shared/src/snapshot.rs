@@ -598,6 +598,10 @@ impl<T: Copy> PhaseValues<T> {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SchedulerTelemetry {
     pub total_tracked_tasks: u64,
+    /// Threads the BPF probe can keep counters for (its `threads` map); past it a new thread
+    /// is not counted (`lost.threads`).
+    #[serde(default)]
+    pub threads_capacity: u64,
     pub ml_tasks: u64,
     /// Cumulative.
     pub decisions_made: u64,

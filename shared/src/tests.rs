@@ -260,6 +260,7 @@ pub(crate) fn snapshot() -> Snapshot {
         host: Some(host()),
         scheduler: Some(SchedulerTelemetry {
             total_tracked_tasks: 10,
+            threads_capacity: 65_536,
             ml_tasks: 4,
             decisions_made: 12,
             phase_transitions: 30,

@@ -487,3 +487,104 @@ async fn wrong_tokens_on_healthz_are_throttled_like_anywhere_else() -> Result<()
     anyhow::ensure!(health["components"].is_array(), "the right token is answered in full: {health}");
     Ok(())
 }
+
+/// A process whose command line carries `marker`, which the test's `ml_patterns` take for ML
+/// work: found as soon as it is looked at (no library check to wait for). It spins on a CPU,
+/// so that it is among the processes an update lists (the busiest 32).
+fn marked_job(marker: &str, wrapper: &[String]) -> Result<Reaped> {
+    let script = format!("while :; do :; done; : {marker}");
+    let mut command = match wrapper.split_first() {
+        Some((program, rest)) => {
+            let mut c = Command::new(program);
+            c.args(rest).arg("sh");
+            c
+        }
+        None => Command::new("sh"),
+    };
+    let child = command.args(["-c", &script]).spawn().context("start sh")?;
+    Ok(Reaped(child))
+}
+
+/// 6,000 idle processes (not ML work) at lower pids, then a job: the job is looked at in the
+/// first scan after it starts — new processes come first, and rechecks of the crowd go on from
+/// where the last scan stopped — not after the crowd's rechecks, which outnumber a scan's 512
+/// looks for good.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crowd_of_idle_processes_does_not_starve_a_later_job() -> Result<()> {
+    let _one = ONE_DAEMON.lock().await;
+    let daemon = Daemon::start(DaemonOptions {
+        config: format!("{SCHEDULER}ml_patterns = [\"ringside-late-job\"]\n"),
+        ..DaemonOptions::default()
+    })?;
+    let scratch = Scratch::new("crowd");
+    let ready = scratch.0.join("ready");
+    let crowd = Reaped::start(
+        Command::new(hostile_binary()).args(["hold", "/dev/null", "--children", "6000", "--ready"]).arg(&ready),
+        &ready,
+    )?;
+    // Long enough for every idle process to have been looked at and to be due again, over
+    // and over: more are due each scan than a scan looks at.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let job = marked_job("ringside-late-job", &[])?;
+    let started = Instant::now();
+    daemon.wait_for("the job tracked", 20, |s| ml_process(s, job.pid()).is_some()).await?;
+    let took = started.elapsed();
+    println!("a job started after 6,000 idle processes was tracked in {} ms (scans every 200 ms)", took.as_millis());
+    anyhow::ensure!(took < Duration::from_millis(1500), "tracked only after {took:?}");
+    drop(crowd);
+    Ok(())
+}
+
+/// 256 processes of one user hold every tracking slot (`max_processes`); another user's job
+/// starts: the slot of the first user's newest process goes to it, and the first user keeps the
+/// others.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_users_processes_cannot_take_every_tracking_slot() -> Result<()> {
+    let _one = ONE_DAEMON.lock().await;
+    let daemon = Daemon::start(DaemonOptions {
+        config: format!("{SCHEDULER}ml_patterns = [\"ringside-second-user\"]\n"),
+        ..DaemonOptions::default()
+    })?;
+    let device = PathBuf::from(format!("/dev/nvidia-ringside-share-{}", std::process::id()));
+    let _ = std::fs::remove_file(&device);
+    anyhow::ensure!(Command::new("mknod").arg(&device).args(["c", "1", "3"]).status()?.success(), "mknod");
+    struct Remove(PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _device = Remove(device.clone());
+    let scratch = Scratch::new("share");
+    let dir = scratch.0.join("ready");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
+    let ready = dir.join("holder");
+    let mut command = Command::new("setpriv");
+    command.args(as_user(1000, false)[1..].iter()).arg(hostile_binary());
+    command.arg("hold").arg(&device).args(["--children", "255", "--ready"]).arg(&ready);
+    let holder = Reaped::start(&mut command, &ready)?;
+    let tracked = |s: &Value| {
+        let shown = s["scheduler"]["processes"].as_array().map_or(0, Vec::len) as u64;
+        shown + s["scheduler"]["processes_not_shown"].as_u64().unwrap_or(0)
+    };
+    daemon.wait_for("the first user's 256 processes tracked", 30, |s| tracked(s) == 256).await?;
+    let job = marked_job("ringside-second-user", &[])?;
+    let started = Instant::now();
+    let snapshot = daemon.wait_for("the second user's job tracked", 10, |s| ml_process(s, job.pid()).is_some()).await?;
+    println!(
+        "256 processes of uid 1000 tracked; root's job tracked {} ms later; {} of uid 1000 not tracked",
+        started.elapsed().as_millis(),
+        snapshot["scheduler"]["processes_not_tracked"]
+    );
+    // At the next scan the process that gave up its slot is counted as not tracked.
+    let later = daemon
+        .json_when("/api/snapshot", "one process of uid 1000 not tracked, the job still tracked", 5, |s| {
+            s["scheduler"]["processes_not_tracked"] == 1 && tracked(s) == 256 && ml_process(s, job.pid()).is_some()
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", e.to_string().chars().take(300).collect::<String>()))?;
+    anyhow::ensure!(later["scheduler"]["processes_not_tracked"] == 1);
+    drop(holder);
+    Ok(())
+}

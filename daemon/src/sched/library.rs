@@ -86,13 +86,18 @@ pub fn parse_maps_line(line: &str) -> Option<Mapping> {
 
 /// The file-backed mappings of a process (at most [`MAX_MAPS_BYTES`] of `maps` read).
 pub fn mappings(proc_root: &Path, pid: u32) -> Vec<Mapping> {
+    mappings_counted(proc_root, pid).0
+}
+
+/// [`mappings`], and how many bytes of `maps` were read (for a scan's budget).
+pub fn mappings_counted(proc_root: &Path, pid: u32) -> (Vec<Mapping>, u64) {
     let mut text = String::new();
     let read = File::open(proc_root.join(pid.to_string()).join("maps"))
         .and_then(|f| f.take(MAX_MAPS_BYTES).read_to_string(&mut text));
     if read.is_err() {
-        return Vec::new();
+        return (Vec::new(), text.len() as u64);
     }
-    text.lines().filter_map(parse_maps_line).collect()
+    (text.lines().filter_map(parse_maps_line).collect(), text.len() as u64)
 }
 
 /// Opens the file behind a mapping without following anything the process controls: the

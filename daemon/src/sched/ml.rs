@@ -27,6 +27,11 @@ use super::trust::{library_trust, Credentials};
 pub const MAX_FDS: usize = 4096;
 /// Processes looked at closely (maps, open files, command line) per scan at most.
 pub const VERDICTS_PER_SCAN: usize = 512;
+/// Open-file links read, and `maps` bytes read, per scan in all: however many processes there
+/// are and however large each is, one scan's reads are bounded. A process is looked at only
+/// while its worst case still fits; the rest wait for the next scan.
+pub const FD_LINKS_PER_SCAN: usize = 32_768;
+pub const MAPS_BYTES_PER_SCAN: u64 = 32 * 1024 * 1024;
 /// Refused library evidence kept for the console.
 pub const MAX_REFUSED: usize = ringside_shared::SchedulerTelemetry::MAX_REFUSED;
 
@@ -72,6 +77,30 @@ struct Seen {
     scans_since_check: u32,
 }
 
+/// What one scan may still read.
+#[derive(Debug, Clone, Copy)]
+pub struct ScanBudget {
+    pub verdicts: usize,
+    pub fd_links: usize,
+    pub maps_bytes: u64,
+}
+
+impl ScanBudget {
+    pub fn per_scan() -> ScanBudget {
+        ScanBudget { verdicts: VERDICTS_PER_SCAN, fd_links: FD_LINKS_PER_SCAN, maps_bytes: MAPS_BYTES_PER_SCAN }
+    }
+
+    /// Whether one more process may be looked at, in the worst case of its size.
+    fn fits_one(&self) -> bool {
+        self.verdicts > 0 && self.fits_tracked()
+    }
+
+    /// Whether one more tracked process's open files and `maps` may be read, in the worst case.
+    pub fn fits_tracked(&self) -> bool {
+        self.fd_links >= MAX_FDS && self.maps_bytes >= library::MAX_MAPS_BYTES
+    }
+}
+
 pub struct MlDetector {
     proc_root: PathBuf,
     libraries: Vec<String>,
@@ -83,6 +112,19 @@ pub struct MlDetector {
     trust: OffThread<TrustCheck, Result<(), String>>,
     /// (pid, library) checks sent and not answered yet.
     checking: HashSet<(u32, PathBuf)>,
+    /// Where the previous scan's look at known processes stopped: the next goes on from there.
+    cursor: u32,
+    /// What the latest scan read, and how many processes it left for a later one.
+    pub last_scan: ScanReport,
+}
+
+/// What a scan read, for the observer's telemetry and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScanReport {
+    pub looked_at: usize,
+    pub deferred: usize,
+    pub fd_links: usize,
+    pub maps_bytes: u64,
 }
 
 /// (ppid, start time, comm) from `/proc/<pid>/stat`; the comm may hold spaces and parentheses.
@@ -122,6 +164,8 @@ impl MlDetector {
                 library_trust(&c.proc_root, c.pid, c.uid, &c.mapping)
             }),
             checking: HashSet::new(),
+            cursor: 0,
+            last_scan: ScanReport::default(),
         }
     }
 
@@ -184,10 +228,12 @@ impl MlDetector {
     /// A process's own evidence: an open NVIDIA device file or a configured command line now;
     /// a library it maps is sent to be checked off-thread (its place is a path a user
     /// controls) and counts when the answer comes ([`MlDetector::take_trust_answers`]).
-    fn own_verdict(&mut self, pid: u32, start_time: u64, comm: &str) -> Option<MlReason> {
+    fn own_verdict(&mut self, pid: u32, start_time: u64, comm: &str, budget: &mut ScanBudget) -> Option<MlReason> {
         let dir = self.proc_root.join(pid.to_string());
         let mut candidates: Vec<Mapping> = Vec::new();
-        for mapping in library::mappings(&self.proc_root, pid) {
+        let (mappings, read) = library::mappings_counted(&self.proc_root, pid);
+        budget.maps_bytes = budget.maps_bytes.saturating_sub(read);
+        for mapping in mappings {
             let file = mapping.file_name();
             // A library maps as several ranges: one check per file, a few files per process.
             if self.libraries.iter().any(|l| file.starts_with(l.as_str()))
@@ -199,6 +245,7 @@ impl MlDetector {
         }
         if let Ok(fds) = std::fs::read_dir(dir.join("fd")) {
             for fd in fds.flatten().take(MAX_FDS) {
+                budget.fd_links = budget.fd_links.saturating_sub(1);
                 if let Ok(target) = std::fs::read_link(fd.path()) {
                     let target = target.to_string_lossy();
                     if target.starts_with("/dev/nvidia") {
@@ -256,11 +303,19 @@ impl MlDetector {
     }
 
     /// Looks at every process and returns the ML ones (with their descendants).
+    ///
+    /// Every process is listed (its `stat`), but only [`VERDICTS_PER_SCAN`] are looked at
+    /// closely, within the scan's read budget ([`ScanBudget`]). New processes come first (an
+    /// `exec` makes a process new again: [`MlDetector::forget`]), shared out between their
+    /// owners in turns, so that one user's thousands cannot delay another's job; then the known
+    /// ones due for a new look, going on from where the previous scan stopped, so that none
+    /// waits for good behind thousands at lower pids.
     pub fn scan(&mut self) -> Vec<MlProcess> {
         self.take_trust_answers();
         let mut alive = HashMap::new();
-        let mut budget = VERDICTS_PER_SCAN;
         let Ok(entries) = std::fs::read_dir(&self.proc_root) else { return Vec::new() };
+        let mut new: Vec<u32> = Vec::new();
+        let mut due: Vec<u32> = Vec::new();
         for entry in entries.flatten() {
             let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
             let Some((ppid, start_time, comm)) =
@@ -275,14 +330,10 @@ impl MlDetector {
             seen.ppid = ppid;
             seen.comm = comm;
             if seen.verdict.is_none() {
-                if seen.scans_since_check >= self.recheck_every {
-                    // Past the budget a process waits for a later scan: thousands of new
-                    // processes must not stall the observer's windows.
-                    if budget > 0 {
-                        budget -= 1;
-                        seen.verdict = self.own_verdict(pid, start_time, &seen.comm);
-                        seen.scans_since_check = 0;
-                    }
+                if seen.scans_since_check == u32::MAX {
+                    new.push(pid);
+                } else if seen.scans_since_check >= self.recheck_every {
+                    due.push(pid);
                 } else {
                     seen.scans_since_check += 1;
                 }
@@ -290,6 +341,36 @@ impl MlDetector {
             alive.insert(pid, seen);
         }
         self.seen = alive;
+        let mut order = self.fair_turns(new);
+        due.sort_unstable();
+        let resume = due.partition_point(|pid| *pid <= self.cursor);
+        due.rotate_left(resume);
+        let due_from = order.len();
+        order.extend(due);
+        let mut budget = ScanBudget::per_scan();
+        let mut report = ScanReport::default();
+        for (i, pid) in order.iter().enumerate() {
+            // Past the budget a process waits for a later scan: thousands of new processes must
+            // not stall the observer's windows.
+            if !budget.fits_one() {
+                report.deferred = order.len() - i;
+                break;
+            }
+            budget.verdicts -= 1;
+            let Some((start_time, comm)) = self.seen.get(pid).map(|s| (s.start_time, s.comm.clone())) else { continue };
+            let verdict = self.own_verdict(*pid, start_time, &comm, &mut budget);
+            if let Some(seen) = self.seen.get_mut(pid) {
+                seen.verdict = verdict;
+                seen.scans_since_check = 0;
+            }
+            report.looked_at += 1;
+            if i >= due_from {
+                self.cursor = *pid;
+            }
+        }
+        report.fd_links = FD_LINKS_PER_SCAN - budget.fd_links;
+        report.maps_bytes = MAPS_BYTES_PER_SCAN - budget.maps_bytes;
+        self.last_scan = report;
         let mut found = Vec::new();
         for (pid, seen) in &self.seen {
             let reason = match &seen.verdict {
@@ -302,6 +383,33 @@ impl MlDetector {
         }
         found.sort_by_key(|p| p.pid);
         found
+    }
+
+    /// New processes in the order they are looked at: their owners take turns (one process
+    /// each, round after round), oldest pid first within an owner. Owners are read only when
+    /// there are more new processes than one scan looks at.
+    fn fair_turns(&self, mut new: Vec<u32>) -> Vec<u32> {
+        new.sort_unstable();
+        if new.len() <= VERDICTS_PER_SCAN {
+            return new;
+        }
+        use std::os::unix::fs::MetadataExt;
+        let mut by_owner: std::collections::BTreeMap<u32, VecDeque<u32>> = std::collections::BTreeMap::new();
+        for pid in new {
+            // The owner of /proc/<pid> is the process's effective user.
+            let owner = std::fs::metadata(self.proc_root.join(pid.to_string())).map(|m| m.uid()).unwrap_or(u32::MAX);
+            by_owner.entry(owner).or_default().push_back(pid);
+        }
+        let mut order = Vec::new();
+        while !by_owner.is_empty() {
+            by_owner.retain(|_, pids| {
+                if let Some(pid) = pids.pop_front() {
+                    order.push(pid);
+                }
+                !pids.is_empty()
+            });
+        }
+        order
     }
 
     /// The nearest ancestor of `pid` (itself included) with its own ML verdict.

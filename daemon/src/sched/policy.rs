@@ -158,9 +158,16 @@ pub fn format_cpu_list(cpus: &[usize]) -> String {
 /// GPU minor numbers a process holds open (`/dev/nvidiaN`), among its first
 /// [`super::ml::MAX_FDS`] open files.
 pub fn gpus_of(proc_root: &Path, pid: u32) -> Vec<u32> {
+    gpus_of_counted(proc_root, pid).0
+}
+
+/// [`gpus_of`], and how many open-file links were read (for a scan's budget).
+pub fn gpus_of_counted(proc_root: &Path, pid: u32) -> (Vec<u32>, usize) {
     let mut gpus = Vec::new();
+    let mut links = 0;
     if let Ok(fds) = std::fs::read_dir(proc_root.join(pid.to_string()).join("fd")) {
         for fd in fds.flatten().take(super::ml::MAX_FDS) {
+            links += 1;
             if let Ok(target) = std::fs::read_link(fd.path()) {
                 if let Some(n) =
                     target.to_str().and_then(|t| t.strip_prefix("/dev/nvidia")).and_then(|n| n.parse().ok())
@@ -173,7 +180,7 @@ pub fn gpus_of(proc_root: &Path, pid: u32) -> Vec<u32> {
         }
     }
     gpus.sort_unstable();
-    gpus
+    (gpus, links)
 }
 
 /// The NUMA node of GPU `minor`: its PCI address from the driver's

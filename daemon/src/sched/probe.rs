@@ -15,8 +15,9 @@ pub trait Probe: Send {
     fn thread(&self, tid: u32) -> Option<ThreadStats>;
     /// Call counters of a thread of a tracked process (cumulative).
     fn ml_thread(&self, tid: u32) -> Option<MlThreadStats>;
-    /// Threads the probe keeps counters for.
+    /// Threads the probe keeps counters for, and at most.
     fn thread_count(&self) -> usize;
+    fn threads_capacity(&self) -> usize;
     /// Marks a process (and its future children) as part of `job`: its calls are counted.
     fn track(&mut self, tgid: u32, job: u32) -> Result<(), ProbeError>;
     fn untrack(&mut self, tgid: u32);
@@ -59,6 +60,9 @@ impl Probe for SchedProbe {
     }
     fn thread_count(&self) -> usize {
         SchedProbe::thread_count(self)
+    }
+    fn threads_capacity(&self) -> usize {
+        SchedProbe::threads_capacity(self)
     }
     fn track(&mut self, tgid: u32, job: u32) -> Result<(), ProbeError> {
         SchedProbe::track(self, tgid, job)

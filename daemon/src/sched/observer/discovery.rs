@@ -10,7 +10,7 @@ use ringside_shared::{PhaseValues, ProcessRole, SchedulerBackend};
 use super::super::jobs::{RecentPhases, Steps};
 use super::super::journal::thread_start_time;
 use super::super::library::{self, Request};
-use super::super::ml::MlReason;
+use super::super::ml::{MlReason, ScanBudget};
 use super::super::phase::Hysteresis;
 use super::super::policy;
 use super::super::trust::Credentials;
@@ -20,6 +20,10 @@ use crate::pipeline::ThreadEvent;
 /// Longest command line kept for a process (it travels in every update and labels its job's
 /// alerts and series).
 const MAX_CMDLINE: usize = 256;
+/// Waiting ML processes looked at per scan for a fair share of the tracking slots, and slots
+/// that change hands per scan at most.
+const FAIR_LOOKS: usize = 256;
+const FAIR_SWAPS: usize = 32;
 
 /// A process's command line, arguments separated by spaces, read within a bound and clipped.
 fn read_cmdline(proc_root: &std::path::Path, pid: u32) -> String {
@@ -123,6 +127,10 @@ impl Observer {
                 nice_floor: 0,
                 libraries: Vec::new(),
                 gpu_text: Vec::new(),
+                tracked_seq: {
+                    self.tracked_seq += 1;
+                    self.tracked_seq
+                },
                 scans_since_maps: 0,
                 phase: Hysteresis::default(),
                 phase_since_ms: crate::clock::now_ms(),
@@ -199,8 +207,12 @@ impl Observer {
             (worker, std::cmp::Reverse(self.probe.thread(ml.pid).map(|t| t.on_cpu_ns).unwrap_or(0)), ml.pid)
         });
         let room = self.config.max_processes.saturating_sub(self.processes.len());
-        self.not_tracked = new.len().saturating_sub(room) as u64;
-        let admitted: HashSet<u32> = new.iter().take(room).map(|ml| ml.pid).collect();
+        let mut admitted: HashSet<u32> = new.iter().take(room).map(|ml| ml.pid).collect();
+        if new.len() > room {
+            let waiting: Vec<u32> = new[room..].iter().map(|ml| ml.pid).collect();
+            self.share_slots(&waiting, &mut admitted);
+        }
+        self.not_tracked = new.len().saturating_sub(admitted.len()) as u64;
         for ml in &found {
             let (job, role, reason) = match &ml.reason {
                 MlReason::Parent(ancestor) => (*ancestor, ProcessRole::Worker, format!("child of {ancestor}")),
@@ -225,25 +237,76 @@ impl Observer {
                 tracing::warn!(pid = ml.pid, "cannot track: {e}");
             }
         }
-        let pids: Vec<u32> = self.processes.keys().copied().collect();
+        // The tracked processes' files are read within one budget per scan, starting from a
+        // different process each time, so that none waits for good behind large ones.
+        let mut pids: Vec<u32> = self.processes.keys().copied().collect();
+        pids.sort_unstable();
+        let turn = (self.scans % pids.len().max(1) as u64) as usize;
+        pids.rotate_left(turn);
+        self.scans += 1;
+        let mut budget = ScanBudget::per_scan();
         for pid in pids {
             self.refresh_admission(pid);
-            self.request_libraries(pid);
-            let gpus = policy::gpus_of(&self.config.proc_root, pid);
-            let node =
-                gpus.first().and_then(|gpu| policy::gpu_numa_node(&self.config.proc_root, &self.config.sys_root, *gpu));
-            let cpus = node.map(|n| policy::node_cpus(&self.config.sys_root, n)).unwrap_or_default();
-            if let Some(p) = self.processes.get_mut(&pid) {
-                p.gpus = gpus;
-                p.numa_node = node;
-                p.node_cpus = cpus;
-            }
+            self.look_again(pid, &mut budget);
         }
         let probed: Vec<u32> = self.probe.probed_processes();
         for pid in probed {
             if !self.processes.contains_key(&pid) {
                 self.probe.detach_process(pid);
             }
+        }
+    }
+
+    /// Shares the tracking slots out between users when they run out: a process of a user
+    /// holding fewer than an equal share (`max_processes` over the users with processes
+    /// tracked or waiting) takes the slot of the newest process of the user holding the most,
+    /// if that user holds more than the share. One user's hundreds of processes thus cannot
+    /// keep another user's job from being tracked, and a node with one user still tracks
+    /// `max_processes` of theirs. At most [`FAIR_LOOKS`] waiting processes are looked at, and
+    /// [`FAIR_SWAPS`] slots change hands, per scan.
+    fn share_slots(&mut self, waiting: &[u32], admitted: &mut HashSet<u32>) {
+        // Unknown credentials are one user of their own.
+        const UNKNOWN: u32 = u32::MAX;
+        let uid_of = |pid: u32| Credentials::of(&self.config.proc_root, pid).map_or(UNKNOWN, |c| c.uid);
+        let waiting: Vec<(u32, u32)> = waiting.iter().take(FAIR_LOOKS).map(|pid| (*pid, uid_of(*pid))).collect();
+        let mut held: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+        for p in self.processes.values() {
+            *held.entry(p.uid.unwrap_or(UNKNOWN)).or_default() += 1;
+        }
+        for pid in admitted.iter() {
+            *held.entry(uid_of(*pid)).or_default() += 1;
+        }
+        let users: HashSet<u32> = held.keys().copied().chain(waiting.iter().map(|(_, uid)| *uid)).collect();
+        let share = (self.config.max_processes / users.len().max(1)).max(1);
+        let mut swaps = 0;
+        for (pid, uid) in waiting {
+            if swaps == FAIR_SWAPS {
+                break;
+            }
+            if held.get(&uid).copied().unwrap_or(0) >= share {
+                continue;
+            }
+            let Some((&largest, &count)) = held.iter().max_by_key(|(uid, n)| (**n, std::cmp::Reverse(**uid))) else {
+                break;
+            };
+            if count <= share {
+                break;
+            }
+            // The newest process that user has tracked gives up its slot.
+            let victim = self
+                .processes
+                .iter()
+                .filter(|(_, p)| p.uid.unwrap_or(UNKNOWN) == largest)
+                .max_by_key(|(pid, p)| (p.tracked_seq, **pid))
+                .map(|(pid, _)| *pid);
+            let Some(victim) = victim else { break };
+            tracing::info!(pid = victim, uid = largest, for_pid = pid, uid_for = uid, "tracking slot shared out");
+            self.remove_process(victim);
+            *held.entry(largest).or_default() -= 1;
+            *held.entry(uid).or_default() += 1;
+            admitted.insert(pid);
+            self.slots_shared += 1;
+            swaps += 1;
         }
     }
 
@@ -264,25 +327,38 @@ impl Observer {
         }
     }
 
-    /// Queues the CUDA/NCCL libraries a process maps that have not been looked at (nor are
-    /// waiting to be) for the inspector.
-    pub(super) fn request_libraries(&mut self, pid: u32) {
+    /// Looks at a tracked process's files again when due (when new, every MAPS_EVERY scans
+    /// after — frameworks load CUDA lazily and open GPUs late — and while a library request
+    /// waits to be sent again) and the scan's budget allows: the GPUs it holds open (and their
+    /// NUMA node), the GPU driver's code ranges, and the CUDA/NCCL libraries it maps that have
+    /// not been looked at (nor are waiting to be), queued for the inspector.
+    pub(super) fn look_again(&mut self, pid: u32, budget: &mut ScanBudget) {
         let Some(process) = self.processes.get_mut(&pid) else { return };
-        if process.libraries.iter().filter(|l| !matches!(l.state, Inspection::Pending)).count() >= MAX_LIBRARIES {
-            return;
-        }
-        // `maps` of a large process is megabytes: read when new, every MAPS_EVERY scans after
-        // (frameworks load CUDA lazily), and while a request waits to be sent again.
         let lost = process
             .libraries
             .iter()
             .any(|l| matches!(l.state, Inspection::Pending) && !self.libraries.is_queued(pid, &l.path));
         let due = process.scans_since_maps == 0 || process.scans_since_maps >= MAPS_EVERY || lost;
-        process.scans_since_maps = if due { 1 } else { process.scans_since_maps + 1 };
         if !due {
+            process.scans_since_maps += 1;
             return;
         }
-        let mappings = library::mappings(&self.config.proc_root, pid);
+        // Its open files and `maps` may be thousands of links and megabytes: only while the
+        // scan's budget still holds its worst case; else it stays due for the next scan.
+        if !budget.fits_tracked() {
+            return;
+        }
+        process.scans_since_maps = 1;
+        let (gpus, links) = policy::gpus_of_counted(&self.config.proc_root, pid);
+        budget.fd_links = budget.fd_links.saturating_sub(links);
+        let node =
+            gpus.first().and_then(|gpu| policy::gpu_numa_node(&self.config.proc_root, &self.config.sys_root, *gpu));
+        let cpus = node.map(|n| policy::node_cpus(&self.config.sys_root, n)).unwrap_or_default();
+        process.gpus = gpus;
+        process.numa_node = node;
+        process.node_cpus = cpus;
+        let (mappings, read) = library::mappings_counted(&self.config.proc_root, pid);
+        budget.maps_bytes = budget.maps_bytes.saturating_sub(read);
         // The GPU driver's and runtime's code in this process, for the tick sampler.
         let text: Vec<(u64, u64)> = mappings
             .iter()
@@ -295,6 +371,9 @@ impl Observer {
                 Ok(()) => process.gpu_text = text,
                 Err(e) => tracing::warn!(pid, "cannot set the GPU driver's code ranges: {e}"),
             }
+        }
+        if process.libraries.iter().filter(|l| !matches!(l.state, Inspection::Pending)).count() >= MAX_LIBRARIES {
+            return;
         }
         for mapping in mappings {
             if !is_probed_library(&mapping.path) {

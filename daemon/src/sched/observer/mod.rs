@@ -125,6 +125,8 @@ struct Process {
     libraries: Vec<Library>,
     /// Where the GPU driver's and runtime's code is mapped in it, as last given to the probe.
     gpu_text: Vec<(u64, u64)>,
+    /// The order it was tracked in (the newest gives up its slot first when slots are shared).
+    tracked_seq: u64,
     /// Scans since its `maps` was last read for libraries.
     scans_since_maps: u32,
     phase: Hysteresis,
@@ -189,8 +191,12 @@ pub struct Observer {
     libraries: LibraryInspector,
     /// ML processes found at the latest scan beyond `max_processes`.
     not_tracked: u64,
-    /// Windows observed.
+    /// Windows observed, and scans made.
     windows: u64,
+    scans: u64,
+    /// Processes tracked so far (each one's `tracked_seq`), and slots given up for a fair share.
+    tracked_seq: u64,
+    slots_shared: u64,
     /// Where the current window started (wall ms).
     window_start_ms: u64,
     /// Tracked threads' phase changes made this window, published with it.
@@ -228,6 +234,9 @@ impl Observer {
             libraries: LibraryInspector::new(config.proc_root.clone(), config.libraries, config.probes),
             not_tracked: 0,
             windows: 0,
+            scans: 0,
+            tracked_seq: 0,
+            slots_shared: 0,
             window_start_ms: 0,
             thread_events: Vec::new(),
             config,

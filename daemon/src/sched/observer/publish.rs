@@ -192,6 +192,7 @@ impl Observer {
         let lost = self.probe.lost();
         let telemetry = SchedulerTelemetry {
             total_tracked_tasks: self.thread_count as u64,
+            threads_capacity: self.probe.threads_capacity() as u64,
             ml_tasks: self.tasks.len() as u64,
             decisions_made: self.decisions_made,
             phase_transitions: self.transitions,

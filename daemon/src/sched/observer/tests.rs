@@ -53,6 +53,9 @@ impl Probe for RecordedProbe {
     fn thread_count(&self) -> usize {
         self.0.lock().unwrap().threads.len()
     }
+    fn threads_capacity(&self) -> usize {
+        65_536
+    }
     fn track(&mut self, tgid: u32, job: u32) -> Result<(), ProbeError> {
         self.0.lock().unwrap().tracked.insert(tgid, job);
         Ok(())
