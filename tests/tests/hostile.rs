@@ -588,3 +588,39 @@ async fn one_users_processes_cannot_take_every_tracking_slot() -> Result<()> {
     drop(holder);
     Ok(())
 }
+
+/// A process of an admitted user inside a user namespace of its own (`unshare -Ur`) holds every
+/// capability there, CAP_SYS_NICE among them, and none on the node's threads: enforcement keeps
+/// it at the floor its process has outside (RLIMIT_NICE 0: not below its own nice 0). Before,
+/// its `CapEff` lifted the floor and it was given -5.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_capability_inside_a_user_namespace_lifts_no_floor() -> Result<()> {
+    let _one = ONE_DAEMON.lock().await;
+    let config =
+        format!("{SCHEDULER}mode = \"enforce\"\nbackend = \"setattr\"\n\n[scheduler.enforce]\nusers = [\"1\"]\n");
+    let daemon = Daemon::start(DaemonOptions { config, ..DaemonOptions::default() })?;
+    let scratch = Scratch::new("userns");
+    let library = scratch.0.join("lib").join("libtorch_x.so");
+    std::fs::create_dir_all(library.parent().unwrap())?;
+    std::fs::copy("/bin/true", &library)?;
+    let mut wrapper = as_user(1, false);
+    wrapper.extend(["unshare".into(), "-Ur".into()]);
+    let inside = map(&scratch.0, &library, &["--spin"], &wrapper)?;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", inside.pid()))?;
+    let caps = status.lines().find_map(|l| l.strip_prefix("CapEff:")).unwrap_or_default().trim().to_string();
+    anyhow::ensure!(caps != "0000000000000000", "the process holds capabilities in its namespace: {caps}");
+    let decided = |s: &Value| {
+        s["scheduler"]["decisions"]
+            .as_array()
+            .and_then(|d| d.iter().find(|d| d["pid"] == inside.pid() && d["applied"] == true).cloned())
+    };
+    let snapshot = daemon
+        .json_when("/api/snapshot", "a decision applied to the process", 15, |s| decided(s).is_some())
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", e.to_string().chars().take(300).collect::<String>()))?;
+    let decision = decided(&snapshot).unwrap_or_default();
+    println!("CapEff {caps} inside its own user namespace: {}", decision["action"]);
+    anyhow::ensure!(decision["nice"] == 0, "{decision}");
+    anyhow::ensure!(nice_of(inside.pid(), inside.pid()) == Some(0), "{:?}", nice_of(inside.pid(), inside.pid()));
+    Ok(())
+}

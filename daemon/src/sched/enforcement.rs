@@ -210,6 +210,21 @@ impl Enforcement for SchedExt {
 
     fn apply(&mut self, target: &Target, p: &PhasePolicy, decision: &mut Decision) {
         let Some(scheduler) = &self.scheduler else { return self.fallback.apply(target, p, decision) };
+        // The weight of a nice value the process could not set itself is not given either (as
+        // setattr does): the floor against the thread's own nice value now.
+        let own = match policy::read_settings(target.thread.tid) {
+            Ok(settings) => settings.nice,
+            Err(e) => {
+                decision.error = Some(e.to_string());
+                return;
+            }
+        };
+        let nice = policy::floored_nice(p.nice, target.nice_floor, own);
+        let limited = (nice != p.nice).then(|| format!(" (nice {nice}: the process may not go below it itself)"));
+        if limited.is_some() {
+            decision.nice = nice;
+            decision.weight = policy::weight_of_nice(nice);
+        }
         let class = scx_class(target.phase);
         let node = target.numa_node.filter(|_| !target.cpus.is_empty());
         let scx_decision = ScxDecision {
@@ -230,6 +245,7 @@ impl Enforcement for SchedExt {
             },
             node.map(|n| format!("node {n}")).unwrap_or_else(|| "any node".into())
         );
+        decision.action += limited.as_deref().unwrap_or_default();
         match scheduler.set(target.thread.tid, &scx_decision) {
             Ok(()) => decision.applied = true,
             Err(e) => decision.error = Some(e.to_string()),

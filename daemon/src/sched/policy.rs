@@ -237,6 +237,13 @@ fn failed(call: &'static str) -> EnforceError {
 }
 
 /// Reads a thread's settings.
+/// The nice value a thread is given when `asked` for: never below what its process could set
+/// itself — `floor` (from RLIMIT_NICE or CAP_SYS_NICE), or its `own` value when that is lower
+/// (a process may always keep what it has). Both backends go through this.
+pub fn floored_nice(asked: i32, floor: i32, own: i32) -> i32 {
+    asked.max(floor.min(own))
+}
+
 pub fn read_settings(tid: u32) -> Result<Settings, EnforceError> {
     // SAFETY: plain syscalls on a thread id; errno is cleared first because -1 is a valid
     // priority; the cpu_set_t is zeroed and its size passed.
@@ -358,8 +365,7 @@ impl Enforcer {
             }
             self.originals.insert(thread.tid, saved);
         }
-        let own_nice = self.originals[&thread.tid].nice;
-        let nice = nice.max(nice_floor.min(own_nice));
+        let nice = floored_nice(nice, nice_floor, self.originals[&thread.tid].nice);
         write_settings(thread.tid, nice, if batch { libc::SCHED_BATCH } else { libc::SCHED_OTHER }, cpus)?;
         Ok(nice)
     }
@@ -452,6 +458,21 @@ mod tests {
         assert_eq!(parse_cpu_list("0-3,8,10-11\n"), vec![0, 1, 2, 3, 8, 10, 11]);
         assert_eq!(format_cpu_list(&[11, 0, 1, 2, 3, 8, 10]), "0-3,8,10-11");
         assert_eq!(parse_cpu_list(""), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn a_nice_value_is_never_below_what_the_process_could_set_itself() {
+        // RLIMIT_NICE 0 (floor 20): not below its own value.
+        assert_eq!(floored_nice(-5, 20, 0), 0);
+        assert_eq!(floored_nice(-5, 20, 3), 3);
+        // RLIMIT_NICE 25 (floor -5), or CAP_SYS_NICE (floor -20): what it asked.
+        assert_eq!(floored_nice(-5, -5, 0), -5);
+        assert_eq!(floored_nice(-10, -5, 0), -5);
+        assert_eq!(floored_nice(-5, -20, 0), -5);
+        // A process already below the floor keeps what it has, no lower.
+        assert_eq!(floored_nice(-15, -5, -10), -10);
+        // Never raised above what was asked for.
+        assert_eq!(floored_nice(5, 20, 0), 5);
     }
 
     #[test]

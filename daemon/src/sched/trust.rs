@@ -26,6 +26,15 @@ pub(crate) fn read_bounded(path: &Path, limit: u64) -> Option<String> {
     Some(text)
 }
 
+/// Whether process `pid` lives in the daemon's own user namespace, where its capabilities are
+/// capabilities on the node (`/proc/<pid>/ns/user` names the same namespace as the daemon's).
+/// Unknown (unreadable) is taken as no.
+pub fn in_own_user_namespace(proc_root: &Path, pid: u32) -> bool {
+    let theirs = std::fs::read_link(proc_root.join(pid.to_string()).join("ns/user"));
+    let ours = std::fs::read_link("/proc/self/ns/user");
+    matches!((theirs, ours), (Ok(a), Ok(b)) if a == b)
+}
+
 /// A process's credentials, from `/proc/<pid>/status`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Credentials {
@@ -206,8 +215,10 @@ impl Admission {
 
     /// The lowest nice value enforcement may give a thread of `pid`: what the process could set
     /// itself (`20 - RLIMIT_NICE`, or anything with CAP_SYS_NICE), unless the config lifts it.
-    pub fn nice_floor(&self, pid: u32, creds: &Credentials) -> i32 {
-        if self.beyond_rlimit_nice || creds.may_set_any_nice() {
+    /// A capability counts only in the daemon's own user namespace: inside one of its own
+    /// (`unshare -Ur`) a user holds every capability, and none of them on the node's threads.
+    pub fn nice_floor(&self, proc_root: &Path, pid: u32, creds: &Credentials) -> i32 {
+        if self.beyond_rlimit_nice || (creds.may_set_any_nice() && in_own_user_namespace(proc_root, pid)) {
             return -20;
         }
         let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
@@ -274,11 +285,16 @@ mod tests {
             libc::getrlimit(libc::RLIMIT_NICE, &mut l);
             l.rlim_cur.min(40) as i32
         };
-        assert_eq!(admission.nice_floor(me, &plain), 20 - own);
+        let proc_root = Path::new("/proc");
+        assert_eq!(admission.nice_floor(proc_root, me, &plain), 20 - own);
         let capable = Credentials { cap_effective: 1 << CAP_SYS_NICE, ..plain.clone() };
-        assert_eq!(admission.nice_floor(me, &capable), -20);
+        assert_eq!(admission.nice_floor(proc_root, me, &capable), -20);
         let lifted = Admission { beyond_rlimit_nice: true, ..Admission::default() };
-        assert_eq!(lifted.nice_floor(me, &plain), -20);
+        assert_eq!(lifted.nice_floor(proc_root, me, &plain), -20);
+        // A process whose user namespace cannot be told (here: a /proc without it) gets
+        // nothing from its capabilities.
+        let elsewhere = std::env::temp_dir();
+        assert_eq!(admission.nice_floor(&elsewhere, me, &capable), 20 - own);
     }
 
     #[test]

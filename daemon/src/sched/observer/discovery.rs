@@ -157,7 +157,8 @@ impl Observer {
         }
         let Some(creds) = creds else { return (Err("not admitted: its credentials are unreadable".into()), 0) };
         let admission = self.config.admission.admits(&self.config.proc_root, pid, creds);
-        let floor = if admission.is_ok() { self.config.admission.nice_floor(pid, creds) } else { 0 };
+        let floor =
+            if admission.is_ok() { self.config.admission.nice_floor(&self.config.proc_root, pid, creds) } else { 0 };
         (admission, floor)
     }
 
