@@ -590,10 +590,12 @@ fn alertmanager_auth(
 fn read_secret_file(path: &Path, key: &'static str) -> Result<String, ConfigError> {
     use std::io::Read;
     use std::os::unix::fs::PermissionsExt;
-    let file = std::fs::File::open(path).map_err(|source| ConfigError::TokenFile { path: path.into(), source })?;
-    let mode =
-        file.metadata().map_err(|source| ConfigError::TokenFile { path: path.into(), source })?.permissions().mode();
     let invalid = |why: String| ConfigError::Invalid { key, value: path.display().to_string(), why };
+    let (file, meta) = crate::identity::open_secret_file(path).map_err(|e| match e {
+        crate::identity::SecretFileError::Open { source, .. } => ConfigError::TokenFile { path: path.into(), source },
+        refused => invalid(refused.to_string()),
+    })?;
+    let mode = meta.permissions().mode();
     if mode & 0o006 != 0 {
         return Err(invalid(format!(
             "it is open to every user on this machine (mode {:o}): run `chmod 600 {}`",

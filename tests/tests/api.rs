@@ -306,3 +306,35 @@ fn a_token_file_every_user_can_read_is_refused() {
     assert!(stderr.contains("open to every user") && stderr.contains("chmod 600"), "{stderr}");
     assert!(!stderr.contains("a-token-that-everyone"), "the secret is never printed: {stderr}");
 }
+
+/// A token file that is a symbolic link, or that another user owns, is refused at start (a
+/// user able to place either could choose the node's token); the secret is never printed.
+#[test]
+fn a_token_file_behind_a_link_or_of_another_user_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = ringside_tests::Scratch::new("token-owner");
+    let tokens = scratch.0.join("tokens");
+    std::fs::write(&tokens, "a-token-nobody-else-should-have-1234\n").unwrap();
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let start = |path: &std::path::Path| {
+        let output = std::process::Command::new(ringside_tests::daemon_binary())
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(scratch.0.join("data"))
+            .arg("--token-file")
+            .arg(path)
+            .env_remove("RINGSIDE_TOKEN")
+            .output()
+            .unwrap();
+        (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+    };
+    let link = scratch.0.join("link");
+    std::os::unix::fs::symlink(&tokens, &link).unwrap();
+    let (code, stderr) = start(&link);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("is a symbolic link"), "{stderr}");
+    std::os::unix::fs::chown(&tokens, Some(65534), None).unwrap();
+    let (code, stderr) = start(&tokens);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("owned by uid 65534"), "{stderr}");
+    assert!(!stderr.contains("a-token-nobody-else"), "the secret is never printed: {stderr}");
+}

@@ -19,6 +19,8 @@ const MAX_PEM_BYTES: u64 = 1 << 20;
 pub enum TlsError {
     #[error("cannot read {path}: {source}")]
     Read { path: String, source: std::io::Error },
+    #[error(transparent)]
+    Refused(#[from] crate::identity::SecretFileError),
     #[error("{path} is open to every user on this machine (mode {mode:o}): run `chmod 600 {path}`")]
     KeyReadable { path: String, mode: u32 },
     #[error("{path} holds no PEM certificate")]
@@ -34,8 +36,14 @@ fn read(path: &Path, secret: bool) -> Result<Vec<u8>, TlsError> {
     use std::os::unix::fs::PermissionsExt;
     let shown = path.display().to_string();
     let failed = |source| TlsError::Read { path: shown.clone(), source };
-    let file = std::fs::File::open(path).map_err(failed)?;
-    let mode = file.metadata().map_err(failed)?.permissions().mode();
+    let (file, mode) = if secret {
+        let (file, meta) = crate::identity::open_secret_file(path)?;
+        (file, meta.permissions().mode())
+    } else {
+        let file = std::fs::File::open(path).map_err(failed)?;
+        let mode = file.metadata().map_err(failed)?.permissions().mode();
+        (file, mode)
+    };
     if secret && mode & 0o004 != 0 {
         return Err(TlsError::KeyReadable { path: shown, mode: mode & 0o777 });
     }
