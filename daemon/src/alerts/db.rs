@@ -77,6 +77,8 @@ pub const NOTIFICATIONS_RETAINED: i64 = 5000;
 
 /// Resolved alerts kept in the database; older ones are deleted at open.
 const RESOLVED_RETAINED: i64 = 5000;
+/// Silences that ended (expired, or past their end) kept in the database.
+pub const SILENCES_ENDED_RETAINED: i64 = 1000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
@@ -110,12 +112,35 @@ impl AlertDb {
         conn.busy_timeout(std::time::Duration::from_secs(1)).map_err(open_error)?;
         let mut db = AlertDb { conn };
         db.migrate()?;
-        db.conn.execute(
+        db.prune()?;
+        Ok(db)
+    }
+
+    /// Keeps what grows within its bound: the newest [`RESOLVED_RETAINED`] resolved alerts
+    /// (their transitions and acknowledgements go with them), [`SILENCES_ENDED_RETAINED`]
+    /// silences that ended, [`NOTIFICATIONS_RETAINED`] notifications. Run at open and by the
+    /// writer every [`super::writer::PRUNE_EVERY`], so that a daemon that runs for months with
+    /// alerts firing does not grow its database; returns how many rows went.
+    pub fn prune(&mut self) -> Result<usize, DbError> {
+        let now_ms = crate::clock::now_ms() as i64;
+        let tx = self.conn.transaction()?;
+        let mut removed = tx.execute(
             "DELETE FROM alerts WHERE resolved_at_ms IS NOT NULL AND id NOT IN
                (SELECT id FROM alerts WHERE resolved_at_ms IS NOT NULL ORDER BY resolved_at_ms DESC LIMIT ?1)",
             params![RESOLVED_RETAINED],
         )?;
-        Ok(db)
+        removed += tx.execute(
+            "DELETE FROM silences WHERE (expired_at_ms IS NOT NULL OR ends_at_ms <= ?2) AND id NOT IN
+               (SELECT id FROM silences WHERE expired_at_ms IS NOT NULL OR ends_at_ms <= ?2
+                ORDER BY COALESCE(expired_at_ms, ends_at_ms) DESC LIMIT ?1)",
+            params![SILENCES_ENDED_RETAINED, now_ms],
+        )?;
+        removed += tx.execute(
+            "DELETE FROM notifications WHERE seq <= (SELECT MAX(seq) FROM notifications) - ?1",
+            params![NOTIFICATIONS_RETAINED],
+        )?;
+        tx.commit()?;
+        Ok(removed)
     }
 
     pub fn schema_version(&self) -> Result<i64, DbError> {
@@ -450,6 +475,46 @@ mod tests {
             threshold: 90.0,
             message: "hot".into(),
         }
+    }
+
+    #[test]
+    fn pruning_keeps_the_newest_of_what_grows_while_the_daemon_runs() {
+        let dir = crate::test_support::ScratchDir::new("db-prune");
+        let mut db = AlertDb::open(&dir.path().join("alerts.db")).unwrap();
+        let extra = 25;
+        let resolved: Vec<Alert> = (1..=RESOLVED_RETAINED as u64 + extra)
+            .map(|id| Alert {
+                resolved_at_ms: Some(1_000 + id),
+                ..crate::test_support::alert(id, Severity::Warning, "resolved")
+            })
+            .collect();
+        let active = crate::test_support::alert(1_000_000, Severity::Warning, "still firing");
+        let mut alerts: Vec<&Alert> = resolved.iter().collect();
+        alerts.push(&active);
+        let ended: Vec<Silence> = (1..=SILENCES_ENDED_RETAINED as u64 + extra)
+            .map(|id| Silence {
+                id,
+                matchers: Vec::new(),
+                starts_at_ms: 0,
+                ends_at_ms: Some(10 + id),
+                comment: String::new(),
+                created_by: "ops".into(),
+                created_at_ms: 0,
+                expired_at_ms: None,
+                expired_by: None,
+                maintenance: None,
+            })
+            .collect();
+        let silences: Vec<&Silence> = ended.iter().collect();
+        db.save(&alerts, &silences, &[]).unwrap();
+        assert_eq!(db.prune().unwrap(), 2 * extra as usize);
+        let loaded = db.load(usize::MAX, 10).unwrap();
+        assert_eq!(loaded.alerts.len(), RESOLVED_RETAINED as usize + 1, "the active alert is never pruned");
+        assert!(loaded.alerts.iter().all(|a| a.id > extra || a.id == 1_000_000), "the oldest resolved went");
+        let kept = db.load_silences(crate::clock::now_ms(), usize::MAX).unwrap();
+        assert_eq!(kept.len(), SILENCES_ENDED_RETAINED as usize);
+        assert!(kept.iter().all(|s| s.id > extra), "the silences that ended first went");
+        assert_eq!(db.prune().unwrap(), 0, "within its bounds: nothing more");
     }
 
     #[test]

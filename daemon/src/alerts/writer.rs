@@ -163,17 +163,39 @@ impl Drop for Writer {
     }
 }
 
+/// How often the writer prunes the database to its bounds ([`AlertDb::prune`]).
+pub const PRUNE_EVERY: Duration = Duration::from_secs(10 * 60);
+
 fn run(mut db: AlertDb, shared: &Shared) {
     let mut retry = FIRST_RETRY;
     let mut failures_at_stop = 0;
+    let mut pruned_at = Instant::now();
     loop {
+        if pruned_at.elapsed() >= PRUNE_EVERY {
+            pruned_at = Instant::now();
+            match db.prune() {
+                Ok(0) => {}
+                Ok(n) => tracing::info!("alert database pruned to its bounds: {n} rows removed"),
+                // A locked database: the next round tries again.
+                Err(e) => tracing::warn!("pruning the alert database failed: {e}"),
+            }
+        }
         let batch: Vec<(Row, u64, Record)> = {
             let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
             while queue.alerts.is_empty() && !queue.stop {
-                queue = shared.wake.wait(queue).unwrap_or_else(|e| e.into_inner());
+                let left = PRUNE_EVERY.saturating_sub(pruned_at.elapsed()).max(Duration::from_millis(10));
+                let (next, timeout) = shared.wake.wait_timeout(queue, left).unwrap_or_else(|e| e.into_inner());
+                queue = next;
+                if timeout.timed_out() && queue.alerts.is_empty() {
+                    break;
+                }
+            }
+            if queue.alerts.is_empty() && queue.stop {
+                return;
             }
             if queue.alerts.is_empty() {
-                return;
+                // Woken to prune.
+                continue;
             }
             queue.writing = true;
             queue.alerts.iter().map(|(id, (version, alert))| (*id, *version, alert.clone())).collect()
