@@ -354,6 +354,8 @@ pub struct ServerConfig {
     /// Failed authentications one client address may make per 10 s; beyond them it is
     /// answered 429 until the 10 s have passed (valid tokens are never held back).
     pub auth_failures_per_address: u32,
+    /// A console session unused this long ends (it lasts 30 days at most anyway).
+    pub session_idle_hours: u64,
 }
 
 impl Default for ServerConfig {
@@ -364,6 +366,7 @@ impl Default for ServerConfig {
             header_read_timeout_ms: 10_000,
             max_ws_sessions: 64,
             auth_failures_per_address: 30,
+            session_idle_hours: 12,
         }
     }
 }
@@ -384,6 +387,9 @@ impl ServerConfig {
         }
         if !(1..=4096).contains(&self.max_ws_sessions) {
             return Err(format!("max_ws_sessions = {}: must be 1 to 4096", self.max_ws_sessions));
+        }
+        if !(1..=720).contains(&self.session_idle_hours) {
+            return Err(format!("session_idle_hours = {}: must be 1 to 720 (30 days)", self.session_idle_hours));
         }
         if !(1..=1_000_000).contains(&self.auth_failures_per_address) {
             return Err(format!(

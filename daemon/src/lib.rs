@@ -180,7 +180,8 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
             local.port(),
             clock::now_ms(),
         )
-        .secure(config.tls.is_some()),
+        .secure(config.tls.is_some())
+        .idle(config.server.session_idle_hours * 3_600_000),
         auth_failures: server::throttle::AuthFailures::new(config.server.auth_failures_per_address),
     });
     let served = app.state.clone();

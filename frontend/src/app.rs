@@ -63,6 +63,44 @@ fn ThemeToggle() -> impl IntoView {
     }
 }
 
+/// Ends this browser's session (`DELETE /api/sessions`), then shows the sign-in page.
+#[component]
+fn SignOut() -> impl IntoView {
+    let store = expect_context::<Store>();
+    let sign_out = move |_| {
+        if let Err(why) = end_session() {
+            store.server_error.set(Some(format!("signing out failed: {why}")));
+        }
+    };
+    view! {
+        <button class="ghost" id="sign-out" title="End this browser's session on this node" on:click=sign_out>
+            "Sign out"
+        </button>
+    }
+}
+
+/// Sends the sign-out request; the page reloads (to the sign-in page) once it is answered.
+fn end_session() -> Result<(), String> {
+    use wasm_bindgen::closure::Closure;
+    let window = web_sys::window().ok_or("no window")?;
+    let headers = web_sys::Headers::new().map_err(|e| format!("{e:?}"))?;
+    // The daemon takes a cookie-authenticated change only as JSON from its own origin.
+    headers.set("Content-Type", "application/json").map_err(|e| format!("{e:?}"))?;
+    let init = web_sys::RequestInit::new();
+    init.set_method("DELETE");
+    init.set_headers(&headers);
+    init.set_body(&wasm_bindgen::JsValue::from_str("{}"));
+    let reload = Closure::<dyn FnMut(wasm_bindgen::JsValue)>::new(move |_| {
+        if let Some(w) = web_sys::window() {
+            let _ = w.location().reload();
+        }
+    });
+    let _ = window.fetch_with_str_and_init("/api/sessions", &init).then2(&reload, &reload);
+    // Called once, when the answer comes; the page then reloads, so it is never freed.
+    reload.forget();
+    Ok(())
+}
+
 #[component]
 fn Header() -> impl IntoView {
     let store = expect_context::<Store>();
@@ -93,6 +131,7 @@ fn Header() -> impl IntoView {
                 <span id="connection" class=move || format!("conn conn-{}", status().0)>{move || status().1}</span>
                 <a id="download-snapshot" class="button" href="/api/snapshot?download=1" download="">"Download snapshot"</a>
                 <ThemeToggle />
+                <SignOut />
             </div>
         </header>
     }

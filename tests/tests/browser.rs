@@ -255,6 +255,14 @@ async fn console_flow(client: &Client, daemon: &Daemon, downloads: &Path) -> Res
     })
     .await?;
     std::fs::write(artifacts().join("console-dark.png"), client.screenshot().await?)?;
+
+    // Signing out ends the session: the page comes back as the sign-in page.
+    client.find(Locator::Css("#sign-out")).await?.click().await?;
+    eventually("the sign-in page after signing out", WAIT, || async {
+        let heading = text_of(client, "h1").await?;
+        Ok(heading.filter(|h| h.contains("Sign-in needed")).map(|_| ()))
+    })
+    .await?;
     Ok(())
 }
 

@@ -624,3 +624,84 @@ async fn a_capability_inside_a_user_namespace_lifts_no_floor() -> Result<()> {
     anyhow::ensure!(nice_of(inside.pid(), inside.pid()) == Some(0), "{:?}", nice_of(inside.pid(), inside.pid()));
     Ok(())
 }
+
+/// Console sessions you can end, that a viewer cannot push out and a link cannot replace:
+/// - a viewer signing in 300 times pushes out only its own oldest sessions (64 per token are
+///   kept), never an operator's;
+/// - a browser signed in as the operator that opens a link with the viewer's token stays the
+///   operator (login CSRF), and is told to sign out first;
+/// - signing out (`DELETE /api/sessions`) ends that session and clears the cookie;
+/// - an operator ends every session of a token; a viewer may not.
+#[tokio::test(flavor = "multi_thread")]
+async fn sessions_can_be_ended_and_a_viewer_cannot_push_operators_out() -> Result<()> {
+    let operator = ringside_tests::random_token();
+    let viewer = ringside_tests::random_token();
+    let daemon = Daemon::start(DaemonOptions {
+        token_file: Some(format!("ops:{operator}:operator\nwatch:{viewer}:viewer\n")),
+        config: "[scheduler]\nenabled = false\n".into(),
+        ..DaemonOptions::default()
+    })?;
+    let http = daemon.http();
+    let sign_in = |token: String| {
+        let http = http.clone();
+        let base = daemon.base.clone();
+        async move {
+            let landing = http.get(format!("{base}/?token={token}")).send().await?;
+            let set = landing.headers().get("set-cookie").context("no cookie set")?.to_str()?.to_string();
+            anyhow::Ok(set.split(';').next().unwrap_or_default().to_string())
+        }
+    };
+    let authorised = |cookie: String| {
+        let http = http.clone();
+        let base = daemon.base.clone();
+        async move { anyhow::Ok(http.get(format!("{base}/api/alerts")).header("cookie", cookie).send().await?.status()) }
+    };
+    let ops_cookie = sign_in(operator.clone()).await?;
+    let first_viewer = sign_in(viewer.clone()).await?;
+    for _ in 0..300 {
+        sign_in(viewer.clone()).await?;
+    }
+    anyhow::ensure!(
+        authorised(ops_cookie.clone()).await? == 200,
+        "the operator's session survives 300 viewer sign-ins"
+    );
+    anyhow::ensure!(authorised(first_viewer).await? == 401, "the viewer's own oldest went");
+
+    // A link with the viewer's token does not replace the operator's session.
+    let link = http.get(format!("{}/?token={viewer}", daemon.base)).header("cookie", &ops_cookie).send().await?;
+    anyhow::ensure!(link.status() == 409 && link.headers().get("set-cookie").is_none(), "{}", link.status());
+    anyhow::ensure!(link.text().await?.contains("signed in to this node as <code>ops</code>"));
+
+    // A viewer may not end the operator's sessions; the operator ends every viewer session.
+    let viewer_cookie = sign_in(viewer.clone()).await?;
+    let origin = daemon.base.clone();
+    let end = |cookie: String, query: &'static str| {
+        let http = http.clone();
+        let (base, origin) = (daemon.base.clone(), origin.clone());
+        async move {
+            let response = http
+                .delete(format!("{base}/api/sessions{query}"))
+                .header("cookie", cookie)
+                .header("origin", origin)
+                .header("content-type", "application/json")
+                .body("{}")
+                .send()
+                .await?;
+            let status = response.status().as_u16();
+            let cleared = response.headers().get("set-cookie").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let body: Value = response.json().await.unwrap_or_default();
+            anyhow::Ok((status, body, cleared))
+        }
+    };
+    let (status, _, _) = end(viewer_cookie.clone(), "?token=ops").await?;
+    anyhow::ensure!(status == 403, "a viewer ends no token's sessions: {status}");
+    let (status, body, _) = end(ops_cookie.clone(), "?token=watch").await?;
+    anyhow::ensure!(status == 200 && body["ended"] == 64, "{status} {body}");
+    anyhow::ensure!(authorised(viewer_cookie).await? == 401, "the viewer's sessions are over");
+    // Signing out ends this session and clears the cookie.
+    let (status, body, cleared) = end(ops_cookie.clone(), "").await?;
+    anyhow::ensure!(status == 200 && body["ended"] == 1, "{status} {body}");
+    anyhow::ensure!(cleared.is_some_and(|c| c.contains("Max-Age=0")), "the cookie is cleared");
+    anyhow::ensure!(authorised(ops_cookie).await? == 401, "signed out");
+    Ok(())
+}

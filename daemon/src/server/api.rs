@@ -213,6 +213,42 @@ pub async fn expire_silence(
     app.state.expire_silence(&identity, id, None).await.map(Json).map_err(silence_api_error)
 }
 
+#[derive(Deserialize)]
+pub struct EndSessionsQuery {
+    /// The name of a token whose every session ends (operators only).
+    token: Option<String>,
+}
+
+/// `DELETE /api/sessions`: signs out — ends the session the request's cookie names, and tells
+/// the browser to forget the cookie; with `?token=NAME` (operators), ends every session made
+/// from that token, which revokes them without rotating the token. Answers `{"ended": N}`.
+pub async fn end_sessions(
+    State(app): State<SharedApp>,
+    Query(query): Query<EndSessionsQuery>,
+    Extension(identity): Extension<Identity>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    match query.token {
+        Some(name) => {
+            if identity.role != ringside_shared::Role::Operator {
+                return ApiError::new(StatusCode::FORBIDDEN, "only an operator may end a token's sessions")
+                    .into_response();
+            }
+            let app = app.clone();
+            let ended = tokio::task::spawn_blocking(move || app.sessions.end_token(&name)).await.unwrap_or(0);
+            Json(serde_json::json!({ "ended": ended })).into_response()
+        }
+        None => {
+            let sessions_app = app.clone();
+            let ended =
+                tokio::task::spawn_blocking(move || sessions_app.sessions.end_presented(&headers)).await.unwrap_or(0);
+            let mut response = Json(serde_json::json!({ "ended": ended })).into_response();
+            response.headers_mut().insert(header::SET_COOKIE, app.sessions.cleared_cookie());
+            response
+        }
+    }
+}
+
 /// `GET /api/incidents`: incident bundles recording and kept, newest first.
 pub async fn incidents(State(app): State<SharedApp>) -> Json<Vec<ringside_shared::IncidentSummary>> {
     Json(app.state.incidents())

@@ -70,6 +70,20 @@ fn serve(asset: &Asset, request_headers: &HeaderMap) -> Response {
 const PAGE_STYLE: &str = "body{font:16px/1.5 system-ui,sans-serif;max-width:40rem;margin:4rem auto;padding:0 1rem;color:#1d2430}\
 code{background:#eef1f5;padding:.1rem .3rem;border-radius:4px}@media(prefers-color-scheme:dark){body{background:#0f141b;color:#dfe6ee}code{background:#1d2632}}";
 
+/// Text made safe to put in a page (token names are the operator's, but never trusted as HTML).
+fn html_escape(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '<' => "&lt;".to_string(),
+            '>' => "&gt;".to_string(),
+            '&' => "&amp;".to_string(),
+            '"' => "&quot;".to_string(),
+            '\'' => "&#39;".to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
 fn page(status: StatusCode, title: &str, body: &str) -> Response {
     let html = format!(
         "<!doctype html><html lang=en><head><meta charset=utf-8><title>{title} · Ringside</title><style>{PAGE_STYLE}</style></head>\
@@ -104,6 +118,29 @@ pub async fn index(
                  or the one built from <code>RINGSIDE_TOKEN</code> / <code>--token-file</code>.</p>",
             );
         };
+        // A browser already signed in keeps its session: a link made elsewhere must not sign it
+        // in as someone else (login CSRF), and the same token needs no second session.
+        match app.sessions.presented(&headers, &app.credentials, crate::clock::now_ms()) {
+            super::session::Presented::Valid(held) if held.name != credential.name => {
+                return page(
+                    StatusCode::CONFLICT,
+                    "Already signed in",
+                    &format!(
+                        "<p>This browser is signed in to this node as <code>{}</code>. A link with another token \
+                         does not replace that: sign out first (the console's <b>Sign out</b>), then open the link \
+                         again.</p>",
+                        html_escape(&held.name)
+                    ),
+                );
+            }
+            super::session::Presented::Valid(_) => {
+                if let Some(Extension(trust)) = &trust {
+                    trust.grant();
+                }
+                return Redirect::to("/").into_response();
+            }
+            super::session::Presented::None | super::session::Presented::Invalid => {}
+        }
         // The token is exchanged for a session (a file write, off the async workers).
         let (credential, sessions_app) = (credential.clone(), app.clone());
         let created =

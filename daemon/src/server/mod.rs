@@ -53,6 +53,7 @@ pub fn router(app: SharedApp) -> Router {
         .route("/api/silences", get(api::silences).post(api::create_silence))
         .route("/api/silences/{id}", delete(api::expire_silence))
         .route("/api/notifications", get(api::notifications))
+        .route("/api/sessions", delete(api::end_sessions))
         .route("/api/incidents", get(api::incidents))
         .route("/api/incidents/{id}", get(api::incident))
         .route("/api/incidents/{id}/trace", get(api::incident_trace))
