@@ -211,6 +211,67 @@ mod tests {
         assert!(found.iter().all(|(_, at)| *at < size));
     }
 
+/// A crafted file: a valid ELF header and `sections` section headers, every one a dynamic
+    /// symbol table of `table_bytes` (all at the same place) with a one-byte string table: a
+    /// file's worth of claims that would cost `sections` x `table_bytes` to read in full.
+    struct Crafted {
+        header: Vec<u8>,
+        size: u64,
+        read: std::cell::Cell<u64>,
+    }
+
+    impl Crafted {
+        fn new(sections: u16, table_bytes: u64) -> Crafted {
+            let shoff: u64 = 4096;
+            let data_at = shoff + u64::from(sections) * SHDR_SIZE;
+            let mut header = vec![0u8; data_at as usize];
+            header[..4].copy_from_slice(b"\x7fELF");
+            header[4] = 2;
+            header[5] = 1;
+            header[0x28..0x30].copy_from_slice(&shoff.to_le_bytes());
+            header[0x3a..0x3c].copy_from_slice(&(SHDR_SIZE as u16).to_le_bytes());
+            header[0x3c..0x3e].copy_from_slice(&sections.to_le_bytes());
+            for i in 0..u64::from(sections) {
+                let at = (shoff + i * SHDR_SIZE) as usize;
+                let sh = &mut header[at..at + SHDR_SIZE as usize];
+                sh[4..8].copy_from_slice(&SHT_DYNSYM.to_le_bytes());
+                sh[0x18..0x20].copy_from_slice(&data_at.to_le_bytes());
+                sh[0x20..0x28].copy_from_slice(&table_bytes.to_le_bytes());
+                // Its string table: section 0 (a one-byte table at the same place).
+                sh[0x28..0x2c].copy_from_slice(&0u32.to_le_bytes());
+                sh[0x38..0x40].copy_from_slice(&SYM_SIZE.to_le_bytes());
+            }
+            // Section 0 doubles as the string table: one byte at data_at.
+            let first = shoff as usize;
+            header[first + 0x20..first + 0x28].copy_from_slice(&table_bytes.to_le_bytes());
+            Crafted { header, size: data_at + table_bytes + 1, read: std::cell::Cell::new(0) }
+        }
+    }
+
+    impl ReadAt for Crafted {
+        fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            if offset + buf.len() as u64 > self.size {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            self.read.set(self.read.get() + buf.len() as u64);
+            // Sparse past the headers: zeros.
+            for (i, b) in buf.iter_mut().enumerate() {
+                *b = self.header.get(offset as usize + i).copied().unwrap_or(0);
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_file_declaring_thousands_of_symbol_tables_is_refused_within_one_budget() {
+        // 4,096 tables of 4 MiB each: 16 GiB of claims, each table alone within the budget.
+        let crafted = Crafted::new(4096, 4 << 20);
+        let refused = function_offsets(&crafted, crafted.size, &["cuLaunchKernel"]);
+        assert!(matches!(refused, Err(ElfError::TooLarge { what: "symbol tables", .. })), "{refused:?}");
+        let read = crafted.read.get();
+        assert!(read <= MAX_SYMBOL_BYTES + 4096 + 4096 * SHDR_SIZE, "read {read} bytes");
+    }
+
     #[test]
     fn refuses_what_is_not_a_sound_elf_file() {
         assert_eq!(function_offsets(b"not an elf file".as_slice(), 15, &["read"]), Err(ElfError::NotElf));
