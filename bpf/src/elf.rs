@@ -211,7 +211,7 @@ mod tests {
         assert!(found.iter().all(|(_, at)| *at < size));
     }
 
-/// A crafted file: a valid ELF header and `sections` section headers, every one a dynamic
+    /// A crafted file: a valid ELF header and `sections` section headers, every one a dynamic
     /// symbol table of `table_bytes` (all at the same place) with a one-byte string table: a
     /// file's worth of claims that would cost `sections` x `table_bytes` to read in full.
     struct Crafted {

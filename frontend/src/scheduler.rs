@@ -90,6 +90,7 @@ fn process_row(p: MlProcessInfo, gpu_use: Option<String>, now_ms: u64) -> impl I
                 <span class="muted">{format!("pid {} · {} of job {} · {} threads · {}", p.pid, p.role.as_str(), p.job, p.threads, p.reason)}</span>
                 <span class=phase_class(p.phase)>{p.phase.as_str()}</span>
                 <span class="muted">{format!(" for {}", age(now_ms.saturating_sub(p.phase_since_ms)))}</span>
+                {p.untrusted.then(|| view! { <span class="badge-untrusted" title=p.paging.clone()>"untrusted: does not page"</span> })}
             </div>
             <Timeline process=p.clone() now_ms />
             <div class="muted small">{format!("{} · probes: {probed} · {}", gpu, phase_times(&p.phase_ms))}</div>

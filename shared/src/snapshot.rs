@@ -721,7 +721,7 @@ pub struct ScxExitInfo {
 }
 
 impl SchedulerTelemetry {
-    pub const MAX_TASKS: usize = 100;
+    pub const MAX_TASKS: usize = 96;
     /// Processes listed, and timeline spans over all of them: they travel in every update.
     pub const MAX_PROCESSES: usize = 32;
     pub const MAX_SPANS: usize = 2400;
@@ -732,6 +732,9 @@ impl SchedulerTelemetry {
     /// Text a local user chooses (paths, and reasons that quote them) is clipped to this many
     /// characters, keeping the end (a path's file name).
     pub const MAX_TEXT: usize = 160;
+    /// Shorter texts of the daemon's own making, with a user's detail in them (a thread's last
+    /// decision, a process's paging reason), clipped the same way.
+    pub const MAX_SHORT_TEXT: usize = 96;
     /// What the scheduler's part of an update may take, serialized, with every list at its
     /// bound and every clipped text at its length (checked by a test).
     pub const FRAME_BUDGET: usize = 448 * 1024;
@@ -826,6 +829,13 @@ pub struct MlProcessInfo {
     /// Its command line, clipped (the job's `command` in alerts and `/metrics`).
     #[serde(default)]
     pub cmdline: String,
+    /// Its user is not admitted for alerting (`[scheduler.alerting]`): its job is shown and
+    /// raises no job alert (a hung collective, input-bound, a step-time regression), so it
+    /// neither pages on-call nor keeps incident bundles. `paging` says why, either way.
+    #[serde(default)]
+    pub untrusted: bool,
+    #[serde(default)]
+    pub paging: String,
     /// Since when the longest-waiting of its threads has been inside an NCCL collective (or a
     /// synchronize on one); absent when none is.
     #[serde(default)]
@@ -913,10 +923,6 @@ pub struct CallCounts {
     pub copies: u64,
     /// NCCL calls: collectives, point-to-point, group ends, communicator set-up and teardown.
     pub nccl: u64,
-    /// Timer-tick samples of it on a CPU outside those calls, and those in the GPU driver's or
-    /// runtime's code.
-    pub samples: u64,
-    pub driver_samples: u64,
 }
 
 /// What the scheduler decided for a thread, and whether it was applied.

@@ -318,6 +318,8 @@ pub(crate) fn snapshot() -> Snapshot {
                     waiting_for_cpu: false,
                 }],
                 cmdline: "python3 train.py --epochs 3".into(),
+                untrusted: false,
+                paging: "pages: user 1000".into(),
                 collective_waiting_since_ms: None,
                 collective_returned_ms: Some(1_699_999_999_500),
                 recent_phase_pct: PhaseValues { data_loading: 25.0, gpu_compute: 75.0, ..PhaseValues::default() },
@@ -353,7 +355,7 @@ pub(crate) fn snapshot() -> Snapshot {
                 runq_p99_ns: Some(90_000),
                 features: [("sync".to_string(), 0.82)].into_iter().collect(),
                 last_decision: Some("nice -5, normal, any cpu (applied)".into()),
-                calls: CallCounts { syncs: 120, copies: 8, nccl: 40, samples: 900, driver_samples: 310, launches: 0 },
+                calls: CallCounts { syncs: 120, copies: 8, nccl: 40, launches: 0 },
             }],
             decisions: vec![Decision {
                 at_ms: 1_700_000_000_000,
@@ -596,6 +598,7 @@ fn worst_case_scheduler_telemetry_fits_the_frame_budget() {
             .collect(),
         uid: Some(u32::MAX),
         admission: long('a'),
+        paging: clip(&"g".repeat(4096), SchedulerTelemetry::MAX_SHORT_TEXT),
         timeline: (0..spans)
             .map(|i| PhaseSpan {
                 phase: Phase::NcclCollective,
@@ -608,12 +611,12 @@ fn worst_case_scheduler_telemetry_fits_the_frame_budget() {
     };
     let task = MlTaskInfo {
         comm: "t".repeat(15),
-        features: ["cpu", "read", "iowait", "futex", "sync", "nccl", "ioctl", "launches_per_s"]
+        features: ["cpu", "read", "iowait", "futex", "sync", "nccl", "ioctl", "driver", "launches_per_s"]
             .into_iter()
             .map(|k| (k.to_string(), 123456.789))
             .collect(),
-        last_decision: Some(long('s')),
-        calls: Default::default(),
+        last_decision: Some(clip(&"s".repeat(4096), SchedulerTelemetry::MAX_SHORT_TEXT)),
+        calls: CallCounts { launches: u64::MAX, syncs: u64::MAX, copies: u64::MAX, nccl: u64::MAX },
         ..base.tasks[0].clone()
     };
     let decision = Decision {

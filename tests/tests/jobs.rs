@@ -294,3 +294,71 @@ async fn a_data_heavy_loop_is_input_bound_and_a_plain_one_raises_nothing() -> Re
     }
     Ok(())
 }
+
+/// A user not admitted for alerting (no `[scheduler.alerting]`, nor `[scheduler.enforce]`)
+/// runs a job that sits in `ncclAllReduce` past the hang threshold: the job is shown, marked as
+/// not paging, and raises no alert — so no page, and no incident bundle to push real ones out.
+/// Admitted, the same job's hang is raised.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_collective_of_a_user_not_admitted_for_alerting_pages_nobody() -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let _one = ONE_DAEMON.lock().await;
+    let run_as_1000 = |dir: &std::path::Path| -> Result<ringside_tests::Reaped> {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))?;
+        let child = std::process::Command::new("setpriv")
+            .args(["--reuid=1000", "--regid=1000", "--clear-groups"])
+            .arg(ringside_tests::workload_binary())
+            .args(["--phase-ms", "1500", "--cycles", "3", "--hang-ms", "8000", "--log"])
+            .arg(dir.join("truth.jsonl"))
+            .arg("--ready")
+            .arg(dir.join("ready"))
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .context("start ml-workload as uid 1000")?;
+        let workload = ringside_tests::Reaped(child);
+        ringside_tests::wait_for_file(&dir.join("ready"), Duration::from_secs(10))?;
+        Ok(workload)
+    };
+
+    let daemon = daemon()?;
+    let dir = Scratch::new("jobs-untrusted");
+    let workload = run_as_1000(&dir.0)?;
+    let pid = workload.pid();
+    let shown = daemon
+        .wait_for("the job shown, not paging", 10, |s| ml_process(s, pid).is_some_and(|p| p["untrusted"] == true))
+        .await?;
+    let paging = ml_process(&shown, pid).map(|p| p["paging"].clone()).unwrap_or_default();
+    ensure!(paging.as_str().is_some_and(|p| p.starts_with("does not page")), "{paging}");
+    // Through the hang (it starts in the second cycle) and past the threshold.
+    let log = dir.0.join("truth.jsonl");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while hang_of(&log).is_none() {
+        ensure!(std::time::Instant::now() < deadline, "the hang did not end within 30 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let alerts = daemon.get_json("/api/alerts").await?;
+    ensure!(job_alert(&alerts, pid, "collective_hang").is_none(), "paged for an untrusted job: {alerts}");
+    let incidents = daemon.get_json("/api/incidents").await?;
+    ensure!(incidents.as_array().is_some_and(Vec::is_empty), "no bundle: {incidents}");
+    println!("uid 1000's hung collective: shown, {paging}; no alert, no bundle");
+    drop(workload);
+    drop(daemon);
+
+    // Admitted for alerting, the same job's hang is raised.
+    let admitted = Daemon::start(DaemonOptions {
+        interval_ms: INTERVAL_MS,
+        config: format!(
+            "[scheduler]\nwindow_ms = {WINDOW_MS}\nscan_interval_ms = 200\n\n[scheduler.alerting]\nusers = [\"1000\"]\n\n\
+             [thresholds]\ncollective_hang_s = {HANG_S}\n"
+        ),
+        ..DaemonOptions::default()
+    })?;
+    let dir = Scratch::new("jobs-admitted");
+    let workload = run_as_1000(&dir.0)?;
+    let pid = workload.pid();
+    admitted
+        .alerts_when("the admitted user's hang raised", 30, |a| job_alert(a, pid, "collective_hang").is_some())
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", e.to_string().chars().take(300).collect::<String>()))?;
+    Ok(())
+}

@@ -168,6 +168,10 @@ const MIN_OBSERVED_SHARE: f64 = 0.8;
 fn job_conditions(t: &Thresholds, view: &View, job_window_ms: u64, found: &mut Vec<Condition>) {
     for job in crate::metrics::jobs(view) {
         let main = job.main;
+        // A job of a user not admitted for alerting is shown, and raises nothing.
+        if main.untrusted {
+            continue;
+        }
         let labels: BTreeMap<String, String> =
             ["job", "comm", "command"].into_iter().map(String::from).zip(job.labels()).collect();
         let mut add = |alert_type: AlertType, severity: Severity, value: f64, threshold: f64, message: String| {

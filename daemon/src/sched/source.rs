@@ -17,7 +17,7 @@ use super::journal::Journal;
 use super::library::Limits;
 use super::observer::{Observer, ObserverConfig, Published, RUNQ_PENDING};
 use super::policy::{restore_leftovers, Enforcer, PolicyTable};
-use super::trust::{Admission, AdmissionConfig};
+use super::trust::{Admission, AdmissionConfig, AlertingConfig, Paging};
 use crate::pipeline::{Feed, MetricsSource, Sample, SourceError, SourceStatus};
 use ringside_bpf::scx::{self, ScxScheduler};
 
@@ -55,6 +55,8 @@ pub struct SchedulerConfig {
     pub max_library_bytes: u64,
     /// `[scheduler.enforce]`: whose processes `enforce` may change.
     pub enforce: AdmissionConfig,
+    /// `[scheduler.alerting]`: whose jobs may page (without it: the scope of `enforce`).
+    pub alerting: Option<AlertingConfig>,
     /// The recent window of each ML job's phase shares and step times (the input-bound and
     /// step-time alerts read them), in seconds.
     pub job_window_s: u64,
@@ -82,6 +84,7 @@ impl Default for SchedulerConfig {
             max_processes: 256,
             max_library_bytes: 2 << 30,
             enforce: AdmissionConfig::default(),
+            alerting: None,
             job_window_s: 300,
         }
     }
@@ -276,6 +279,7 @@ impl SchedulerSource {
                 max_processes: config.max_processes,
                 libraries: Limits { max_bytes: config.max_library_bytes, timeout: LIBRARY_TIMEOUT },
                 admission: Admission::resolve(&config.enforce)?,
+                paging: Paging::resolve(config.alerting.as_ref(), &config.enforce)?,
                 job_window: Duration::from_secs(config.job_window_s),
                 probes,
             };

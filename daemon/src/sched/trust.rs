@@ -131,6 +131,66 @@ pub struct Admission {
     gids: HashSet<u32>,
     cgroups: Vec<String>,
     beyond_rlimit_nice: bool,
+    /// The config section it comes from, for its messages (`[scheduler.enforce]` if empty).
+    section: &'static str,
+}
+
+/// `[scheduler.alerting]`: whose ML jobs may raise the job alerts (a hung collective, an
+/// input-bound job, a step-time regression) and so page on-call and keep incident bundles.
+/// Root's processes always may. Without the section, the scope of `[scheduler.enforce]`.
+/// Everyone else's jobs are shown, marked as not paging, and raise nothing: a user cannot page
+/// on-call, nor push real incident bundles out, with a process that sits in an NCCL call of its
+/// own making.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlertingConfig {
+    pub users: Vec<String>,
+    pub groups: Vec<String>,
+    pub cgroups: Vec<String>,
+    /// Every process's jobs may page (a node whose users are all trusted).
+    pub everyone: bool,
+}
+
+/// Whose jobs may raise job alerts ([`AlertingConfig`], resolved).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Paging {
+    everyone: bool,
+    admitted: Admission,
+}
+
+impl Paging {
+    /// `alerting`, or without it the scope of `enforce`.
+    pub fn resolve(alerting: Option<&AlertingConfig>, enforce: &AdmissionConfig) -> Result<Paging, String> {
+        let (config, everyone, section) = match alerting {
+            Some(a) => (
+                AdmissionConfig {
+                    users: a.users.clone(),
+                    groups: a.groups.clone(),
+                    cgroups: a.cgroups.clone(),
+                    beyond_rlimit_nice: false,
+                },
+                a.everyone,
+                "[scheduler.alerting]",
+            ),
+            None => (enforce.clone(), false, "[scheduler.alerting] (as [scheduler.enforce])"),
+        };
+        let admitted = Admission { section, ..Admission::resolve_in(&config, section)? };
+        Ok(Paging { everyone, admitted })
+    }
+
+    /// Whether process `pid`'s job alerts may page (`Ok`, why) or not (`Err`, why).
+    pub fn pages(&self, proc_root: &Path, pid: u32, creds: &Credentials) -> Result<String, String> {
+        if self.everyone {
+            return Ok("pages: [scheduler.alerting] everyone = true".into());
+        }
+        if creds.uid == 0 {
+            return Ok("pages: a process of root".into());
+        }
+        self.admitted
+            .admits(proc_root, pid, creds)
+            .map(|why| format!("pages: {}", why.trim_start_matches("admitted: ")))
+            .map_err(|why| format!("does not page: {}", why.trim_start_matches("not admitted: ")))
+    }
 }
 
 /// Looks a user or group up by name (through NSS, so directory users count) or takes a number.
@@ -159,18 +219,22 @@ fn resolve(name: &str, group: bool) -> Option<u32> {
 
 impl Admission {
     pub fn resolve(config: &AdmissionConfig) -> Result<Admission, String> {
+        Admission::resolve_in(config, "[scheduler.enforce]")
+    }
+
+    fn resolve_in(config: &AdmissionConfig, section: &'static str) -> Result<Admission, String> {
         let ids = |names: &[String], group: bool, key: &str| {
             names
                 .iter()
                 .map(|n| {
                     resolve(n, group)
-                        .ok_or_else(|| format!("[scheduler.enforce] {key}: no {} named {n:?}", &key[..key.len() - 1]))
+                        .ok_or_else(|| format!("{section} {key}: no {} named {n:?}", &key[..key.len() - 1]))
                 })
                 .collect::<Result<HashSet<u32>, String>>()
         };
         for prefix in &config.cgroups {
             if !prefix.starts_with('/') || prefix.contains("..") {
-                return Err(format!("[scheduler.enforce] cgroups: {prefix:?} must be an absolute cgroup path"));
+                return Err(format!("{section} cgroups: {prefix:?} must be an absolute cgroup path"));
             }
         }
         Ok(Admission {
@@ -178,7 +242,16 @@ impl Admission {
             gids: ids(&config.groups, true, "groups")?,
             cgroups: config.cgroups.iter().map(|c| c.trim_end_matches('/').to_string()).collect(),
             beyond_rlimit_nice: config.beyond_rlimit_nice,
+            section,
         })
+    }
+
+    fn section(&self) -> &'static str {
+        if self.section.is_empty() {
+            "[scheduler.enforce]"
+        } else {
+            self.section
+        }
     }
 
     /// Nobody is admitted: `enforce` changes nothing.
@@ -189,7 +262,7 @@ impl Admission {
     /// Why the process is admitted (`Ok`) or not (`Err`).
     pub fn admits(&self, proc_root: &Path, pid: u32, creds: &Credentials) -> Result<String, String> {
         if self.is_empty() {
-            return Err("not admitted: [scheduler.enforce] admits nobody".into());
+            return Err(format!("not admitted: {} admits nobody", self.section()));
         }
         if self.uids.contains(&creds.uid) {
             return Ok(format!("admitted: user {}", creds.uid));
@@ -272,6 +345,37 @@ mod tests {
         assert!(Admission::resolve(&unknown).unwrap_err().contains("no user named \"no-such-user-ringside\""));
         let relative = AdmissionConfig { cgroups: vec!["slurm".into()], ..Default::default() };
         assert!(Admission::resolve(&relative).is_err());
+    }
+
+    #[test]
+    fn who_may_page_defaults_to_the_enforce_scope_and_root_always_may() {
+        let me = std::process::id();
+        let proc_root = Path::new("/proc");
+        let user = Credentials { uid: 1234, euid: 1234, gids: vec![50], cap_effective: 0 };
+        let root = Credentials { uid: 0, ..Credentials::default() };
+        // Neither section: only root pages.
+        let nobody = Paging::resolve(None, &AdmissionConfig::default()).unwrap();
+        assert!(nobody.pages(proc_root, me, &root).is_ok());
+        let why = nobody.pages(proc_root, me, &user).unwrap_err();
+        assert!(why.starts_with("does not page:") && why.contains("admits nobody"), "{why}");
+        // Without [scheduler.alerting], [scheduler.enforce]'s users page.
+        let enforce = AdmissionConfig { users: vec!["1234".into()], ..Default::default() };
+        assert_eq!(Paging::resolve(None, &enforce).unwrap().pages(proc_root, me, &user).unwrap(), "pages: user 1234");
+        // [scheduler.alerting] replaces that scope rather than adding to it.
+        let by_group = AlertingConfig { groups: vec!["50".into()], ..Default::default() };
+        let other = Credentials { gids: vec![51], ..user.clone() };
+        let paging = Paging::resolve(Some(&by_group), &enforce).unwrap();
+        assert_eq!(paging.pages(proc_root, me, &user).unwrap(), "pages: group 50");
+        assert!(paging.pages(proc_root, me, &other).is_err());
+        let everyone = AlertingConfig { everyone: true, ..Default::default() };
+        assert!(Paging::resolve(Some(&everyone), &AdmissionConfig::default())
+            .unwrap()
+            .pages(proc_root, me, &other)
+            .is_ok());
+        // A name that resolves to nobody is a config error naming the section.
+        let unknown = AlertingConfig { users: vec!["no-such-user-ringside".into()], ..Default::default() };
+        let err = Paging::resolve(Some(&unknown), &enforce).unwrap_err();
+        assert!(err.starts_with("[scheduler.alerting] users:"), "{err}");
     }
 
     #[test]

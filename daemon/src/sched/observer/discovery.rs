@@ -124,6 +124,7 @@ impl Observer {
                 role,
                 uid: None,
                 admission: Err("not admitted: not looked at yet".into()),
+                pages: Err("does not page: not looked at yet".into()),
                 nice_floor: 0,
                 libraries: Vec::new(),
                 gpu_text: Vec::new(),
@@ -316,7 +317,12 @@ impl Observer {
     pub(super) fn refresh_admission(&mut self, pid: u32) {
         let creds = Credentials::of(&self.config.proc_root, pid);
         let (admission, nice_floor) = self.admission_of(pid, creds.as_ref());
+        let pages = match &creds {
+            Some(creds) => self.config.paging.pages(&self.config.proc_root, pid, creds),
+            None => Err("does not page: its credentials are unreadable".into()),
+        };
         let Some(process) = self.processes.get_mut(&pid) else { return };
+        process.pages = pages;
         let was = process.admission.is_ok();
         process.uid = creds.map(|c| c.uid);
         process.admission = admission;

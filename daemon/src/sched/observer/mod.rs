@@ -72,6 +72,8 @@ pub struct ObserverConfig {
     pub libraries: Limits,
     /// Whose processes decisions may change.
     pub admission: Admission,
+    /// Whose jobs may raise job alerts.
+    pub paging: super::trust::Paging,
     /// The recent window of each job's phase shares and step times.
     pub job_window: Duration,
     /// Which library calls are probed.
@@ -120,6 +122,8 @@ struct Process {
     uid: Option<u32>,
     /// Why enforcement may (`Ok`) or may not (`Err`) change it.
     admission: Result<String, String>,
+    /// Whether its job alerts may page (`Ok`) or not (`Err`), and why.
+    pages: Result<String, String>,
     /// The lowest nice value its threads may be given.
     nice_floor: i32,
     libraries: Vec<Library>,

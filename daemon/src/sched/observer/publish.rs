@@ -73,7 +73,7 @@ impl Observer {
                     runq_p50_ns: pick(0.5),
                     runq_p99_ns: pick(0.99),
                     features,
-                    last_decision: t.last_decision.clone(),
+                    last_decision: t.last_decision.as_deref().map(|d| clip(d, SchedulerTelemetry::MAX_SHORT_TEXT)),
                     calls: t
                         .before
                         .map(|c| CallCounts {
@@ -81,8 +81,6 @@ impl Observer {
                             syncs: c.syncs,
                             copies: c.copies,
                             nccl: c.nccl_calls,
-                            samples: c.samples,
-                            driver_samples: c.driver_samples,
                         })
                         .unwrap_or_default(),
                 }
@@ -155,6 +153,10 @@ impl Observer {
                 admitted: p.admission.is_ok(),
                 admission: match &p.admission {
                     Ok(why) | Err(why) => clip(why, TEXT),
+                },
+                untrusted: p.pages.is_err(),
+                paging: match &p.pages {
+                    Ok(why) | Err(why) => clip(why, SchedulerTelemetry::MAX_SHORT_TEXT),
                 },
                 phase_ms: p.phase_ms.clone(),
                 timeline: p.timeline.iter().skip(p.timeline.len().saturating_sub(spans_each)).cloned().collect(),

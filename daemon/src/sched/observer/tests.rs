@@ -239,6 +239,7 @@ impl Harness {
             max_processes: 16,
             libraries: Limits { max_bytes: 1 << 20, timeout: Duration::from_secs(1) },
             admission: Admission::resolve(&admission).unwrap(),
+            paging: super::super::trust::Paging::resolve(None, &admission).unwrap(),
             job_window: Duration::from_secs(10),
             probes: Probes::default(),
         };
