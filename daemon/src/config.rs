@@ -356,6 +356,9 @@ pub struct ServerConfig {
     pub auth_failures_per_address: u32,
     /// A console session unused this long ends (it lasts 30 days at most anyway).
     pub session_idle_hours: u64,
+    /// Viewers also see the command lines and library paths of processes whose users are not
+    /// admitted for alerting (`[scheduler.alerting]`); operators always do.
+    pub viewers_see_untrusted: bool,
 }
 
 impl Default for ServerConfig {
@@ -367,6 +370,7 @@ impl Default for ServerConfig {
             max_ws_sessions: 64,
             auth_failures_per_address: 30,
             session_idle_hours: 12,
+            viewers_see_untrusted: false,
         }
     }
 }

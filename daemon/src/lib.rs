@@ -98,6 +98,7 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         history_len: config.history_len,
         thresholds: config.thresholds.clone(),
         summary: config_summary(&config),
+        viewers_see_untrusted: config.server.viewers_see_untrusted,
     };
     let state = Arc::new(NodeState::new(node, settings, state::Alerting { store, rules }));
     if config.incidents.enabled {

@@ -37,8 +37,8 @@ impl Exposition {
     }
 }
 
-pub fn render(state: &NodeState) -> String {
-    let snapshot = state.snapshot();
+pub fn render(state: &NodeState, role: ringside_shared::Role) -> String {
+    let snapshot = state.snapshot_for(role);
     let view = View {
         host: snapshot.host.as_ref(),
         scheduler: snapshot.scheduler.as_ref(),

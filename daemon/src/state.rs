@@ -27,6 +27,24 @@ use crate::pipeline::{self, CounterRecord, HistoryRing, Sample};
 /// A serialised server message, shared by every client it is sent to.
 pub type Frame = Arc<str>;
 
+/// One broadcast message, serialised for operators and, where they would see something else
+/// (details of processes not admitted for alerting, unless `[server] viewers_see_untrusted`),
+/// once more for viewers.
+#[derive(Clone)]
+pub struct Frames {
+    all: Frame,
+    viewers: Option<Frame>,
+}
+
+impl Frames {
+    pub fn for_role(&self, role: Role) -> Frame {
+        match (role, &self.viewers) {
+            (Role::Viewer, Some(frame)) => frame.clone(),
+            _ => self.all.clone(),
+        }
+    }
+}
+
 /// Frames a client may fall behind by before it is resynchronised with a full snapshot.
 pub const BROADCAST_CAPACITY: usize = 64;
 
@@ -46,6 +64,8 @@ pub struct Settings {
     pub history_len: usize,
     pub thresholds: Thresholds,
     pub summary: ConfigSummary,
+    /// Viewers see the command lines and paths of processes not admitted for alerting.
+    pub viewers_see_untrusted: bool,
 }
 
 struct Latest {
@@ -74,7 +94,8 @@ pub struct NodeState {
     store_note: Mutex<Option<String>>,
     latest: RwLock<Latest>,
     alerting: Mutex<Alerting>,
-    events: broadcast::Sender<Frame>,
+    events: broadcast::Sender<Frames>,
+    viewers_see_untrusted: bool,
     /// Where alert changes are forwarded (Alertmanager), when configured.
     forward: Mutex<Option<mpsc::Sender<Alert>>>,
     /// Incident bundles, when `[incidents]` is enabled.
@@ -96,7 +117,7 @@ pub fn encode(message: &ServerMessage) -> Frame {
 
 impl NodeState {
     pub fn new(node: NodeIdentity, settings: Settings, alerting: Alerting) -> Self {
-        let Settings { interval_ms, window_ms, history_len, thresholds, summary } = settings;
+        let Settings { interval_ms, window_ms, history_len, thresholds, summary, viewers_see_untrusted } = settings;
         let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
         let counters_len = (window_ms / interval_ms.max(1)) as usize + 2;
         NodeState {
@@ -123,6 +144,7 @@ impl NodeState {
                 counters: HistoryRing::new(counters_len),
             }),
             events,
+            viewers_see_untrusted,
             stats: DaemonStats::default(),
         }
     }
@@ -135,7 +157,7 @@ impl NodeState {
         self.interval_ms
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<Frame> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Frames> {
         self.events.subscribe()
     }
 
@@ -217,8 +239,40 @@ impl NodeState {
     fn broadcast(&self, message: &ServerMessage) {
         if self.events.receiver_count() > 0 {
             // An error only means every receiver left meanwhile.
-            let _ = self.events.send(encode(message));
+            let _ = self.events.send(Frames { all: encode(message), viewers: None });
         }
+    }
+
+    /// An update, serialised a second time for viewers when it holds what they may not see.
+    fn broadcast_update(&self, update: Update) {
+        if self.events.receiver_count() == 0 {
+            return;
+        }
+        let hides = !self.viewers_see_untrusted && update.scheduler.as_ref().is_some_and(|s| s.has_untrusted_details());
+        let viewers = hides.then(|| {
+            let mut seen = update.clone();
+            if let Some(scheduler) = &mut seen.scheduler {
+                scheduler.hide_untrusted_details();
+            }
+            encode(&ServerMessage::Update(Box::new(seen)))
+        });
+        let _ = self.events.send(Frames { all: encode(&ServerMessage::Update(Box::new(update))), viewers });
+    }
+
+    /// Whether `role` is given processes not admitted for alerting without their details.
+    pub fn hides_untrusted_from(&self, role: Role) -> bool {
+        role == Role::Viewer && !self.viewers_see_untrusted
+    }
+
+    /// [`snapshot`](Self::snapshot) as `role` may see it.
+    pub fn snapshot_for(&self, role: Role) -> Snapshot {
+        let mut snapshot = self.snapshot();
+        if self.hides_untrusted_from(role) {
+            if let Some(scheduler) = &mut snapshot.scheduler {
+                scheduler.hide_untrusted_details();
+            }
+        }
+        snapshot
     }
 
     /// Folds one collection tick in: history, window, alerts; then tells every client.
@@ -275,7 +329,7 @@ impl NodeState {
             })
         };
 
-        self.broadcast(&ServerMessage::Update(Box::new(update)));
+        self.broadcast_update(update);
         for change in changes {
             self.forward(change.alert());
             let message = match change {

@@ -61,6 +61,7 @@ async fn a_lagging_client_is_resynchronised_with_a_snapshot() {
         history_len: 100,
         thresholds: Thresholds::default(),
         summary: Default::default(),
+        viewers_see_untrusted: false,
     };
     let alerting = Alerting { store: AlertStore::in_memory(Lifecycle::default()), rules: RuleEngine::default() };
     let state = Arc::new(NodeState::new(node, settings, alerting));

@@ -70,6 +70,10 @@ pub struct ProcessTimeline {
     pub job: u32,
     pub comm: String,
     pub cmdline: String,
+    /// Its user was not admitted for alerting (see `MlProcessInfo::untrusted`): a viewer is
+    /// given the bundle without its command line unless `[server] viewers_see_untrusted`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub untrusted: bool,
     pub spans: Vec<PhaseSpan>,
 }
 
@@ -140,6 +144,17 @@ fn us(ms: UnixMillis) -> u64 {
 pub const TRACE_NODE_PID: u32 = 0;
 
 impl IncidentBundle {
+    /// What a viewer is given unless `[server] viewers_see_untrusted`: processes not admitted
+    /// for alerting without their command lines. How many were changed.
+    pub fn hide_untrusted_details(&mut self) -> usize {
+        let mut hidden = 0;
+        for p in self.processes.iter_mut().filter(|p| p.untrusted) {
+            p.cmdline = crate::snapshot::HIDDEN_FROM_VIEWERS.to_string();
+            hidden += 1;
+        }
+        hidden
+    }
+
     /// The bundle as a Chrome trace event file (JSON object format): each ML thread a track
     /// (named, under its process) with its phases as complete (`X`) slices; each ML process's
     /// measured timeline as async slices on the process; decisions as instant events on their

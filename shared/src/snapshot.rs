@@ -724,7 +724,7 @@ impl SchedulerTelemetry {
     pub const MAX_TASKS: usize = 96;
     /// Processes listed, and timeline spans over all of them: they travel in every update.
     pub const MAX_PROCESSES: usize = 32;
-    pub const MAX_SPANS: usize = 2400;
+    pub const MAX_SPANS: usize = 2304;
     pub const MAX_DECISIONS: usize = 50;
     /// Libraries listed per process, and refused evidence kept.
     pub const MAX_LIBRARIES: usize = 4;
@@ -735,9 +735,60 @@ impl SchedulerTelemetry {
     /// Shorter texts of the daemon's own making, with a user's detail in them (a thread's last
     /// decision, a process's paging reason), clipped the same way.
     pub const MAX_SHORT_TEXT: usize = 96;
+    /// A process's command line is clipped to this many characters (keeping its start).
+    pub const MAX_CMDLINE: usize = 256;
     /// What the scheduler's part of an update may take, serialized, with every list at its
     /// bound and every clipped text at its length (checked by a test).
     pub const FRAME_BUDGET: usize = 448 * 1024;
+}
+
+/// What a viewer sees in place of the command line of a process not admitted for alerting,
+/// unless `[server] viewers_see_untrusted` (operators always see it).
+pub const HIDDEN_FROM_VIEWERS: &str = "(hidden from viewers)";
+
+impl SchedulerTelemetry {
+    /// What a viewer is given unless `[server] viewers_see_untrusted`: each process not admitted
+    /// for alerting keeps its place, phases, numbers and program name, without its command line
+    /// and with every path cut to its file name (libraries, reasons); refused evidence (a file
+    /// some user mapped) likewise. How many entries were changed.
+    pub fn hide_untrusted_details(&mut self) -> usize {
+        let mut hidden = 0;
+        for p in self.processes.iter_mut().filter(|p| p.untrusted) {
+            p.cmdline = HIDDEN_FROM_VIEWERS.to_string();
+            p.reason = file_names_only(&p.reason);
+            for path in &mut p.probed_libraries {
+                *path = file_names_only(path);
+            }
+            for l in &mut p.libraries {
+                l.path = file_names_only(&l.path);
+                l.detail = file_names_only(&l.detail);
+            }
+            hidden += 1;
+        }
+        for r in &mut self.refused_evidence {
+            r.path = file_names_only(&r.path);
+            r.why = file_names_only(&r.why);
+            hidden += 1;
+        }
+        hidden
+    }
+
+    /// Whether [`hide_untrusted_details`](Self::hide_untrusted_details) would change anything.
+    pub fn has_untrusted_details(&self) -> bool {
+        !self.refused_evidence.is_empty() || self.processes.iter().any(|p| p.untrusted)
+    }
+}
+
+/// `text` with every word that holds a path cut to `…/` and its last component:
+/// `directory /home/ana/x is writable` becomes `directory …/x is writable`.
+pub fn file_names_only(text: &str) -> String {
+    text.split(' ')
+        .map(|word| match word.rsplit_once('/') {
+            Some((_, name)) => format!("…/{name}"),
+            None => word.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `text`, or its last `max - 1` characters after an ellipsis when it is longer.

@@ -590,6 +590,7 @@ fn worst_case_scheduler_telemetry_fits_the_frame_budget() {
     let spans = SchedulerTelemetry::MAX_SPANS / SchedulerTelemetry::MAX_PROCESSES;
     let process = MlProcessInfo {
         comm: "c".repeat(15),
+        cmdline: "m".repeat(SchedulerTelemetry::MAX_CMDLINE),
         reason: long('r'),
         gpus: (0..8).collect(),
         probed_libraries: (0..SchedulerTelemetry::MAX_LIBRARIES).map(|_| long('p')).collect(),
@@ -704,4 +705,55 @@ fn idle_attribution_reads_as_a_sentence() {
         g.idle[0].describe(),
         "GPU 0 idle 38% of the last minute: 30% waiting for data, 8% in the optimizer step"
     );
+}
+
+/// A viewer's copy keeps every untrusted process in place, without its command line and with
+/// paths cut to file names; trusted processes and the numbers are left as they were.
+#[test]
+fn untrusted_details_are_hidden_from_viewers() {
+    assert_eq!(
+        file_names_only("directory /home/ana/proj/x is writable by everyone"),
+        "directory …/x is writable by everyone"
+    );
+    assert_eq!(file_names_only("maps libcuda.so.1"), "maps libcuda.so.1");
+    let base = snapshot().scheduler.expect("the fixture has a scheduler");
+    let trusted = base.processes[0].clone();
+    let untrusted = MlProcessInfo {
+        pid: 777,
+        untrusted: true,
+        cmdline: "python /home/ana/secret-project/train.py --key=hunter2".into(),
+        probed_libraries: vec!["/home/ana/venv/lib/libnccl.so.2".into()],
+        libraries: vec![LibraryStatus {
+            path: "/home/ana/venv/lib/libcudart.so.12".into(),
+            state: LibraryState::Refused,
+            detail: "directory /home/ana/venv is writable by its group".into(),
+        }],
+        ..trusted.clone()
+    };
+    let mut telemetry = SchedulerTelemetry {
+        processes: vec![trusted.clone(), untrusted.clone()],
+        refused_evidence: vec![RefusedEvidence {
+            pid: 778,
+            comm: "x".into(),
+            path: "/tmp/ana/libcuda.so.1".into(),
+            why: "/tmp/ana is writable by everyone".into(),
+        }],
+        ..base
+    };
+    assert!(telemetry.has_untrusted_details());
+    assert_eq!(telemetry.hide_untrusted_details(), 2);
+    let text = serde_json::to_string(&telemetry).unwrap();
+    assert!(!text.contains("/home/ana") && !text.contains("hunter2") && !text.contains("/tmp/ana"), "{text}");
+    assert_eq!(telemetry.processes[0], trusted);
+    let hidden = &telemetry.processes[1];
+    assert_eq!(hidden.cmdline, HIDDEN_FROM_VIEWERS);
+    assert_eq!(hidden.probed_libraries, vec!["…/libnccl.so.2".to_string()]);
+    assert_eq!(hidden.libraries[0].path, "…/libcudart.so.12");
+    assert_eq!(
+        (hidden.phase, hidden.threads, &hidden.timeline),
+        (untrusted.phase, untrusted.threads, &untrusted.timeline)
+    );
+    assert_eq!(telemetry.refused_evidence[0].path, "…/libcuda.so.1");
+    let clean = SchedulerTelemetry { processes: vec![trusted], refused_evidence: vec![], ..telemetry };
+    assert!(!clean.has_untrusted_details());
 }

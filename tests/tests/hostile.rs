@@ -289,7 +289,7 @@ async fn five_thousand_processes_holding_a_gpu_device_stay_within_the_bounds() -
     assert_eq!(scheduler["processes_not_shown"], 256 - 32, "{}", scheduler["processes_not_tracked"]);
     let spans: usize =
         scheduler["processes"].as_array().unwrap().iter().map(|p| p["timeline"].as_array().map_or(0, Vec::len)).sum();
-    assert!(spans <= 2400);
+    assert!(spans <= ringside_shared::SchedulerTelemetry::MAX_SPANS);
     let health = component(&daemon.health().await?, "scheduler");
     assert_eq!(health["status"], "degraded", "{health}");
     assert!(health["detail"].as_str().unwrap_or_default().contains("max_processes = 256"), "{health}");

@@ -301,24 +301,9 @@ async fn a_data_heavy_loop_is_input_bound_and_a_plain_one_raises_nothing() -> Re
 /// Admitted, the same job's hang is raised.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hung_collective_of_a_user_not_admitted_for_alerting_pages_nobody() -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
     let _one = ONE_DAEMON.lock().await;
-    let run_as_1000 = |dir: &std::path::Path| -> Result<ringside_tests::Reaped> {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))?;
-        let child = std::process::Command::new("setpriv")
-            .args(["--reuid=1000", "--regid=1000", "--clear-groups"])
-            .arg(ringside_tests::workload_binary())
-            .args(["--phase-ms", "1500", "--cycles", "3", "--hang-ms", "8000", "--log"])
-            .arg(dir.join("truth.jsonl"))
-            .arg("--ready")
-            .arg(dir.join("ready"))
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .context("start ml-workload as uid 1000")?;
-        let workload = ringside_tests::Reaped(child);
-        ringside_tests::wait_for_file(&dir.join("ready"), Duration::from_secs(10))?;
-        Ok(workload)
-    };
+    let run_as_1000 =
+        |dir: &std::path::Path| start_as_1000(dir, &["--phase-ms", "1500", "--cycles", "3", "--hang-ms", "8000"]);
 
     let daemon = daemon()?;
     let dir = Scratch::new("jobs-untrusted");
@@ -360,5 +345,121 @@ async fn a_hung_collective_of_a_user_not_admitted_for_alerting_pages_nobody() ->
         .alerts_when("the admitted user's hang raised", 30, |a| job_alert(a, pid, "collective_hang").is_some())
         .await
         .map_err(|e| anyhow::anyhow!("{}", e.to_string().chars().take(300).collect::<String>()))?;
+    Ok(())
+}
+
+/// `ml-workload` as uid 1000 (a user of the node nobody admitted), logging into `dir`.
+fn start_as_1000(dir: &std::path::Path, args: &[&str]) -> Result<ringside_tests::Reaped> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))?;
+    let child = std::process::Command::new("setpriv")
+        .args(["--reuid=1000", "--regid=1000", "--clear-groups"])
+        .arg(ringside_tests::workload_binary())
+        .args(args)
+        .arg("--log")
+        .arg(dir.join("truth.jsonl"))
+        .arg("--ready")
+        .arg(dir.join("ready"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .context("start ml-workload as uid 1000")?;
+    let workload = ringside_tests::Reaped(child);
+    ringside_tests::wait_for_file(&dir.join("ready"), Duration::from_secs(10))?;
+    Ok(workload)
+}
+
+/// What a viewer token is shown of a job whose user is not admitted for alerting: the job, its
+/// phases and numbers, but not its command line nor the paths in it — in the snapshot, the
+/// WebSocket updates, `/metrics` and incident bundles — while an operator sees all of it, and a
+/// root job's command line stays visible to both. `[server] viewers_see_untrusted` shows it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_viewer_is_not_shown_the_command_line_of_an_untrusted_job() -> Result<()> {
+    let _one = ONE_DAEMON.lock().await;
+    let (ops, wall) = (ringside_tests::random_token(), ringside_tests::random_token());
+    let config = |extra: &str| {
+        format!(
+            "[scheduler]\nwindow_ms = {WINDOW_MS}\nscan_interval_ms = 200\n\n[server]\n{extra}\n\n\
+             [[rules]]\nname = \"memory_in_use\"\nmetric = \"host.memory_used_pct\"\nop = \">\"\nthreshold = 0.001\n\
+             for = \"1s\"\nseverity = \"critical\"\n\n[incidents]\nbefore_s = 3\nafter_s = 1\n"
+        )
+    };
+    let start = |extra: &str| {
+        Daemon::start(DaemonOptions {
+            interval_ms: INTERVAL_MS,
+            config: config(extra),
+            token: Some(ops.clone()),
+            token_file: Some(format!("ops:{ops}:operator\nwall:{wall}:viewer\n")),
+            ..DaemonOptions::default()
+        })
+    };
+    let daemon = start("")?;
+    let theirs = Scratch::new("jobs-someone-elses-secret");
+    let secret = theirs.0.to_string_lossy().to_string();
+    let untrusted = start_as_1000(&theirs.0, &["--phase-ms", "400", "--cycles", "200"])?;
+    let ours = Scratch::new("jobs-roots-own");
+    let trusted = Workload::start_with(&ours.0, 400, 200, &[])?;
+    let (them, us) = (untrusted.pid(), trusted.pid());
+    let seen = daemon
+        .wait_for("both jobs tracked", 15, |s| ml_process(s, them).is_some() && ml_process(s, us).is_some())
+        .await?;
+    let theirs_seen = ml_process(&seen, them).unwrap();
+    ensure!(theirs_seen["untrusted"] == true && theirs_seen["cmdline"].as_str().is_some_and(|c| c.contains(&secret)));
+
+    let viewer = |path: String| {
+        let (daemon, wall) = (&daemon, wall.clone());
+        async move {
+            let response = daemon.http().get(format!("{}{path}", daemon.base)).bearer_auth(&wall).send().await?;
+            ensure!(response.status() == 200, "viewer GET {path}: {}", response.status());
+            Ok::<String, anyhow::Error>(response.text().await?)
+        }
+    };
+    // The snapshot: the untrusted job listed and marked, its command line hidden; root's shown.
+    let snapshot: Value = serde_json::from_str(&viewer("/api/snapshot".into()).await?)?;
+    let hidden = ml_process(&snapshot, them).context("the viewer still sees the job")?;
+    ensure!(hidden["cmdline"] == ringside_shared::HIDDEN_FROM_VIEWERS, "{hidden}");
+    ensure!(!snapshot.to_string().contains(&secret), "the viewer's snapshot names the path");
+    let root_job = ml_process(&snapshot, us).context("root's job")?;
+    ensure!(root_job["cmdline"].as_str().is_some_and(|c| c.contains(&*ours.0.to_string_lossy())), "{root_job}");
+    // `/metrics`: the operator's names the job's command, the viewer's does not.
+    let operator_metrics = daemon.get("/metrics").await?.text().await?;
+    ensure!(operator_metrics.contains(&secret), "the operator's /metrics labels the job with its command");
+    ensure!(!viewer("/metrics".into()).await?.contains(&secret), "the viewer's /metrics names the path");
+    // The WebSocket: the first snapshot and every update after it.
+    let mut ws = daemon.ws_with(Some(&wall), None).await?;
+    let mut updates = 0;
+    while updates < 5 {
+        let message = ws.next(Duration::from_secs(5)).await?;
+        let text = serde_json::to_string(&message)?;
+        ensure!(!text.contains(&secret), "a viewer's frame names the path");
+        if let ringside_shared::ServerMessage::Update(update) = &message {
+            if update.scheduler.as_ref().is_some_and(|s| s.processes.iter().any(|p| p.pid == them)) {
+                updates += 1;
+            }
+        }
+    }
+    // An incident bundle (the memory rule is critical) holds both jobs; the viewer's copy and
+    // its trace do not name the path, the operator's does.
+    let incidents = daemon
+        .json_when("/api/incidents", "a bundle written", 20, |i| i.as_array().is_some_and(|a| !a.is_empty()))
+        .await?;
+    let id = incidents[0]["id"].as_u64().context("an incident id")?;
+    let operator_bundle = daemon.get(&format!("/api/incidents/{id}")).await?.text().await?;
+    ensure!(operator_bundle.contains(&secret), "the operator's bundle has the command line");
+    let viewer_bundle = viewer(format!("/api/incidents/{id}")).await?;
+    ensure!(!viewer_bundle.contains(&secret) && viewer_bundle.contains(ringside_shared::HIDDEN_FROM_VIEWERS));
+    ensure!(
+        !viewer(format!("/api/incidents/{id}/trace")).await?.contains(&secret),
+        "the viewer's trace names the path"
+    );
+    drop(ws);
+    drop(daemon);
+
+    // Allowed by the config, the viewer sees it.
+    let daemon = start("viewers_see_untrusted = true")?;
+    daemon.wait_for("the job tracked", 15, |s| ml_process(s, them).is_some()).await?;
+    let response = daemon.http().get(format!("{}/api/snapshot", daemon.base)).bearer_auth(&wall).send().await?;
+    let snapshot: Value = response.json().await?;
+    let shown = ml_process(&snapshot, them).context("the job")?;
+    ensure!(shown["cmdline"].as_str().is_some_and(|c| c.contains(&secret)), "{shown}");
     Ok(())
 }

@@ -71,8 +71,12 @@ impl SnapshotQuery {
     }
 }
 
-pub async fn snapshot(State(app): State<SharedApp>, Query(query): Query<SnapshotQuery>) -> Response {
-    let snapshot = app.state.snapshot();
+pub async fn snapshot(
+    State(app): State<SharedApp>,
+    Extension(identity): Extension<Identity>,
+    Query(query): Query<SnapshotQuery>,
+) -> Response {
+    let snapshot = app.state.snapshot_for(identity.role);
     let download = query.wants_download();
     let body = match serde_json::to_vec_pretty(&snapshot) {
         Ok(body) => body,
@@ -258,20 +262,35 @@ pub async fn incident_schema() -> Json<serde_json::Value> {
     Json(ringside_shared::incident::incident_schema())
 }
 
-/// Bundle `id`'s JSON, read (or, while recording, assembled) off the async runtime.
-async fn incident_json(app: &SharedApp, id: &str) -> Result<(u64, Vec<u8>), ApiError> {
+/// Bundle `id`'s JSON as `identity` may see it, read (or, while recording, assembled) off the
+/// async runtime.
+async fn incident_json(app: &SharedApp, identity: &Identity, id: &str) -> Result<(u64, Vec<u8>), ApiError> {
     let id: u64 = id
         .parse()
         .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, format!("incident id must be a number, got {id:?}")))?;
     let state = app.state.clone();
-    let read = tokio::task::spawn_blocking(move || state.incident(id))
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    read.map(|bytes| (id, bytes)).map_err(|e| match e {
-        ReadError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, e.to_string()),
-        ReadError::Io(..) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    let hide = state.hides_untrusted_from(identity.role);
+    let read = tokio::task::spawn_blocking(move || {
+        let bytes = state.incident(id).map_err(|e| match e {
+            ReadError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, e.to_string()),
+            ReadError::Io(..) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        })?;
+        // The flag is written only where true; without it there is nothing to hide.
+        if !hide || !bytes.windows(UNTRUSTED.len()).any(|w| w == UNTRUSTED) {
+            return Ok(bytes);
+        }
+        let failed =
+            |e: serde_json::Error| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("incident {id}: {e}"));
+        let mut bundle: ringside_shared::IncidentBundle = serde_json::from_slice(&bytes).map_err(failed)?;
+        bundle.hide_untrusted_details();
+        serde_json::to_vec(&bundle).map_err(failed)
     })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    read.map(|bytes| (id, bytes))
 }
+
+const UNTRUSTED: &[u8] = b"\"untrusted\":true";
 
 /// A JSON body, as an attachment named `ringside-<what>-<host>-<id>.json` when `download` asks.
 fn json_file(app: &SharedApp, body: Vec<u8>, download: bool, what: &str, id: u64) -> Response {
@@ -288,20 +307,22 @@ fn json_file(app: &SharedApp, body: Vec<u8>, download: bool, what: &str, id: u64
 /// `GET /api/incidents/{id}[?download=1]`: the bundle as JSON (`/api/schema/incident`).
 pub async fn incident(
     State(app): State<SharedApp>,
+    Extension(identity): Extension<Identity>,
     Path(id): Path<String>,
     Query(query): Query<SnapshotQuery>,
 ) -> Result<Response, ApiError> {
-    let (id, body) = incident_json(&app, &id).await?;
+    let (id, body) = incident_json(&app, &identity, &id).await?;
     Ok(json_file(&app, body, query.wants_download(), "incident", id))
 }
 
 /// `GET /api/incidents/{id}/trace[?download=1]`: the bundle as a Chrome trace event file.
 pub async fn incident_trace(
     State(app): State<SharedApp>,
+    Extension(identity): Extension<Identity>,
     Path(id): Path<String>,
     Query(query): Query<SnapshotQuery>,
 ) -> Result<Response, ApiError> {
-    let (id, body) = incident_json(&app, &id).await?;
+    let (id, body) = incident_json(&app, &identity, &id).await?;
     let trace = tokio::task::spawn_blocking(move || {
         let bundle: ringside_shared::IncidentBundle = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
         serde_json::to_vec(&bundle.chrome_trace()).map_err(|e| e.to_string())
@@ -313,9 +334,9 @@ pub async fn incident_trace(
     Ok(json_file(&app, trace, query.wants_download(), "incident-trace", id))
 }
 
-pub async fn metrics(State(app): State<SharedApp>) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], crate::prometheus::render(&app.state))
-        .into_response()
+pub async fn metrics(State(app): State<SharedApp>, Extension(identity): Extension<Identity>) -> Response {
+    let body = crate::prometheus::render(&app.state, identity.role);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
 }
 
 /// The GPUs under dcgm-exporter's names and labels, for dashboards built on it.

@@ -146,19 +146,19 @@ async fn run_session(
         interval_ms: state.interval_ms(),
     });
     send(socket, encode(&hello)).await?;
-    send(socket, encode(&ServerMessage::Snapshot(Box::new(state.snapshot())))).await?;
+    send(socket, encode(&ServerMessage::Snapshot(Box::new(state.snapshot_for(identity.role))))).await?;
     let mut budget = CommandBudget { tokens: COMMAND_BURST, at: Instant::now() };
 
     loop {
         tokio::select! {
             event = events.recv() => match event {
-                Ok(frame) => send(socket, frame).await?,
+                Ok(frames) => send(socket, frames.for_role(identity.role)).await?,
                 Err(RecvError::Lagged(missed)) => {
                     // Skip what is still queued (older than the snapshot below), keep what comes next.
                     events = events.resubscribe();
                     state.stats.ws_resyncs_total.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(%peer, missed, "client lagged; resynchronising with a snapshot");
-                    send(socket, encode(&ServerMessage::Snapshot(Box::new(state.snapshot())))).await?;
+                    send(socket, encode(&ServerMessage::Snapshot(Box::new(state.snapshot_for(identity.role))))).await?;
                 }
                 Err(RecvError::Closed) => return Ok(()),
             },

@@ -114,6 +114,7 @@ struct ProcessTrack {
     job: u32,
     comm: String,
     cmdline: String,
+    untrusted: bool,
     last_seen_ms: u64,
     spans: VecDeque<PhaseSpan>,
     spans_dropped: u64,
@@ -357,6 +358,7 @@ impl Recorder {
                 if track.cmdline != p.cmdline {
                     track.cmdline = p.cmdline.clone();
                 }
+                track.untrusted = p.untrusted;
                 track.last_seen_ms = now;
                 track.merge(&p.timeline);
             }
@@ -489,6 +491,7 @@ impl Recorder {
                 job: t.job,
                 comm: t.comm.clone(),
                 cmdline: t.cmdline.clone(),
+                untrusted: t.untrusted,
                 spans: t
                     .spans
                     .iter()

@@ -5,7 +5,7 @@
 use std::collections::{HashSet, VecDeque};
 
 use ringside_bpf::{is_probed_library, EventKind, GpuLibrary, MAX_TEXT_RANGES};
-use ringside_shared::{PhaseValues, ProcessRole, SchedulerBackend};
+use ringside_shared::{PhaseValues, ProcessRole, SchedulerBackend, SchedulerTelemetry};
 
 use super::super::jobs::{RecentPhases, Steps};
 use super::super::journal::thread_start_time;
@@ -17,15 +17,14 @@ use super::super::trust::Credentials;
 use super::{Inspection, Library, Observer, Process, MAPS_EVERY, MAX_LIBRARIES, RUNQ_SAMPLES};
 use crate::pipeline::ThreadEvent;
 
-/// Longest command line kept for a process (it travels in every update and labels its job's
-/// alerts and series).
-const MAX_CMDLINE: usize = 256;
 /// Waiting ML processes looked at per scan for a fair share of the tracking slots, and slots
 /// that change hands per scan at most.
 const FAIR_LOOKS: usize = 256;
 const FAIR_SWAPS: usize = 32;
 
-/// A process's command line, arguments separated by spaces, read within a bound and clipped.
+/// A process's command line, arguments separated by spaces, read within a bound and clipped to
+/// [`SchedulerTelemetry::MAX_CMDLINE`] (it travels in every update and labels its job's alerts
+/// and series).
 fn read_cmdline(proc_root: &std::path::Path, pid: u32) -> String {
     use std::io::Read;
     let mut raw = Vec::new();
@@ -33,10 +32,11 @@ fn read_cmdline(proc_root: &std::path::Path, pid: u32) -> String {
     let _ = std::fs::File::open(path).and_then(|f| f.take(4096).read_to_end(&mut raw));
     let text = String::from_utf8_lossy(&raw).replace('\0', " ");
     let text = text.trim();
-    if text.chars().count() <= MAX_CMDLINE {
+    let max = SchedulerTelemetry::MAX_CMDLINE;
+    if text.chars().count() <= max {
         return text.to_string();
     }
-    let head: String = text.chars().take(MAX_CMDLINE - 1).collect();
+    let head: String = text.chars().take(max - 1).collect();
     format!("{head}…")
 }
 
