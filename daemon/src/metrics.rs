@@ -226,7 +226,9 @@ impl RuleMetric {
         self.rule.name
     }
 
-    /// (source, value in the rule's scale) for every series the name selects.
+    /// (source, value in the rule's scale) for every series the name selects. A job of a user
+    /// not admitted for alerting (`[scheduler.alerting]`) has none: a rule on `job.*` raises
+    /// nothing for it, as the built-in job alerts do not.
     pub fn values(&self, view: &View) -> Vec<(String, f64)> {
         let selected = |p: &Point| {
             self.rule.select.iter().all(|(label, value)| {
@@ -234,7 +236,18 @@ impl RuleMetric {
                 at.and_then(|i| p.labels.get(i)).is_some_and(|v| v == value)
             })
         };
-        self.def.points(view).into_iter().filter(selected).map(|p| (p.source, p.value * self.rule.scale)).collect()
+        let untrusted: Vec<String> = jobs(view).iter().filter(|j| j.main.untrusted).map(Job::source).collect();
+        let trusted = |p: &Point| {
+            !untrusted.iter().any(|job| {
+                p.source.strip_prefix(job.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+            })
+        };
+        self.def
+            .points(view)
+            .into_iter()
+            .filter(|p| selected(p) && trusted(p))
+            .map(|p| (p.source, p.value * self.rule.scale))
+            .collect()
     }
 }
 
@@ -1663,6 +1676,19 @@ mod tests {
         assert_eq!(value("job.gpu_idle_data_loading_pct"), vec![("job:7/gpu:0".to_string(), 30.0)]);
         assert_eq!(value("job.gpu_idle_waiting_for_cpu_pct"), vec![("job:7/gpu:0".to_string(), 8.0)]);
         assert!(RuleMetric::find("gpu.utilisation").is_none());
+        // The same job, of a user not admitted for alerting: its series stay on /metrics, and
+        // rules see none of them (job 70 only shares the prefix).
+        let (mut sample, window, _, _) = everything();
+        let scheduler = sample.scheduler.as_mut().unwrap();
+        scheduler.processes[0].untrusted = true;
+        let other = MlProcessInfo { pid: 70, job: 70, untrusted: false, ..scheduler.processes[0].clone() };
+        scheduler.processes.push(other);
+        let view = View::of_sample(&sample, &window);
+        let value = |name: &str| RuleMetric::find(name).unwrap().values(&view);
+        assert_eq!(value("job.collective_stalled_s").iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>(), ["job:70"]);
+        assert!(value("job.gpu_idle_pct").iter().all(|(s, _)| !s.starts_with("job:7/")));
+        let exposed = ALL.iter().find(|d| d.name == "ringside_job_collective_stalled_seconds").unwrap().points(&view);
+        assert_eq!(exposed.len(), 2, "both jobs on /metrics");
     }
 
     /// The tables in `docs/metrics.md` are the registry's: a metric added here and not there

@@ -128,7 +128,8 @@ pub fn nice_of(pid: u32, tid: u32) -> Option<i32> {
     stat.rsplit(')').next()?.split_whitespace().nth(16)?.parse().ok()
 }
 
-fn target_dir() -> PathBuf {
+/// The workspace's target directory (`CARGO_TARGET_DIR` if set).
+pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
 }
 

@@ -85,6 +85,26 @@ fn run() -> Result<()> {
             miri_toolchain().and_then(|()| fuzz::run(&root, seconds))
         }
         Some("vm-header") => vm::update_header(&root),
+        Some("soak") => {
+            // An hour (or MINUTES) of a busy node: tests/benches/soak.rs.
+            let minutes = match args.get(1) {
+                Some(text) => text.parse::<u64>().with_context(|| format!("{text:?}: minutes"))?,
+                None => 60,
+            };
+            setup(false)?;
+            cargo(&["build", "--release", "-p", "ringside-daemon"])?;
+            cargo(&["build", "-p", "ringside-workload"])?;
+            let status = Command::new(env!("CARGO"))
+                .current_dir(&root)
+                .args(["bench", "-p", "ringside-tests", "--bench", "soak"])
+                .env("RINGSIDED_BIN", root.join("target/release/ringsided"))
+                .env("RINGSIDE_SOAK_MINUTES", minutes.to_string())
+                .status()?;
+            if !status.success() {
+                bail!("the soak failed ({status})");
+            }
+            Ok(())
+        }
         Some("bench") => {
             let which = args.get(1).map(String::as_str).unwrap_or("all");
             if matches!(which, "all" | "ring") {
@@ -137,7 +157,7 @@ fn run() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | package | miri | fuzz [SECONDS] | vm-test | vm-header | bench [ring|gpu|daemon|fanout|sched|launch|incidents|guest]>"
+                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | package | miri | fuzz [SECONDS] | vm-test | vm-header | bench [ring|gpu|daemon|fanout|sched|launch|incidents|guest] | soak [MINUTES]>"
             );
             std::process::exit(2);
         }
