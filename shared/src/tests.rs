@@ -757,3 +757,51 @@ fn untrusted_details_are_hidden_from_viewers() {
     let clean = SchedulerTelemetry { processes: vec![trusted], refused_evidence: vec![], ..telemetry };
     assert!(!clean.has_untrusted_details());
 }
+
+/// The wire format is a contract (v1): the JSON Schemas of what the daemon sends are committed
+/// under `shared/schemas/`, and a change to a type that changes them fails here. Where the change
+/// is meant (a new optional field), `RINGSIDE_BLESS=1 cargo test -p ringside-shared` rewrites
+/// the files, and the diff shows it in review.
+#[test]
+fn the_wire_format_is_the_committed_one() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas");
+    let snapshot = snapshot();
+    let update = Update {
+        seq: snapshot.seq,
+        taken_at_ms: snapshot.taken_at_ms,
+        components: snapshot.components.clone(),
+        host: snapshot.host.clone(),
+        scheduler: snapshot.scheduler.clone(),
+        kernels: snapshot.kernels.clone(),
+        gpus: snapshot.gpus.clone(),
+        window: snapshot.window.clone(),
+        point: snapshot.history.last().cloned(),
+    };
+    // Frames as sent, byte for byte (field order included), beside the schemas.
+    let frame = |m: ServerMessage| serde_json::to_string_pretty(&m).unwrap();
+    let schema = |v: serde_json::Value| serde_json::to_string_pretty(&v).unwrap();
+    let schemas = [
+        ("example-snapshot-frame.json", frame(ServerMessage::Snapshot(Box::new(snapshot)))),
+        ("example-update-frame.json", frame(ServerMessage::Update(Box::new(update)))),
+        ("snapshot.json", schema(snapshot_schema())),
+        ("server-message.json", schema(serde_json::to_value(schemars::schema_for!(ServerMessage)).unwrap())),
+        ("incident-bundle.json", schema(crate::incident::incident_schema())),
+    ];
+    let bless = std::env::var_os("RINGSIDE_BLESS").is_some();
+    let mut changed = Vec::new();
+    // Compared as text: a frame's keys are in the order they are sent, a schema's are sorted.
+    for (name, text) in schemas {
+        let path = dir.join(name);
+        let text = text + "\n";
+        if bless {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, text).unwrap();
+            continue;
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        if committed != text {
+            changed.push(name);
+        }
+    }
+    assert!(changed.is_empty(), "the wire format changed: {changed:?} (RINGSIDE_BLESS=1 rewrites them if meant)");
+}
