@@ -69,9 +69,9 @@ pub struct IdleAttribution {
 }
 
 impl IdleAttribution {
-    /// Adds this tick and writes the attribution into `sample.gpus.idle`.
+    /// Adds this tick and writes the attribution into `sample.readings.gpus.idle`.
     pub fn update(&mut self, sample: &mut Sample) {
-        let (Some(gpus), Some(scheduler)) = (sample.gpus.as_mut(), sample.scheduler.as_ref()) else {
+        let (Some(gpus), Some(scheduler)) = (sample.readings.gpus.as_mut(), sample.readings.scheduler.as_ref()) else {
             return;
         };
         let now = sample.taken_at_ms;
@@ -294,7 +294,7 @@ mod tests {
 
     pub(super) fn sample(at_ms: u64, util: f64, phase_ms: PhaseValues<u64>) -> Sample {
         let mut sample = Sample::new(at_ms);
-        sample.gpus = Some(GpuTelemetry {
+        sample.readings.gpus = Some(GpuTelemetry {
             available: true,
             devices: vec![GpuDevice {
                 index: 0,
@@ -327,7 +327,8 @@ mod tests {
         };
         let main = process(10, "train", phase_ms);
         let worker = process(11, "worker", PhaseValues::default());
-        sample.scheduler = Some(SchedulerTelemetry { processes: vec![main, worker], ..SchedulerTelemetry::default() });
+        sample.readings.scheduler =
+            Some(SchedulerTelemetry { processes: vec![main, worker], ..SchedulerTelemetry::default() });
         sample
     }
 
@@ -345,7 +346,7 @@ mod tests {
         // Second 2: GPU 80% busy; the job 1000 ms in its optimizer step.
         let mut s2 = sample(2000, 80.0, phases(1600, 1400, 1000));
         a.update(&mut s2);
-        let idle = &s2.gpus.as_ref().unwrap().idle;
+        let idle = &s2.readings.gpus.as_ref().unwrap().idle;
         assert_eq!(idle.len(), 1, "one job on one GPU; the worker belongs to the job");
         let x = &idle[0];
         assert_eq!((x.job, x.gpu, x.window_ms, x.comm.as_str()), (10, 0, 2000, "train"));
@@ -365,11 +366,11 @@ mod tests {
         let mut a = IdleAttribution::default();
         let mut first = sample(0, 0.0, phases(5000, 0, 0));
         a.update(&mut first);
-        assert!(first.gpus.unwrap().idle.is_empty(), "no previous tick: nothing measured yet");
+        assert!(first.readings.gpus.unwrap().idle.is_empty(), "no previous tick: nothing measured yet");
         a.update(&mut sample(1000, 0.0, phases(6000, 0, 0)));
         let mut late = sample(70_000, 100.0, phases(6000, 1000, 0));
         a.update(&mut late);
-        let x = &late.gpus.unwrap().idle[0];
+        let x = &late.readings.gpus.unwrap().idle[0];
         assert_eq!(x.window_ms, 1000, "the slice from second 1 fell out of the minute");
         assert_eq!(x.idle_pct, 0.0);
     }
@@ -385,12 +386,12 @@ mod aligned_tests {
     const T0: u64 = 1_700_000_000_000;
 
     fn with(mut s: Sample, samples: &[(u64, f64)], timeline: &[(Phase, u64, u64)]) -> Sample {
-        let gpu = &mut s.gpus.as_mut().unwrap().devices[0];
+        let gpu = &mut s.readings.gpus.as_mut().unwrap().devices[0];
         gpu.utilization_samples = samples
             .iter()
             .map(|&(ms, busy)| GpuUtilizationSample { at_us: (T0 + ms) * 1000, busy_pct: busy })
             .collect();
-        s.scheduler.as_mut().unwrap().processes[0].timeline = timeline
+        s.readings.scheduler.as_mut().unwrap().processes[0].timeline = timeline
             .iter()
             .map(|&(phase, from, to)| PhaseSpan { phase, start_ms: T0 + from, end_ms: T0 + to, waiting_for_cpu: false })
             .collect();
@@ -406,7 +407,7 @@ mod aligned_tests {
         let mut a = IdleAttribution::default();
         let mut s = with(sample(T0 + 1000, 50.0, phases(500, 500, 0)), &samples, &timeline);
         a.update(&mut s);
-        let x = &s.gpus.as_ref().unwrap().idle[0];
+        let x = &s.readings.gpus.as_ref().unwrap().idle[0];
         assert!(x.aligned);
         assert_eq!(x.window_ms, 1000, "the sample ending at 0 covers time before the timeline");
         assert!((x.idle_by_phase_pct.data_loading - 50.0).abs() < 1e-9, "{x:?}");
@@ -417,7 +418,7 @@ mod aligned_tests {
         b.update(&mut sample(T0, 50.0, phases(0, 0, 0)));
         let mut p = sample(T0 + 1000, 50.0, phases(500, 500, 0));
         b.update(&mut p);
-        let y = &p.gpus.as_ref().unwrap().idle[0];
+        let y = &p.readings.gpus.as_ref().unwrap().idle[0];
         assert!(!y.aligned);
         assert_eq!((y.idle_by_phase_pct.data_loading, y.idle_by_phase_pct.gpu_compute), (25.0, 25.0));
     }
@@ -429,14 +430,14 @@ mod aligned_tests {
         let samples = [(0, 0.0), (500, 0.0), (1000, 0.0), (1250, 0.0), (1500, 0.0)];
         let mut s = with(sample(T0 + 1500, 0.0, phases(1000, 0, 0)), &samples, &[(Phase::DataLoading, 0, 1000)]);
         a.update(&mut s);
-        assert_eq!(s.gpus.as_ref().unwrap().idle[0].window_ms, 1000);
+        assert_eq!(s.readings.gpus.as_ref().unwrap().idle[0].window_ms, 1000);
         // Next tick: NVML still returns the old samples (it keeps seconds of them) and a new
         // one; the timeline now reaches 2 s, the last second in the optimizer step.
         let samples = [(500, 0.0), (1000, 0.0), (1250, 0.0), (1500, 0.0), (2000, 100.0)];
         let timeline = [(Phase::DataLoading, 0, 1000), (Phase::OptimizerStep, 1000, 2000)];
         let mut s = with(sample(T0 + 2500, 0.0, phases(1000, 0, 1000)), &samples, &timeline);
         a.update(&mut s);
-        let x = &s.gpus.as_ref().unwrap().idle[0];
+        let x = &s.readings.gpus.as_ref().unwrap().idle[0];
         assert_eq!(x.window_ms, 2000, "every millisecond once: {x:?}");
         assert!((x.idle_by_phase_pct.data_loading - 50.0).abs() < 1e-9, "{x:?}");
         assert!((x.idle_by_phase_pct.optimizer_step - 25.0).abs() < 1e-9, "idle 1.0-1.5 s, busy 1.5-2 s: {x:?}");
@@ -448,9 +449,9 @@ mod aligned_tests {
         let samples = [(0, 0.0), (500, 0.0), (1000, 0.0)];
         let timeline = [(Phase::DataLoading, 0, 250), (Phase::DataLoading, 250, 1000)];
         let mut s = with(sample(T0 + 1000, 0.0, phases(1000, 0, 0)), &samples, &timeline);
-        s.scheduler.as_mut().unwrap().processes[0].timeline[1].waiting_for_cpu = true;
+        s.readings.scheduler.as_mut().unwrap().processes[0].timeline[1].waiting_for_cpu = true;
         a.update(&mut s);
-        let x = &s.gpus.as_ref().unwrap().idle[0];
+        let x = &s.readings.gpus.as_ref().unwrap().idle[0];
         assert_eq!(x.window_ms, 1000);
         assert!((x.idle_by_phase_pct.data_loading - 25.0).abs() < 1e-9, "{x:?}");
         assert!((x.idle_waiting_for_cpu_pct - 75.0).abs() < 1e-9, "{x:?}");
@@ -477,7 +478,7 @@ mod aligned_tests {
         let mut a = IdleAttribution::default();
         let mut s = with(sample(T0 + 4500, 0.0, phases(2000, 1500, 1000)), &samples, &timeline);
         a.update(&mut s);
-        let step = s.gpus.as_ref().unwrap().idle[0].last_step.clone().expect("a step is visible");
+        let step = s.readings.gpus.as_ref().unwrap().idle[0].last_step.clone().expect("a step is visible");
         assert_eq!((step.start_ms - T0, step.end_ms - T0, step.anchor), (0, 3000, Phase::DataLoading));
         let third = 100.0 / 3.0;
         assert!((step.idle_pct - 2.0 * third).abs() < 1e-9, "{step:?}");
@@ -490,7 +491,7 @@ mod aligned_tests {
         let late: Vec<(u64, f64)> = samples.iter().copied().filter(|(ms, _)| *ms >= 1000).collect();
         let mut s = with(sample(T0 + 4500, 0.0, phases(2000, 1500, 1000)), &late, &timeline);
         b.update(&mut s);
-        assert_eq!(s.gpus.as_ref().unwrap().idle[0].last_step, None);
+        assert_eq!(s.readings.gpus.as_ref().unwrap().idle[0].last_step, None);
         // One cycle only: no step.
         assert_eq!(
             step_starts(&[PhaseSpan { phase: Phase::DataLoading, start_ms: 0, end_ms: 900, waiting_for_cpu: false }]),
@@ -504,6 +505,6 @@ mod aligned_tests {
         let samples = [(0, 0.0), (5000, 0.0)];
         let mut s = with(sample(T0 + 5000, 0.0, phases(5000, 0, 0)), &samples, &[(Phase::DataLoading, 0, 5000)]);
         a.update(&mut s);
-        assert_eq!(s.gpus.as_ref().unwrap().idle[0].window_ms, 1000);
+        assert_eq!(s.readings.gpus.as_ref().unwrap().idle[0].window_ms, 1000);
     }
 }

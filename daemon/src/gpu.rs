@@ -139,7 +139,7 @@ impl MetricsSource for GpuSource {
         } else {
             SourceStatus::Up
         };
-        sample.gpus = Some(telemetry);
+        sample.readings.gpus = Some(telemetry);
         Ok(status)
     }
 }
@@ -1022,12 +1022,12 @@ mod tests {
         let (status, sample) = loop {
             let mut sample = Sample::new(1);
             let status = source.collect(&mut sample).unwrap();
-            if sample.gpus.is_some() || Instant::now() > deadline {
+            if sample.readings.gpus.is_some() || Instant::now() > deadline {
                 break (status, sample);
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let telemetry = sample.gpus.expect("a reading within 20 s");
+        let telemetry = sample.readings.gpus.expect("a reading within 20 s");
         // On a GPU node (scripts/gpu-check.sh sets this) NVML must answer.
         if std::env::var_os("RINGSIDE_REQUIRE_CUDA").is_some() {
             assert!(telemetry.available, "RINGSIDE_REQUIRE_CUDA is set and NVML says: {:?}", telemetry.reason);

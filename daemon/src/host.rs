@@ -321,7 +321,7 @@ impl MetricsSource for HostSource {
         } else {
             SourceStatus::Up
         };
-        sample.host = Some(HostMetrics {
+        sample.readings.host = Some(HostMetrics {
             cpu_utilization_pct: cpu,
             per_cpu_utilization_pct: per_cpu,
             iowait_pct: iowait,
@@ -400,7 +400,7 @@ intr 12345 0 0\nctxt 98765\nbtime 1700000000\nprocesses 4242\nprocs_running 3\np
         std::thread::sleep(std::time::Duration::from_millis(50));
         let mut sample = Sample::new(0);
         source.collect(&mut sample).expect("the real /proc is readable");
-        let host = sample.host.expect("host metrics");
+        let host = sample.readings.host.expect("host metrics");
         assert!(host.memory.total_bytes > 0 && host.memory.used_pct > 0.0 && host.memory.used_pct < 100.0);
         assert!((0.0..=100.0).contains(&host.cpu_utilization_pct));
         assert!(!host.per_cpu_utilization_pct.is_empty());

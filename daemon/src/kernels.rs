@@ -234,7 +234,7 @@ impl KernelSource {
             }
         }
         let (values, missing): (Vec<f32>, Option<&str>) = match self.config.input {
-            StatsInput::CpuUtilization => match &sample.host {
+            StatsInput::CpuUtilization => match &sample.readings.host {
                 Some(host) => (host.per_cpu_utilization_pct.iter().map(|v| *v as f32).collect(), None),
                 None => (Vec::new(), Some("no host metrics this tick")),
             },
@@ -315,7 +315,7 @@ impl MetricsSource for KernelSource {
             });
             self.last_state = metrics.state;
         }
-        sample.kernels.push(metrics);
+        sample.readings.kernels.push(metrics);
         Ok(match silent.or_else(|| self.note.clone()).or(missing_input) {
             Some(why) => SourceStatus::Degraded(why),
             None => SourceStatus::Up,
@@ -366,7 +366,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         let mut second = Sample::new(2);
         assert_eq!(source.collect(&mut second).unwrap(), SourceStatus::Up);
-        let metrics = &second.kernels[0];
+        let metrics = &second.readings.kernels[0];
         assert!(metrics.messages_processed >= 1);
         assert!(metrics.min_latency_ns.is_some() && metrics.latency_p50_ns.is_some());
         assert_eq!(metrics.last_error, None);
@@ -387,8 +387,8 @@ mod tests {
         let mut stalled = Sample::new(4);
         let status = source.collect(&mut stalled).unwrap();
         assert!(matches!(status, SourceStatus::Degraded(ref why) if why.contains("no answer")), "{status:?}");
-        assert!(stalled.kernels[0].last_error.as_deref().is_some_and(|e| e.contains("no answer")));
-        let conditions = crate::alerts::conditions(&Default::default(), &stalled, &Default::default(), &[]);
+        assert!(stalled.readings.kernels[0].last_error.as_deref().is_some_and(|e| e.contains("no answer")));
+        let conditions = crate::alerts::conditions(&Default::default(), &stalled, &[]);
         assert!(conditions.iter().any(|c| c.alert_type == ringside_shared::AlertType::KernelError));
         // It answers again: the error clears.
         source.kernel.activate().unwrap();
@@ -396,7 +396,7 @@ mod tests {
         source.collect(&mut Sample::new(5)).unwrap();
         let mut recovered = Sample::new(6);
         assert_eq!(source.collect(&mut recovered).unwrap(), SourceStatus::Up);
-        assert_eq!(recovered.kernels[0].last_error, None);
+        assert_eq!(recovered.readings.kernels[0].last_error, None);
     }
 
     /// A stats kernel fed run-queue samples by `feed` (the scheduler's, in the daemon).
@@ -411,7 +411,7 @@ mod tests {
         for tick in 0..100 {
             let mut sample = Sample::new(100 + tick);
             source.collect(&mut sample).unwrap();
-            if let Some(stats) = sample.kernels[0].output_stats.clone().filter(|s| s.count == count) {
+            if let Some(stats) = sample.readings.kernels[0].output_stats.clone().filter(|s| s.count == count) {
                 return stats;
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -446,7 +446,7 @@ mod tests {
         let mut sample = Sample::new(1);
         let status = source.collect(&mut sample).unwrap();
         assert_eq!(status, SourceStatus::Degraded("no run-queue samples: the scheduler is not running".into()));
-        assert_eq!(sample.kernels[0].output_stats, None);
+        assert_eq!(sample.readings.kernels[0].output_stats, None);
         assert_eq!(source.kernel.metrics().messages_processed, 0, "nothing fed");
     }
 
@@ -469,7 +469,7 @@ mod tests {
         match ringside_kernels::cuda::probe() {
             // A GPU node: the canary runs on the device.
             Ok(_) => {
-                assert_eq!(sample.kernels[0].backend, ringside_shared::KernelBackend::Cuda);
+                assert_eq!(sample.readings.kernels[0].backend, ringside_shared::KernelBackend::Cuda);
                 assert_eq!(status, SourceStatus::Up);
             }
             // On a node meant to have a usable GPU (scripts/gpu-check.sh sets this), the
@@ -478,7 +478,7 @@ mod tests {
                 panic!("RINGSIDE_REQUIRE_CUDA is set and the canary runs on the CPU: {why}")
             }
             Err(why) => {
-                assert_eq!(sample.kernels[0].backend, ringside_shared::KernelBackend::Cpu);
+                assert_eq!(sample.readings.kernels[0].backend, ringside_shared::KernelBackend::Cpu);
                 let expected = format!("{why}; running on the CPU backend");
                 assert!(expected.starts_with("cuda unavailable: "), "{expected}");
                 assert_eq!(status, SourceStatus::Degraded(expected));

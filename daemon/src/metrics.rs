@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use ringside_shared::{
     Alert, ComponentHealth, ComponentStatus, GpuDevice, GpuIdleAttribution, GpuTelemetry, HostMetrics, KernelBackend,
-    KernelWindow, MetricSummary, MlProcessInfo, Phase, PhaseValues, RingKernelMetrics, SchedulerTelemetry, Severity,
-    StatsInput, ThrottleReason, WindowAggregates,
+    KernelWindow, MetricSummary, MlProcessInfo, Phase, PhaseValues, Readings, RingKernelMetrics, SchedulerTelemetry,
+    Severity, StatsInput, ThrottleReason, WindowAggregates,
 };
 
 use crate::pipeline::Sample;
@@ -131,11 +131,7 @@ pub struct Point {
 /// What a tick (or the snapshot a scrape reads) holds, as the metrics read it.
 #[derive(Clone, Copy)]
 pub struct View<'a> {
-    pub host: Option<&'a HostMetrics>,
-    pub scheduler: Option<&'a SchedulerTelemetry>,
-    pub kernels: &'a [RingKernelMetrics],
-    pub gpus: Option<&'a GpuTelemetry>,
-    pub window: &'a WindowAggregates,
+    pub readings: &'a Readings,
     pub components: &'a [ComponentHealth],
     pub alerts: &'a [Alert],
     pub daemon: Option<&'a DaemonStats>,
@@ -144,27 +140,42 @@ pub struct View<'a> {
 }
 
 impl<'a> View<'a> {
-    /// A tick's sample and window (what rules and conditions read).
-    pub fn of_sample(sample: &'a Sample, window: &'a WindowAggregates) -> View<'a> {
-        View {
-            host: sample.host.as_ref(),
-            scheduler: sample.scheduler.as_ref(),
-            kernels: &sample.kernels,
-            gpus: sample.gpus.as_ref(),
-            window,
-            components: &[],
-            alerts: &[],
-            daemon: None,
-            now_ms: sample.taken_at_ms,
-        }
+    /// A tick's readings taken at `now_ms`, with nothing else.
+    pub fn of(readings: &'a Readings, now_ms: u64) -> View<'a> {
+        View { readings, components: &[], alerts: &[], daemon: None, now_ms }
+    }
+
+    /// A tick's sample, its window included (what rules and conditions read).
+    pub fn of_sample(sample: &'a Sample) -> View<'a> {
+        View::of(&sample.readings, sample.taken_at_ms)
+    }
+
+    pub fn host(&self) -> Option<&'a HostMetrics> {
+        self.readings.host.as_ref()
+    }
+
+    pub fn scheduler(&self) -> Option<&'a SchedulerTelemetry> {
+        self.readings.scheduler.as_ref()
+    }
+
+    pub fn kernels(&self) -> &'a [RingKernelMetrics] {
+        &self.readings.kernels
+    }
+
+    pub fn gpus(&self) -> Option<&'a GpuTelemetry> {
+        self.readings.gpus.as_ref()
+    }
+
+    pub fn window(&self) -> &'a WindowAggregates {
+        &self.readings.window
     }
 
     fn gpu_devices(&self) -> &'a [GpuDevice] {
-        self.gpus.map(|g| g.devices.as_slice()).unwrap_or_default()
+        self.gpus().map(|g| g.devices.as_slice()).unwrap_or_default()
     }
 
     fn idle(&self) -> &'a [GpuIdleAttribution] {
-        self.gpus.map(|g| g.idle.as_slice()).unwrap_or_default()
+        self.gpus().map(|g| g.idle.as_slice()).unwrap_or_default()
     }
 }
 
@@ -278,20 +289,20 @@ fn daemon(v: &View, out: &mut Vec<Point>, counter: fn(&DaemonStats) -> &AtomicU6
 }
 
 fn host(v: &View, out: &mut Vec<Point>, value: fn(&HostMetrics) -> Option<f64>) {
-    if let Some(value) = v.host.and_then(value) {
+    if let Some(value) = v.host().and_then(value) {
         point(out, "host", vec![], value);
     }
 }
 
 fn scheduler(v: &View, out: &mut Vec<Point>, value: fn(&SchedulerTelemetry) -> f64) {
-    if let Some(s) = v.scheduler {
+    if let Some(s) = v.scheduler() {
         point(out, "scheduler", vec![], value(s));
     }
 }
 
 /// Per ML process and phase.
 fn per_process_phase(v: &View, out: &mut Vec<Point>, value: fn(&MlProcessInfo, Phase) -> f64) {
-    for p in v.scheduler.map(|s| s.processes.as_slice()).unwrap_or_default() {
+    for p in v.scheduler().map(|s| s.processes.as_slice()).unwrap_or_default() {
         for phase in Phase::ALL {
             let labels = vec![p.pid.to_string(), p.job.to_string(), p.comm.clone(), phase.as_str().to_string()];
             point(out, "scheduler", labels, value(p, phase));
@@ -308,7 +319,7 @@ fn backend(k: &RingKernelMetrics) -> &'static str {
 
 /// Per ring kernel, labelled `kernel` and `backend`.
 fn kernel(v: &View, out: &mut Vec<Point>, value: fn(&RingKernelMetrics) -> Option<f64>) {
-    for k in v.kernels {
+    for k in v.kernels() {
         if let Some(value) = value(k) {
             point(out, format!("kernel:{}", k.id), vec![k.id.clone(), backend(k).into()], value);
         }
@@ -317,8 +328,8 @@ fn kernel(v: &View, out: &mut Vec<Point>, value: fn(&RingKernelMetrics) -> Optio
 
 /// Per ring kernel over the window, labelled `kernel`.
 fn kernel_window(v: &View, out: &mut Vec<Point>, value: fn(&KernelWindow) -> Option<f64>) {
-    for k in v.kernels {
-        let Some(w) = v.window.kernels.iter().find(|w| w.id == k.id) else { continue };
+    for k in v.kernels() {
+        let Some(w) = v.window().kernels.iter().find(|w| w.id == k.id) else { continue };
         if let Some(value) = value(w) {
             point(out, format!("kernel:{}", k.id), vec![k.id.clone()], value);
         }
@@ -327,7 +338,7 @@ fn kernel_window(v: &View, out: &mut Vec<Point>, value: fn(&KernelWindow) -> Opt
 
 /// What `stats` kernels summarised from one input, per statistic.
 fn kernel_stats(v: &View, out: &mut Vec<Point>, input: StatsInput, per_unit: f64) {
-    for k in v.kernels {
+    for k in v.kernels() {
         let Some(s) = k.output_stats.as_ref().filter(|s| s.input == input) else { continue };
         for (stat, value) in [("mean", s.mean), ("p50", s.p50), ("p90", s.p90), ("p99", s.p99), ("max", s.max)] {
             point(out, format!("kernel:{}", k.id), vec![k.id.clone(), stat.into()], value / per_unit);
@@ -400,7 +411,7 @@ impl Job<'_> {
 /// its lowest pid.
 pub fn jobs<'a>(v: &View<'a>) -> Vec<Job<'a>> {
     let mut jobs: std::collections::BTreeMap<u32, Vec<&'a MlProcessInfo>> = std::collections::BTreeMap::new();
-    for p in v.scheduler.map(|s| s.processes.as_slice()).unwrap_or_default() {
+    for p in v.scheduler().map(|s| s.processes.as_slice()).unwrap_or_default() {
         jobs.entry(p.job).or_default().push(p);
     }
     jobs.into_iter()
@@ -630,7 +641,7 @@ pub static ALL: &[Def] = &[
         rules: &[],
         read: |v, out| {
             for (cpu, pct) in
-                v.host.map(|h| h.per_cpu_utilization_pct.as_slice()).unwrap_or_default().iter().enumerate()
+                v.host().map(|h| h.per_cpu_utilization_pct.as_slice()).unwrap_or_default().iter().enumerate()
             {
                 point(out, format!("cpu:{cpu}"), vec![cpu.to_string()], ratio(*pct));
             }
@@ -768,7 +779,7 @@ pub static ALL: &[Def] = &[
             },
         ],
         read: |v, out| {
-            let Some(p) = v.host.and_then(|h| h.pressure.as_ref()) else { return };
+            let Some(p) = v.host().and_then(|h| h.pressure.as_ref()) else { return };
             for (resource, kind, pct) in [
                 ("cpu", "some", p.cpu_some_avg10),
                 ("memory", "some", p.memory_some_avg10),
@@ -787,7 +798,7 @@ pub static ALL: &[Def] = &[
         labels: &["node"],
         rules: &[],
         read: |v, out| {
-            for node in v.host.map(|h| h.numa.as_slice()).unwrap_or_default() {
+            for node in v.host().map(|h| h.numa.as_slice()).unwrap_or_default() {
                 point(out, format!("node:{}", node.node), vec![node.node.to_string()], node.mem_free_bytes as f64);
             }
         },
@@ -801,7 +812,7 @@ pub static ALL: &[Def] = &[
         labels: &["type"],
         rules: &[RuleName { name: "scheduler.ml_tasks", select: &[("type", "ml")], scale: 1.0 }],
         read: |v, out| {
-            if let Some(s) = v.scheduler {
+            if let Some(s) = v.scheduler() {
                 point(out, "scheduler", vec!["total".into()], s.total_tracked_tasks as f64);
                 point(out, "scheduler", vec!["ml".into()], s.ml_tasks as f64);
             }
@@ -815,7 +826,7 @@ pub static ALL: &[Def] = &[
         labels: &[],
         rules: &[],
         read: |v, out| {
-            if let Some(s) = v.scheduler.filter(|s| s.threads_capacity > 0) {
+            if let Some(s) = v.scheduler().filter(|s| s.threads_capacity > 0) {
                 point(out, "scheduler", vec![], s.threads_capacity as f64);
             }
         },
@@ -837,7 +848,7 @@ pub static ALL: &[Def] = &[
         labels: &[],
         rules: &[rule("scheduler.decisions_per_s", 1.0)],
         read: |v, out| {
-            if let Some(w) = &v.window.scheduler {
+            if let Some(w) = &v.window().scheduler {
                 point(out, "scheduler", vec![], w.decisions_per_s);
             }
         },
@@ -860,7 +871,7 @@ pub static ALL: &[Def] = &[
         rules: &[],
         read: |v, out| {
             for phase in Phase::ALL {
-                let Some(s) = v.scheduler else { return };
+                let Some(s) = v.scheduler() else { return };
                 point(out, "scheduler", vec![phase.as_str().into()], s.phase_distribution.get(phase) as f64);
             }
         },
@@ -874,7 +885,7 @@ pub static ALL: &[Def] = &[
         rules: &[],
         read: |v, out| {
             for phase in Phase::ALL {
-                let Some(s) = v.scheduler else { return };
+                let Some(s) = v.scheduler() else { return };
                 point(out, "scheduler", vec![phase.as_str().into()], s.phase_time_pct.get(phase));
             }
         },
@@ -887,7 +898,7 @@ pub static ALL: &[Def] = &[
         labels: &["kind"],
         rules: &[],
         read: |v, out| {
-            let Some(s) = v.scheduler else { return };
+            let Some(s) = v.scheduler() else { return };
             for (kind, value) in [
                 ("events", s.lost.events),
                 ("runq_samples", s.lost.runq_samples),
@@ -907,7 +918,7 @@ pub static ALL: &[Def] = &[
         labels: &["backend"],
         rules: &[],
         read: |v, out| {
-            if let Some(s) = v.scheduler {
+            if let Some(s) = v.scheduler() {
                 point(out, "scheduler", vec![s.backend.as_str().into()], 1.0);
             }
         },
@@ -920,7 +931,7 @@ pub static ALL: &[Def] = &[
         labels: &[],
         rules: &[],
         read: |v, out| {
-            if let Some(x) = v.scheduler.and_then(|s| s.scx.as_ref()) {
+            if let Some(x) = v.scheduler().and_then(|s| s.scx.as_ref()) {
                 point(out, "scheduler", vec![], if x.running { 1.0 } else { 0.0 });
             }
         },
@@ -933,7 +944,7 @@ pub static ALL: &[Def] = &[
         labels: &["kind"],
         rules: &[],
         read: |v, out| {
-            let Some(c) = v.scheduler.and_then(|s| s.scx.as_ref()).map(|x| &x.counters) else { return };
+            let Some(c) = v.scheduler().and_then(|s| s.scx.as_ref()).map(|x| &x.counters) else { return };
             for (kind, value) in [
                 ("enqueued", c.enqueued),
                 ("decided", c.decided),
@@ -1072,7 +1083,7 @@ pub static ALL: &[Def] = &[
         labels: &["kernel", "input"],
         rules: &[],
         read: |v, out| {
-            for k in v.kernels {
+            for k in v.kernels() {
                 if let Some(s) = &k.output_stats {
                     point(out, format!("kernel:{}", k.id), vec![k.id.clone(), s.input.as_str().into()], s.count as f64);
                 }
@@ -1471,7 +1482,7 @@ mod tests {
     use ringside_shared::{GpuStepIdle, KernelStatsOutput, NumaNodeMetrics, PressureMetrics, ScxStatus};
 
     /// A view in which every family has values.
-    fn everything() -> (Sample, WindowAggregates, Vec<ComponentHealth>, DaemonStats) {
+    fn everything() -> (Sample, Vec<ComponentHealth>, DaemonStats) {
         let host = HostMetrics {
             cpu_utilization_pct: 50.0,
             per_cpu_utilization_pct: vec![40.0, 60.0],
@@ -1578,15 +1589,6 @@ mod tests {
             ..Default::default()
         };
         let gpus = GpuTelemetry { devices: vec![device], idle: vec![idle], ..Default::default() };
-        let sample = Sample {
-            taken_at_ms: 0,
-            host: Some(host),
-            scheduler: Some(scheduler),
-            kernels: vec![kernel, cpu_stats],
-            kernel_events: vec![],
-            gpus: Some(gpus),
-            ..Sample::default()
-        };
         let window = WindowAggregates {
             kernels: vec![KernelWindow {
                 id: "canary".into(),
@@ -1603,14 +1605,22 @@ mod tests {
             }),
             ..Default::default()
         };
+        let readings = Readings {
+            host: Some(host),
+            scheduler: Some(scheduler),
+            kernels: vec![kernel, cpu_stats],
+            gpus: Some(gpus),
+            window,
+        };
+        let sample = Sample { taken_at_ms: 0, readings, ..Sample::default() };
         let components = vec![ComponentHealth { name: "host".into(), status: ComponentStatus::Up, detail: None }];
-        (sample, window, components, DaemonStats::default())
+        (sample, components, DaemonStats::default())
     }
 
     #[test]
     fn every_family_has_a_unique_name_values_and_as_many_label_values_as_labels() {
-        let (sample, window, components, stats) = everything();
-        let view = View { components: &components, daemon: Some(&stats), ..View::of_sample(&sample, &window) };
+        let (sample, components, stats) = everything();
+        let view = View { components: &components, daemon: Some(&stats), ..View::of_sample(&sample) };
         let mut names = std::collections::HashSet::new();
         for def in ALL {
             assert!(names.insert(def.name), "{} declared twice", def.name);
@@ -1662,8 +1672,8 @@ mod tests {
 
     #[test]
     fn rules_read_their_metric_in_their_own_scale_from_the_selected_series() {
-        let (sample, window, _, _) = everything();
-        let view = View::of_sample(&sample, &window);
+        let (sample, _, _) = everything();
+        let view = View::of_sample(&sample);
         let value = |name: &str| RuleMetric::find(name).unwrap_or_else(|| panic!("{name}")).values(&view);
         assert_eq!(value("host.cpu_utilization_pct"), vec![("host".to_string(), 50.0)]);
         assert_eq!(value("host.pressure.cpu_some_avg10"), vec![("host".to_string(), 12.5)]);
@@ -1678,12 +1688,12 @@ mod tests {
         assert!(RuleMetric::find("gpu.utilisation").is_none());
         // The same job, of a user not admitted for alerting: its series stay on /metrics, and
         // rules see none of them (job 70 only shares the prefix).
-        let (mut sample, window, _, _) = everything();
-        let scheduler = sample.scheduler.as_mut().unwrap();
+        let (mut sample, _, _) = everything();
+        let scheduler = sample.readings.scheduler.as_mut().unwrap();
         scheduler.processes[0].untrusted = true;
         let other = MlProcessInfo { pid: 70, job: 70, untrusted: false, ..scheduler.processes[0].clone() };
         scheduler.processes.push(other);
-        let view = View::of_sample(&sample, &window);
+        let view = View::of_sample(&sample);
         let value = |name: &str| RuleMetric::find(name).unwrap().values(&view);
         assert_eq!(value("job.collective_stalled_s").iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>(), ["job:70"]);
         assert!(value("job.gpu_idle_pct").iter().all(|(s, _)| !s.starts_with("job:7/")));

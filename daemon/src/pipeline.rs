@@ -10,19 +10,17 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use ringside_shared::{
-    ComponentHealth, ComponentStatus, GpuPoint, GpuTelemetry, HistoryPoint, HostMetrics, KernelPoint,
-    KernelStateChange, KernelWindow, Phase, RingKernelMetrics, SchedulerTelemetry, SchedulerWindow, WindowAggregates,
+    ComponentHealth, ComponentStatus, GpuPoint, HistoryPoint, KernelPoint, KernelStateChange, KernelWindow, Phase,
+    Readings, SchedulerWindow, WindowAggregates,
 };
 
 /// What one collection tick gathered.
 #[derive(Debug, Clone, Default)]
 pub struct Sample {
     pub taken_at_ms: u64,
-    pub host: Option<HostMetrics>,
-    pub scheduler: Option<SchedulerTelemetry>,
-    pub kernels: Vec<RingKernelMetrics>,
+    /// What the sources measured; the pipeline adds the window ([`window_aggregates`]).
+    pub readings: Readings,
     pub kernel_events: Vec<KernelStateChange>,
-    pub gpus: Option<GpuTelemetry>,
     /// Every phase change of a tracked ML thread since the tick before, in the order the
     /// scheduler made them, at its window's resolution; and how many were given up (more than
     /// the observer keeps between two ticks).
@@ -217,9 +215,10 @@ impl CounterRecord {
     pub fn from_sample(sample: &Sample) -> Self {
         CounterRecord {
             t_ms: sample.taken_at_ms,
-            cpu_pct: sample.host.as_ref().map(|h| h.cpu_utilization_pct),
-            context_switches: sample.host.as_ref().map(|h| h.context_switches_total),
+            cpu_pct: sample.readings.host.as_ref().map(|h| h.cpu_utilization_pct),
+            context_switches: sample.readings.host.as_ref().map(|h| h.context_switches_total),
             kernels: sample
+                .readings
                 .kernels
                 .iter()
                 .map(|k| KernelCounters {
@@ -229,7 +228,7 @@ impl CounterRecord {
                     total_latency_ns: k.total_latency_ns,
                 })
                 .collect(),
-            scheduler: sample.scheduler.as_ref().map(|s| (s.decisions_made, s.phase_transitions)),
+            scheduler: sample.readings.scheduler.as_ref().map(|s| (s.decisions_made, s.phase_transitions)),
         }
     }
 }
@@ -245,8 +244,10 @@ fn counter_delta(earlier: u64, later: u64) -> u64 {
 }
 
 /// The chart point of a tick (host figures, and each kernel's latency and throughput).
-pub fn history_point(sample: &Sample, window: &WindowAggregates) -> Option<HistoryPoint> {
+pub fn history_point(sample: &Sample) -> Option<HistoryPoint> {
+    let window = &sample.readings.window;
     let kernels = sample
+        .readings
         .kernels
         .iter()
         .map(|k| KernelPoint {
@@ -257,6 +258,7 @@ pub fn history_point(sample: &Sample, window: &WindowAggregates) -> Option<Histo
         })
         .collect();
     let gpus = sample
+        .readings
         .gpus
         .iter()
         .flat_map(|g| &g.devices)
@@ -271,7 +273,7 @@ pub fn history_point(sample: &Sample, window: &WindowAggregates) -> Option<Histo
             temperature_c: g.temperature_gpu_c,
         })
         .collect();
-    sample.host.as_ref().map(|h| HistoryPoint {
+    sample.readings.host.as_ref().map(|h| HistoryPoint {
         t_ms: sample.taken_at_ms,
         cpu_pct: h.cpu_utilization_pct,
         iowait_pct: h.iowait_pct,
@@ -510,7 +512,7 @@ mod tests {
         let mut sources: Vec<Box<dyn MetricsSource>> =
             vec![Box::new(Panicking(0)), Box::new(crate::host::HostSource::new(Default::default()))];
         let (sample, components, failures) = collect_all(&mut sources, 1);
-        assert!(sample.host.is_some(), "the other sources still ran");
+        assert!(sample.readings.host.is_some(), "the other sources still ran");
         assert_eq!(components[0].status, ComponentStatus::Down);
         assert_eq!(components[0].detail.as_deref(), Some("panicked: index out of bounds in a parser"));
         assert_eq!(failures.len(), 1);
@@ -523,7 +525,7 @@ mod tests {
         let mut sources: Vec<Box<dyn MetricsSource>> =
             vec![Box::new(Failing), Box::new(crate::host::HostSource::new(Default::default()))];
         let (sample, components, failures) = collect_all(&mut sources, 1);
-        assert!(sample.host.is_some());
+        assert!(sample.readings.host.is_some());
         assert_eq!(components[0].status, ComponentStatus::Down);
         assert_eq!(failures, vec![("broken".to_string(), "cannot read /nonexistent".to_string())]);
         assert_ne!(components[1].status, ComponentStatus::Down);

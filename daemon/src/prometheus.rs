@@ -40,11 +40,7 @@ impl Exposition {
 pub fn render(state: &NodeState, role: ringside_shared::Role) -> String {
     let snapshot = state.snapshot_for(role);
     let view = View {
-        host: snapshot.host.as_ref(),
-        scheduler: snapshot.scheduler.as_ref(),
-        kernels: &snapshot.kernels,
-        gpus: snapshot.gpus.as_ref(),
-        window: &snapshot.window,
+        readings: &snapshot.readings,
         components: &snapshot.components,
         alerts: &snapshot.alerts,
         daemon: Some(&state.stats),
@@ -156,21 +152,7 @@ pub fn render_dcgm(gpus: &[ringside_shared::GpuDevice], hostname: &str) -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ringside_shared::StatsInput;
-
-    fn empty(window: &ringside_shared::WindowAggregates) -> View<'_> {
-        View {
-            host: None,
-            scheduler: None,
-            kernels: &[],
-            gpus: None,
-            window,
-            components: &[],
-            alerts: &[],
-            daemon: None,
-            now_ms: 0,
-        }
-    }
+    use ringside_shared::{Readings, StatsInput};
 
     #[test]
     fn gpus_are_exported_under_dcgm_exporter_names_and_units() {
@@ -208,8 +190,8 @@ mod tests {
         };
         let gpus =
             ringside_shared::GpuTelemetry { devices: vec![gpu(0, Some(97.0)), gpu(1, None)], ..Default::default() };
-        let window = Default::default();
-        let text = render_view(&View { gpus: Some(&gpus), ..empty(&window) });
+        let readings = Readings { gpus: Some(gpus), ..Readings::default() };
+        let text = render_view(&View::of(&readings, 0));
         assert!(text.contains("ringside_gpu_utilization_ratio{gpu=\"0\",uuid=\"GPU-0\"} 0.97"), "{text}");
         assert!(!text.contains("ringside_gpu_utilization_ratio{gpu=\"1\""), "no value, no sample:\n{text}");
         assert!(text.contains("ringside_gpu_sm_clock_hertz{gpu=\"1\",uuid=\"GPU-1\"} 1980000000"), "{text}");
@@ -243,14 +225,14 @@ mod tests {
             ..Default::default()
         };
         let kernels = [kernel("runq", StatsInput::RunqLatency, 250.0), kernel("cpu", StatsInput::CpuUtilization, 50.0)];
-        let window = Default::default();
-        let text = render_view(&View { kernels: &kernels, ..empty(&window) });
+        let readings = Readings { kernels: kernels.to_vec(), ..Readings::default() };
+        let text = render_view(&View::of(&readings, 0));
         assert!(text.contains("ringside_kernel_stats_samples_total{kernel=\"runq\",input=\"runq_latency\"} 7\n"));
         assert!(text.contains("ringside_kernel_stats_runq_latency_seconds{kernel=\"runq\",stat=\"p99\"} 0.00025\n"));
         assert!(text.contains("ringside_kernel_stats_cpu_utilization_ratio{kernel=\"cpu\",stat=\"p99\"} 0.5\n"));
         let stats = text.lines().filter(|l| l.starts_with("# TYPE ringside_kernel_stats")).count();
         assert_eq!(stats, 3, "one family each:\n{text}");
-        assert!(!render_view(&empty(&window)).contains("ringside_kernel_stats"));
+        assert!(!render_view(&View::of(&Readings::default(), 0)).contains("ringside_kernel_stats"));
     }
 
     #[test]

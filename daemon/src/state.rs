@@ -7,9 +7,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use ringside_shared::{
-    Alert, ComponentHealth, ComponentStatus, ConfigSummary, GpuTelemetry, HistoryPoint, HostMetrics, NewSilence,
-    NodeIdentity, RingKernelMetrics, Role, SchedulerTelemetry, ServerMessage, Silence, Snapshot, Update,
-    WindowAggregates, PROTOCOL_VERSION,
+    Alert, ComponentHealth, ComponentStatus, ConfigSummary, HistoryPoint, NewSilence, NodeIdentity, Readings, Role,
+    ServerMessage, Silence, Snapshot, Update, WindowAggregates, PROTOCOL_VERSION,
 };
 use tokio::sync::{broadcast, mpsc};
 
@@ -72,11 +71,7 @@ struct Latest {
     seq: u64,
     taken_at_ms: u64,
     components: Vec<ComponentHealth>,
-    host: Option<HostMetrics>,
-    scheduler: Option<SchedulerTelemetry>,
-    kernels: Vec<RingKernelMetrics>,
-    gpus: Option<GpuTelemetry>,
-    window: WindowAggregates,
+    readings: Readings,
     history: HistoryRing<HistoryPoint>,
     counters: HistoryRing<CounterRecord>,
 }
@@ -135,11 +130,10 @@ impl NodeState {
                 seq: 0,
                 taken_at_ms: crate::clock::now_ms(),
                 components: Vec::new(),
-                host: None,
-                scheduler: None,
-                kernels: Vec::new(),
-                gpus: None,
-                window: WindowAggregates { window_ms, ..WindowAggregates::default() },
+                readings: Readings {
+                    window: WindowAggregates { window_ms, ..WindowAggregates::default() },
+                    ..Readings::default()
+                },
                 history: HistoryRing::new(history_len),
                 counters: HistoryRing::new(counters_len),
             }),
@@ -248,12 +242,10 @@ impl NodeState {
         if self.events.receiver_count() == 0 {
             return;
         }
-        let hides = !self.viewers_see_untrusted && update.scheduler.as_ref().is_some_and(|s| s.has_untrusted_details());
+        let hides = !self.viewers_see_untrusted && update.readings.has_untrusted_details();
         let viewers = hides.then(|| {
             let mut seen = update.clone();
-            if let Some(scheduler) = &mut seen.scheduler {
-                scheduler.hide_untrusted_details();
-            }
+            seen.readings.hide_untrusted_details();
             encode(&ServerMessage::Update(Box::new(seen)))
         });
         let _ = self.events.send(Frames { all: encode(&ServerMessage::Update(Box::new(update))), viewers });
@@ -268,9 +260,7 @@ impl NodeState {
     pub fn snapshot_for(&self, role: Role) -> Snapshot {
         let mut snapshot = self.snapshot();
         if self.hides_untrusted_from(role) {
-            if let Some(scheduler) = &mut snapshot.scheduler {
-                scheduler.hide_untrusted_details();
-            }
+            snapshot.readings.hide_untrusted_details();
         }
         snapshot
     }
@@ -278,7 +268,7 @@ impl NodeState {
     /// Folds one collection tick in: history, window, alerts; then tells every client.
     pub fn apply_tick(
         &self,
-        sample: Sample,
+        mut sample: Sample,
         components: Vec<ComponentHealth>,
         failures: &[(String, String)],
         took: Duration,
@@ -286,34 +276,27 @@ impl NodeState {
         let update = {
             let mut latest = self.latest.write().unwrap_or_else(|e| e.into_inner());
             latest.counters.push(CounterRecord::from_sample(&sample));
-            latest.window = pipeline::window_aggregates(&latest.counters, self.window_ms);
-            let point = pipeline::history_point(&sample, &latest.window);
+            sample.readings.window = pipeline::window_aggregates(&latest.counters, self.window_ms);
+            let point = pipeline::history_point(&sample);
             if let Some(point) = &point {
                 latest.history.push(point.clone());
             }
             latest.seq += 1;
             latest.taken_at_ms = sample.taken_at_ms;
             latest.components = components;
-            latest.host = sample.host.clone();
-            latest.scheduler = sample.scheduler.clone();
-            latest.kernels = sample.kernels.clone();
-            latest.gpus = sample.gpus.clone();
+            latest.readings = sample.readings.clone();
             Update {
                 seq: latest.seq,
                 taken_at_ms: latest.taken_at_ms,
                 components: self.with_fixed(&latest.components),
-                host: latest.host.clone(),
-                scheduler: latest.scheduler.clone(),
-                kernels: latest.kernels.clone(),
-                gpus: latest.gpus.clone(),
-                window: latest.window.clone(),
+                readings: sample.readings.clone(),
                 point,
             }
         };
         let changes = {
             let mut alerting = self.alerting.lock().unwrap_or_else(|e| e.into_inner());
-            let mut found = alerts::conditions(&self.thresholds, &sample, &update.window, failures);
-            found.extend(alerting.rules.conditions(&sample, &update.window));
+            let mut found = alerts::conditions(&self.thresholds, &sample, failures);
+            found.extend(alerting.rules.conditions(&sample));
             let changes = alerting.store.apply(found, sample.taken_at_ms);
             self.note_store_health(&alerting.store);
             (changes, alerting.store.take_silences_changed())
@@ -407,7 +390,7 @@ impl NodeState {
     /// `/healthz`: the backend, sched_ext's state, the ops name and the counters).
     pub fn scheduler_backend(&self) -> Option<(ringside_shared::SchedulerBackend, Option<ringside_shared::ScxStatus>)> {
         let latest = self.latest.read().unwrap_or_else(|e| e.into_inner());
-        latest.scheduler.as_ref().map(|s| (s.backend, s.scx.clone()))
+        latest.readings.scheduler.as_ref().map(|s| (s.backend, s.scx.clone()))
     }
 
     /// How long ago the latest collection tick was taken (since the start, before the first).
@@ -431,11 +414,7 @@ impl NodeState {
             node: self.node.clone(),
             config: self.summary.clone(),
             components: self.with_fixed(&latest.components),
-            host: latest.host.clone(),
-            scheduler: latest.scheduler.clone(),
-            kernels: latest.kernels.clone(),
-            gpus: latest.gpus.clone(),
-            window: latest.window.clone(),
+            readings: latest.readings.clone(),
             alerts,
             silences: self.silences(),
             notifications: self.notifications(None, 100),

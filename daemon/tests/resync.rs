@@ -103,7 +103,10 @@ async fn a_lagging_client_is_resynchronised_with_a_snapshot() {
     // Far more ticks than the broadcast holds, each a large frame.
     let ticks = (BROADCAST_CAPACITY * 20) as u64;
     for tick in 1..=ticks {
-        let sample = Sample { kernels: made_up_kernels(tick), ..Sample::new(tick * 1000) };
+        let sample = Sample {
+            readings: ringside_shared::Readings { kernels: made_up_kernels(tick), ..Default::default() },
+            ..Sample::new(tick * 1000)
+        };
         state.apply_tick(sample, vec![], &[], Duration::ZERO);
     }
 
@@ -132,7 +135,10 @@ async fn a_lagging_client_is_resynchronised_with_a_snapshot() {
     }
     // Nothing older than the snapshot follows it: the next frames are exactly the new ticks.
     for tick in ticks + 1..=ticks + 3 {
-        let sample = Sample { kernels: made_up_kernels(tick), ..Sample::new(tick * 1000) };
+        let sample = Sample {
+            readings: ringside_shared::Readings { kernels: made_up_kernels(tick), ..Default::default() },
+            ..Sample::new(tick * 1000)
+        };
         state.apply_tick(sample, vec![], &[], Duration::ZERO);
     }
     while last_seq < ticks + 3 {

@@ -188,12 +188,12 @@ fn HostPanel() -> impl IntoView {
     let memory = Signal::derive(move || vec![series(|p| p.mem_used_pct, "used", "s3")]);
     let load = Signal::derive(move || vec![series(|p| p.load1, "1 min", "s4")]);
 
-    let host = store.host;
+    let host = Memo::new(move |_| store.readings.with(|r| r.host.clone()));
     let cpu_now = Signal::derive(move || {
         host.get().map(|h| format_value(h.cpu_utilization_pct, " %")).unwrap_or_else(|| "–".into())
     });
     let cpu_hint = Signal::derive(move || {
-        let w = store.window.get();
+        let w = store.readings.with(|r| r.window.clone());
         match (w.cpu_avg_pct, w.cpu_max_pct) {
             (Some(avg), Some(max)) => format!("avg {avg:.1} % · max {max:.1} % over {} s", w.covered_ms / 1000),
             _ => "collecting…".into(),

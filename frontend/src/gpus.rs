@@ -188,7 +188,7 @@ fn gpu_card(gpu: GpuDevice, idle: Vec<GpuIdleAttribution>) -> impl IntoView {
 pub fn GpusPanel() -> impl IntoView {
     let store = expect_context::<Store>();
     let body = move || {
-        match store.gpus.get() {
+        match store.readings.with(|r| r.gpus.clone()) {
         None => view! { <p class="empty">"The GPU source is off ([gpu] mode = \"off\")."</p> }.into_any(),
         Some(GpuTelemetry { available: false, reason, .. }) => view! {
             <p class="empty" id="gpus-unavailable">{format!("No GPU telemetry: {}", reason.unwrap_or_else(|| "NVML did not answer".into()))}</p>

@@ -42,9 +42,10 @@ fn KernelCard(id: String) -> impl IntoView {
     let store = expect_context::<Store>();
     let interval = Signal::derive(move || store.interval_ms.get());
     let kernel_id = id.clone();
-    let metrics = Memo::new(move |_| store.kernels.with(|ks| ks.iter().find(|k| k.id == kernel_id).cloned()));
+    let metrics = Memo::new(move |_| store.readings.with(|r| r.kernel(&kernel_id).cloned()));
     let window_id = id.clone();
-    let window = Memo::new(move |_| store.window.with(|w| w.kernels.iter().find(|k| k.id == window_id).cloned()));
+    let window =
+        Memo::new(move |_| store.readings.with(|r| r.window.kernels.iter().find(|k| k.id == window_id).cloned()));
     let chart_id = id.clone();
     let latency = Signal::derive(move || {
         let pick = |which: fn(&ringside_shared::KernelPoint) -> Option<u64>| -> Vec<(u64, f64)> {
@@ -114,7 +115,7 @@ fn KernelCard(id: String) -> impl IntoView {
 #[component]
 pub fn KernelsPanel() -> impl IntoView {
     let store = expect_context::<Store>();
-    let ids = Memo::new(move |_| store.kernels.with(|ks| ks.iter().map(|k| k.id.clone()).collect::<Vec<_>>()));
+    let ids = Memo::new(move |_| store.readings.with(|r| r.kernels.iter().map(|k| k.id.clone()).collect::<Vec<_>>()));
     view! {
         <section class="panel" id="kernels-panel">
             <h2>"Ring kernels"</h2>

@@ -295,8 +295,8 @@ pub fn SchedulerPanel() -> impl IntoView {
     };
     let body = move || {
         let now_ms = store.server_time_ms.get();
-        store.scheduler.get().map(|s| {
-            let gpus = store.gpus.get();
+        let (scheduler, gpus) = store.readings.with(|r| (r.scheduler.clone(), r.gpus.clone()));
+        scheduler.map(|s| {
             let processes = s
                 .processes
                 .iter()

@@ -1,11 +1,9 @@
-//! What the console knows about the node: one signal per thing the user sees, updated from the
-//! server's messages in [`Store::apply`].
+//! What the console knows about the node, updated from the server's messages in
+//! [`Store::apply`]: the latest tick's readings in one signal (panels derive what they show from
+//! it), and one signal for each list the user acts on (alerts, silences, incidents).
 
 use leptos::prelude::*;
-use ringside_shared::{
-    Alert, ComponentHealth, GpuTelemetry, HistoryPoint, HostMetrics, NodeIdentity, RingKernelMetrics, Role,
-    SchedulerTelemetry, ServerMessage, WindowAggregates,
-};
+use ringside_shared::{Alert, ComponentHealth, HistoryPoint, NodeIdentity, Readings, Role, ServerMessage};
 // Named apart from leptos' `Update` trait, which the prelude brings in.
 use ringside_shared::Update as Tick;
 
@@ -37,12 +35,8 @@ pub struct Store {
     /// The server's clock at the latest update: ages are measured against it, not the browser's.
     pub server_time_ms: RwSignal<u64>,
     pub components: RwSignal<Vec<ComponentHealth>>,
-    pub host: RwSignal<Option<HostMetrics>>,
-    pub scheduler: RwSignal<Option<SchedulerTelemetry>>,
-    pub kernels: RwSignal<Vec<RingKernelMetrics>>,
-    /// The GPU source's latest reading; `None` where the source is off.
-    pub gpus: RwSignal<Option<GpuTelemetry>>,
-    pub window: RwSignal<WindowAggregates>,
+    /// The latest tick's readings; panels derive what they show from it.
+    pub readings: RwSignal<Readings>,
     pub history: RwSignal<Vec<HistoryPoint>>,
     history_cap: RwSignal<usize>,
     pub alerts: RwSignal<Vec<Alert>>,
@@ -69,11 +63,7 @@ impl Store {
             seq: RwSignal::new(0),
             server_time_ms: RwSignal::new(0),
             components: RwSignal::new(Vec::new()),
-            host: RwSignal::new(None),
-            scheduler: RwSignal::new(None),
-            kernels: RwSignal::new(Vec::new()),
-            gpus: RwSignal::new(None),
-            window: RwSignal::new(WindowAggregates::default()),
+            readings: RwSignal::new(Readings::default()),
             history: RwSignal::new(Vec::new()),
             history_cap: RwSignal::new(MIN_HISTORY),
             alerts: RwSignal::new(Vec::new()),
@@ -104,11 +94,7 @@ impl Store {
                     seq: snapshot.seq,
                     taken_at_ms: snapshot.taken_at_ms,
                     components: snapshot.components,
-                    host: snapshot.host,
-                    scheduler: snapshot.scheduler,
-                    kernels: snapshot.kernels,
-                    gpus: snapshot.gpus,
-                    window: snapshot.window,
+                    readings: snapshot.readings,
                     point: None,
                 });
                 self.history_cap.set(snapshot.history.len().max(MIN_HISTORY));
@@ -146,8 +132,8 @@ impl Store {
             }),
             ServerMessage::IncidentsChanged { incidents } => self.incidents.set(incidents),
             ServerMessage::KernelStateChanged(change) => {
-                self.kernels.update(|kernels| {
-                    if let Some(k) = kernels.iter_mut().find(|k| k.id == change.kernel_id) {
+                self.readings.update(|r| {
+                    if let Some(k) = r.kernels.iter_mut().find(|k| k.id == change.kernel_id) {
                         k.state = change.to;
                     }
                 });
@@ -167,11 +153,7 @@ impl Store {
         self.seq.set(tick.seq);
         self.server_time_ms.set(tick.taken_at_ms);
         self.components.set(tick.components);
-        self.host.set(tick.host);
-        self.scheduler.set(tick.scheduler);
-        self.kernels.set(tick.kernels);
-        self.gpus.set(tick.gpus);
-        self.window.set(tick.window);
+        self.readings.set(tick.readings);
     }
 
     /// Replaces the alert with the same id, or adds it; keeps active alerts first.

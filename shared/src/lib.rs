@@ -9,6 +9,7 @@ pub type UnixMillis = u64;
 pub mod alert;
 pub mod incident;
 pub mod protocol;
+pub mod readings;
 pub mod silence;
 pub mod snapshot;
 
@@ -17,6 +18,7 @@ pub use incident::{IncidentBundle, IncidentSummary};
 pub use protocol::{
     ClientCommand, CommandError, ErrorCode, Hello, KernelStateChange, ServerMessage, Update, PROTOCOL_VERSION,
 };
+pub use readings::Readings;
 pub use silence::{Matcher, NewSilence, Notification, NotifiedAlert, Silence, Silenced};
 pub use snapshot::*;
 

@@ -8,10 +8,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Alert, Role};
-use crate::snapshot::{
-    ComponentHealth, GpuTelemetry, HistoryPoint, HostMetrics, KernelState, NodeIdentity, RingKernelMetrics,
-    SchedulerTelemetry, Snapshot, WindowAggregates,
-};
+use crate::readings::Readings;
+use crate::snapshot::{ComponentHealth, HistoryPoint, KernelState, NodeIdentity, Snapshot};
 use crate::UnixMillis;
 
 /// Bumped on any change a v1 client could not read.
@@ -81,13 +79,9 @@ pub struct Update {
     pub seq: u64,
     pub taken_at_ms: UnixMillis,
     pub components: Vec<ComponentHealth>,
-    pub host: Option<HostMetrics>,
-    pub scheduler: Option<SchedulerTelemetry>,
-    pub kernels: Vec<RingKernelMetrics>,
-    /// The node's GPUs; absent where the GPU source is turned off.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpus: Option<GpuTelemetry>,
-    pub window: WindowAggregates,
+    /// What the sources measured this tick (at the top level of the frame).
+    #[serde(flatten)]
+    pub readings: Readings,
     /// The history point this tick appended, if the host was collected.
     pub point: Option<HistoryPoint>,
 }

@@ -26,16 +26,9 @@ pub struct Snapshot {
     pub config: ConfigSummary,
     /// Health of each part of the daemon (metrics sources, server).
     pub components: Vec<ComponentHealth>,
-    /// Host metrics of the latest tick; absent until the first successful collection.
-    pub host: Option<HostMetrics>,
-    /// Scheduler telemetry; absent while no scheduler source runs.
-    pub scheduler: Option<SchedulerTelemetry>,
-    pub kernels: Vec<RingKernelMetrics>,
-    /// The node's GPUs; absent where the GPU source is turned off.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpus: Option<GpuTelemetry>,
-    /// Aggregates over the recent window, computed from counter deltas.
-    pub window: WindowAggregates,
+    /// The latest tick's readings (at the top level of the snapshot).
+    #[serde(flatten)]
+    pub readings: crate::Readings,
     /// Active alerts first, then recently resolved ones, newest first within each group.
     pub alerts: Vec<Alert>,
     /// Silences in force or to come, then recently ended ones.

@@ -432,7 +432,7 @@ async fn a_viewer_is_not_shown_the_command_line_of_an_untrusted_job() -> Result<
         let text = serde_json::to_string(&message)?;
         ensure!(!text.contains(&secret), "a viewer's frame names the path");
         if let ringside_shared::ServerMessage::Update(update) = &message {
-            if update.scheduler.as_ref().is_some_and(|s| s.processes.iter().any(|p| p.pid == them)) {
+            if update.readings.scheduler.as_ref().is_some_and(|s| s.processes.iter().any(|p| p.pid == them)) {
                 updates += 1;
             }
         }

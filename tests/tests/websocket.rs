@@ -29,7 +29,7 @@ async fn hello_then_snapshot_then_live_updates() -> anyhow::Result<()> {
     let mut seqs = Vec::new();
     while seqs.len() < 3 {
         if let ServerMessage::Update(update) = client.next(WAIT).await? {
-            let host = update.host.as_ref().expect("host metrics every tick");
+            let host = update.readings.host.as_ref().expect("host metrics every tick");
             assert!(host.memory.total_bytes > 0);
             assert!(update.point.is_some());
             seqs.push(update.seq);

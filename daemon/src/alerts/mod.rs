@@ -14,7 +14,7 @@ pub mod writer;
 
 use std::collections::{BTreeMap, HashMap};
 
-use ringside_shared::{AlertType, KernelState, Phase, Severity, ThrottleReason, WindowAggregates};
+use ringside_shared::{AlertType, KernelState, Phase, Severity, ThrottleReason};
 
 use crate::metrics::{RuleMetric, View};
 use crate::pipeline::Sample;
@@ -64,7 +64,7 @@ const XID_WINDOW_MS: u64 = 5 * 60 * 1000;
 fn gpu_conditions(t: &Thresholds, view: &View, now_ms: u64, found: &mut Vec<Condition>) {
     let memory_used = readings("gpu.memory_used_pct", view);
     let temperature = readings("gpu.temperature_c", view);
-    for gpu in view.gpus.map(|g| g.devices.as_slice()).unwrap_or_default() {
+    for gpu in view.gpus().map(|g| g.devices.as_slice()).unwrap_or_default() {
         let source = format!("gpu:{}", gpu.index);
         let mut add = |kind: &str, severity: Severity, value: f64, threshold: f64, what: String| {
             found.push(Condition {
@@ -240,19 +240,14 @@ fn job_conditions(t: &Thresholds, view: &View, job_window_ms: u64, found: &mut V
 }
 
 /// Every alert condition that holds for this tick.
-pub fn conditions(
-    t: &Thresholds,
-    sample: &Sample,
-    window: &WindowAggregates,
-    failures: &[(String, String)],
-) -> Vec<Condition> {
+pub fn conditions(t: &Thresholds, sample: &Sample, failures: &[(String, String)]) -> Vec<Condition> {
     let mut found = Vec::new();
-    let window_s = window.covered_ms as f64 / 1000.0;
-    let view = View::of_sample(sample, window);
+    let window_s = sample.readings.window.covered_ms as f64 / 1000.0;
+    let view = View::of_sample(sample);
     let drop_rate = readings("kernel.drop_rate", &view);
     let latency_ms = readings("kernel.avg_latency_ms", &view);
 
-    for kernel in &sample.kernels {
+    for kernel in &sample.readings.kernels {
         let source = format!("kernel:{}", kernel.id);
         if let Some(&rate) = drop_rate.get(&source) {
             let levels = [
@@ -378,12 +373,12 @@ pub fn conditions(
     }
 
     gpu_conditions(t, &view, sample.taken_at_ms, &mut found);
-    if let Some(scheduler) = &sample.scheduler {
+    if let Some(scheduler) = &sample.readings.scheduler {
         job_conditions(t, &view, scheduler.job_window_ms, &mut found);
     }
 
     // Ejected sched_ext scheduler: a standing condition while the daemon runs on the fallback.
-    if let Some(exit) = sample.scheduler.as_ref().and_then(|s| s.scx.as_ref()).and_then(|x| x.exit.as_ref()) {
+    if let Some(exit) = sample.readings.scheduler.as_ref().and_then(|s| s.scx.as_ref()).and_then(|x| x.exit.as_ref()) {
         if exit.ejected {
             found.push(Condition {
                 alert_type: AlertType::SchedulerEjected,
@@ -475,8 +470,8 @@ mod tests {
         }
     }
 
-    fn window(id: &str, drop_rate: Option<f64>, latency_ms: Option<f64>) -> WindowAggregates {
-        WindowAggregates {
+    fn window(id: &str, drop_rate: Option<f64>, latency_ms: Option<f64>) -> ringside_shared::WindowAggregates {
+        ringside_shared::WindowAggregates {
             window_ms: 10_000,
             covered_ms: 10_000,
             kernels: vec![KernelWindow {
@@ -487,12 +482,14 @@ mod tests {
                 throughput_per_s: 10.0,
                 avg_latency_ns: latency_ms.map(|ms| ms * 1e6),
             }],
-            ..WindowAggregates::default()
+            ..Default::default()
         }
     }
 
     fn kernel_sample(k: RingKernelMetrics) -> Sample {
-        Sample { kernels: vec![k], ..Sample::new(0) }
+        let mut sample = Sample::new(0);
+        sample.readings.kernels.push(k);
+        sample
     }
 
     fn severities(cs: &[Condition], ty: AlertType) -> Vec<Severity> {
@@ -532,9 +529,9 @@ mod tests {
             ..GpuDevice::default()
         };
         let mut sample = Sample::new(20_000);
-        sample.gpus =
+        sample.readings.gpus =
             Some(GpuTelemetry { available: true, devices: vec![healthy, troubled, lost], ..GpuTelemetry::default() });
-        let found = conditions(&t, &sample, &WindowAggregates::default(), &[]);
+        let found = conditions(&t, &sample, &[]);
         let gpu: Vec<(&str, Severity)> = found
             .iter()
             .filter(|c| c.alert_type == AlertType::GpuHealth)
@@ -554,12 +551,12 @@ mod tests {
         );
         // XIDs: critical codes are critical, others warnings, and only the last 5 min count.
         let xid = |code, at_ms| ringside_shared::GpuXid { code, at_ms, description: None };
-        let mut gpus = sample.gpus.clone().unwrap();
+        let mut gpus = sample.readings.gpus.clone().unwrap();
         gpus.devices[0].xids = vec![xid(79, 1_000), xid(13, 400_000)];
         gpus.devices[1].xids = vec![xid(13, 400_000)];
-        sample.gpus = Some(gpus);
+        sample.readings.gpus = Some(gpus);
         sample.taken_at_ms = 500_000;
-        let xids: Vec<(String, Severity, f64)> = conditions(&t, &sample, &WindowAggregates::default(), &[])
+        let xids: Vec<(String, Severity, f64)> = conditions(&t, &sample, &[])
             .into_iter()
             .filter(|c| c.source.ends_with("/xid"))
             .map(|c| (c.source, c.severity, c.value))
@@ -580,8 +577,9 @@ mod tests {
         let t = Thresholds::default();
         let alerts = |gpu: GpuDevice, now_ms: u64| -> Vec<(String, f64, f64)> {
             let mut sample = Sample::new(now_ms);
-            sample.gpus = Some(GpuTelemetry { available: true, devices: vec![gpu], ..GpuTelemetry::default() });
-            conditions(&t, &sample, &WindowAggregates::default(), &[])
+            sample.readings.gpus =
+                Some(GpuTelemetry { available: true, devices: vec![gpu], ..GpuTelemetry::default() });
+            conditions(&t, &sample, &[])
                 .into_iter()
                 .filter(|c| c.alert_type == AlertType::GpuHealth)
                 .map(|c| (c.source, c.value, c.threshold))
@@ -622,7 +620,9 @@ mod tests {
             (0.06, vec![Severity::Error]),
             (0.11, vec![Severity::Critical]),
         ] {
-            let cs = conditions(&t, &sample, &window("k", Some(rate), None), &[]);
+            let mut sample = sample.clone();
+            sample.readings.window = window("k", Some(rate), None);
+            let cs = conditions(&t, &sample, &[]);
             assert_eq!(severities(&cs, AlertType::HighDropRate), expected, "rate {rate}");
         }
     }
@@ -637,7 +637,9 @@ mod tests {
             (51.0, vec![Severity::Error]),
             (101.0, vec![Severity::Critical]),
         ] {
-            let cs = conditions(&t, &sample, &window("k", None, Some(ms)), &[]);
+            let mut sample = sample.clone();
+            sample.readings.window = window("k", None, Some(ms));
+            let cs = conditions(&t, &sample, &[]);
             assert_eq!(severities(&cs, AlertType::HighLatency), expected, "{ms} ms");
         }
     }
@@ -645,19 +647,9 @@ mod tests {
     #[test]
     fn queue_error_and_memory_conditions() {
         let t = Thresholds::default();
-        let cs = conditions(
-            &t,
-            &kernel_sample(kernel("k", 90, KernelState::Active, None)),
-            &WindowAggregates::default(),
-            &[],
-        );
+        let cs = conditions(&t, &kernel_sample(kernel("k", 90, KernelState::Active, None)), &[]);
         assert_eq!(severities(&cs, AlertType::QueueNearFull), vec![Severity::Warning]);
-        let cs = conditions(
-            &t,
-            &kernel_sample(kernel("k", 89, KernelState::Failed, Some("device lost"))),
-            &WindowAggregates::default(),
-            &[],
-        );
+        let cs = conditions(&t, &kernel_sample(kernel("k", 89, KernelState::Failed, Some("device lost"))), &[]);
         assert!(severities(&cs, AlertType::QueueNearFull).is_empty());
         assert_eq!(severities(&cs, AlertType::KernelError), vec![Severity::Critical]);
         assert!(cs.iter().any(|c| c.message.contains("device lost")));
@@ -674,7 +666,7 @@ mod tests {
         };
         let mut host = crate::host::HostSource::new(Default::default());
         crate::pipeline::MetricsSource::collect(&mut host, &mut sample).unwrap();
-        let mut h = sample.host.take().unwrap();
+        let mut h = sample.readings.host.take().unwrap();
         h.pressure = None;
         for (used, expected) in [
             (50.0, vec![]),
@@ -683,14 +675,14 @@ mod tests {
             (99.0, vec![Severity::Critical]),
         ] {
             h.memory = memory(used);
-            let s = Sample { host: Some(h.clone()), ..Sample::new(0) };
-            assert_eq!(
-                severities(&conditions(&t, &s, &WindowAggregates::default(), &[]), AlertType::MemoryPressure),
-                expected
-            );
+            let s = Sample {
+                readings: ringside_shared::Readings { host: Some(h.clone()), ..Default::default() },
+                ..Sample::new(0)
+            };
+            assert_eq!(severities(&conditions(&t, &s, &[]), AlertType::MemoryPressure), expected);
         }
         let mut ejected = Sample::new(0);
-        ejected.scheduler = Some(ringside_shared::SchedulerTelemetry {
+        ejected.readings.scheduler = Some(ringside_shared::SchedulerTelemetry {
             scx: Some(ringside_shared::ScxStatus {
                 exit: Some(ringside_shared::ScxExitInfo {
                     kind: ringside_shared::ScxExitKind::WatchdogStall,
@@ -702,11 +694,11 @@ mod tests {
             }),
             ..Default::default()
         });
-        let cs = conditions(&t, &ejected, &WindowAggregates::default(), &[]);
+        let cs = conditions(&t, &ejected, &[]);
         assert_eq!(severities(&cs, AlertType::SchedulerEjected), vec![Severity::Critical]);
         assert!(cs[0].message.contains("watchdog_stall: runnable task stall"), "{}", cs[0].message);
         let failures = vec![("bpf".to_string(), "permission denied".to_string())];
-        let cs = conditions(&t, &Sample::new(0), &WindowAggregates::default(), &failures);
+        let cs = conditions(&t, &Sample::new(0), &failures);
         assert_eq!(cs[0].source, "source:bpf");
     }
 }
@@ -718,10 +710,10 @@ mod job_tests {
 
     fn job(now_ms: u64, processes: Vec<MlProcessInfo>) -> Vec<Condition> {
         let mut sample = Sample::new(now_ms);
-        sample.scheduler =
+        sample.readings.scheduler =
             Some(SchedulerTelemetry { processes, job_window_ms: 300_000, ..SchedulerTelemetry::default() });
         let t = Thresholds { collective_hang_s: 60.0, ..Thresholds::default() };
-        conditions(&t, &sample, &WindowAggregates::default(), &[])
+        conditions(&t, &sample, &[])
     }
 
     fn main(pid: u32) -> MlProcessInfo {

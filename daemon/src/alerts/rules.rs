@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use ringside_shared::{AlertType, RuleOp, RuleSummary, Severity, WindowAggregates};
+use ringside_shared::{AlertType, RuleOp, RuleSummary, Severity};
 use serde::Deserialize;
 
 use super::Condition;
@@ -176,11 +176,11 @@ impl RuleEngine {
         }
     }
 
-    pub fn conditions(&mut self, sample: &Sample, window: &WindowAggregates) -> Vec<Condition> {
+    pub fn conditions(&mut self, sample: &Sample) -> Vec<Condition> {
         let now = sample.taken_at_ms;
         let mut found = Vec::new();
         let mut holding = HashMap::new();
-        let view = View::of_sample(sample, window);
+        let view = View::of_sample(sample);
         for (index, rule) in self.rules.iter().enumerate() {
             for (source, value) in rule.metric.values(&view) {
                 if !rule.op.holds(value, rule.threshold) {
@@ -294,7 +294,7 @@ mod tests {
         let mut engine = RuleEngine::new(compile_text(text).unwrap());
         let sample = |t_ms: u64| {
             let mut s = Sample::new(t_ms);
-            s.gpus = Some(GpuTelemetry {
+            s.readings.gpus = Some(GpuTelemetry {
                 available: true,
                 devices: vec![
                     GpuDevice {
@@ -321,10 +321,9 @@ mod tests {
             });
             s
         };
-        let window = WindowAggregates::default();
-        let first: Vec<String> = engine.conditions(&sample(0), &window).into_iter().map(|c| c.source).collect();
+        let first: Vec<String> = engine.conditions(&sample(0)).into_iter().map(|c| c.source).collect();
         assert_eq!(first, ["gpu:0"], "the memory rule at once, the idle rule after its 1 s");
-        let later = engine.conditions(&sample(1500), &window);
+        let later = engine.conditions(&sample(1500));
         let idle = later.iter().find(|c| c.rule.as_deref() == Some("starved")).expect("the idle rule fires");
         assert_eq!(idle.source, "job:42/gpu:1");
         assert!(idle.message.contains("job.gpu_idle_data_loading_pct on job:42/gpu:1 is 30"), "{}", idle.message);
@@ -334,7 +333,7 @@ mod tests {
         let mut source = crate::host::HostSource::new(Default::default());
         let mut sample = Sample::new(t_ms);
         crate::pipeline::MetricsSource::collect(&mut source, &mut sample).unwrap();
-        if let Some(h) = sample.host.as_mut() {
+        if let Some(h) = sample.readings.host.as_mut() {
             h.cpu_utilization_pct = cpu;
         }
         sample
@@ -344,28 +343,26 @@ mod tests {
     fn a_rule_fires_after_holding_for_its_duration() {
         let text = "[[rules]]\nname = \"hot\"\nmetric = \"host.cpu_utilization_pct\"\nop = \">=\"\nthreshold = 90\nfor = \"2s\"\nseverity = \"error\"\nlabels = { team = \"ml\" }\n";
         let mut engine = RuleEngine::new(compile_text(text).unwrap());
-        let window = WindowAggregates::default();
-        assert!(engine.conditions(&host_sample(0, 95.0), &window).is_empty(), "held 0 s");
-        assert!(engine.conditions(&host_sample(1000, 95.0), &window).is_empty(), "held 1 s");
-        let fired = engine.conditions(&host_sample(2000, 95.0), &window);
+        assert!(engine.conditions(&host_sample(0, 95.0)).is_empty(), "held 0 s");
+        assert!(engine.conditions(&host_sample(1000, 95.0)).is_empty(), "held 1 s");
+        let fired = engine.conditions(&host_sample(2000, 95.0));
         assert_eq!(fired.len(), 1);
         let c = &fired[0];
         assert_eq!((c.rule.as_deref(), c.source.as_str(), c.severity), (Some("hot"), "host", Severity::Error));
         assert_eq!(c.labels.get("team").map(String::as_str), Some("ml"));
         assert!(c.message.contains("host.cpu_utilization_pct") && c.message.contains("95"), "{}", c.message);
         // Dropping below resets the clock.
-        assert!(engine.conditions(&host_sample(3000, 50.0), &window).is_empty());
-        assert!(engine.conditions(&host_sample(4000, 95.0), &window).is_empty());
-        assert_eq!(engine.conditions(&host_sample(6000, 90.0), &window).len(), 1);
+        assert!(engine.conditions(&host_sample(3000, 50.0)).is_empty());
+        assert!(engine.conditions(&host_sample(4000, 95.0)).is_empty());
+        assert_eq!(engine.conditions(&host_sample(6000, 90.0)).len(), 1);
     }
 
     #[test]
     fn a_rule_alert_still_active_at_start_fires_at_once_if_it_holds() {
         let text = "[[rules]]\nname = \"hot\"\nmetric = \"host.cpu_utilization_pct\"\nop = \">=\"\nthreshold = 90\nfor = \"30s\"\nseverity = \"error\"\n";
-        let window = WindowAggregates::default();
         let mut before = RuleEngine::new(compile_text(text).unwrap());
-        assert!(before.conditions(&host_sample(0, 95.0), &window).is_empty());
-        let fired = before.conditions(&host_sample(30_000, 95.0), &window);
+        assert!(before.conditions(&host_sample(0, 95.0)).is_empty());
+        let fired = before.conditions(&host_sample(30_000, 95.0));
         assert_eq!(fired.len(), 1);
         let alert = ringside_shared::Alert {
             rule: Some("hot".into()),
@@ -380,14 +377,14 @@ mod tests {
         let mut other = alert.clone();
         other.rule = Some("gone".into());
         after.resume([&alert, &other]);
-        let fired = after.conditions(&host_sample(40_000, 95.0), &window);
+        let fired = after.conditions(&host_sample(40_000, 95.0));
         assert_eq!(fired.len(), 1, "no 30 s gap after a restart");
         assert!(fired[0].message.contains("for 40 s"), "{}", fired[0].message);
         // Once it stops holding, the clock starts afresh as usual.
-        assert!(after.conditions(&host_sample(41_000, 50.0), &window).is_empty());
-        assert!(after.conditions(&host_sample(42_000, 95.0), &window).is_empty());
+        assert!(after.conditions(&host_sample(41_000, 50.0)).is_empty());
+        assert!(after.conditions(&host_sample(42_000, 95.0)).is_empty());
         // Without resuming, the restart would leave it without a condition for 30 s.
         let mut fresh = RuleEngine::new(compile_text(text).unwrap());
-        assert!(fresh.conditions(&host_sample(40_000, 95.0), &window).is_empty());
+        assert!(fresh.conditions(&host_sample(40_000, 95.0)).is_empty());
     }
 }

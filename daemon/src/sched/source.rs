@@ -414,7 +414,7 @@ impl MetricsSource for SchedulerSource {
         let Some(telemetry) = &published.telemetry else {
             return Ok(SourceStatus::Degraded("starting: no window observed yet".into()));
         };
-        sample.scheduler =
+        sample.readings.scheduler =
             Some(SchedulerTelemetry { numa_nodes: self.numa_nodes, total_cpus: self.total_cpus, ..telemetry.clone() });
         let scx_error = telemetry.scx.as_ref().and_then(|s| s.error.as_deref());
         Ok(match (&published.degraded, scx_error) {

@@ -334,11 +334,11 @@ impl Recorder {
         };
         let since = self.frames.back().map_or(now.saturating_sub(self.interval_ms), |f| f.t_ms);
         let refused = self.threads.refused;
-        let listed = sample.scheduler.as_ref().map_or(&[][..], |s| &s.tasks[..]);
+        let listed = sample.readings.scheduler.as_ref().map_or(&[][..], |s| &s.tasks[..]);
         self.threads.tick(&sample.thread_events, listed, since, now);
         frame.threads_refused = self.threads.refused - refused;
         frame.listed = listed.iter().map(|t| t.tid).collect();
-        if let Some(s) = &sample.scheduler {
+        if let Some(s) = &sample.readings.scheduler {
             frame.scheduler = Some(SchedulerPoint {
                 t_ms: now,
                 ml_tasks: s.ml_tasks,

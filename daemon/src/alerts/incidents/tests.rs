@@ -101,7 +101,14 @@ fn sample(s: u64) -> (Sample, HistoryPoint) {
         kernels: Vec::new(),
         gpus: Vec::new(),
     };
-    (Sample { taken_at_ms: t, scheduler: Some(scheduler), ..Sample::default() }, point)
+    (
+        Sample {
+            taken_at_ms: t,
+            readings: ringside_shared::Readings { scheduler: Some(scheduler), ..Default::default() },
+            ..Sample::default()
+        },
+        point,
+    )
 }
 
 fn raised(id: u64, severity: Severity, at_ms: u64) -> AlertChange {
@@ -410,7 +417,7 @@ fn a_bundle_over_max_bytes_is_not_kept_and_said_until_one_is_written_again() {
     };
     // A tick with 100 threads: its bundle is larger than max_bytes.
     let (mut big, _) = sample(1);
-    if let Some(s) = big.scheduler.as_mut() {
+    if let Some(s) = big.readings.scheduler.as_mut() {
         s.tasks = (0..100).map(|t| task(10, 100 + t, Phase::GpuCompute)).collect();
     }
     recorder.record(&big, None, &[raised(1, Severity::Critical, big.taken_at_ms)]);
@@ -432,7 +439,7 @@ fn beyond_the_thread_bound_the_alert_s_job_is_kept_first() {
     let dir = ScratchDir::new("incidents-many-threads");
     let mut recorder = Recorder::new(config(0, 0), node(), 1000, BundleStore::open(dir.path(), 10, 64 << 20));
     let (mut tick, _) = sample(1);
-    if let Some(s) = tick.scheduler.as_mut() {
+    if let Some(s) = tick.readings.scheduler.as_mut() {
         // 290 threads of job 10 listed before the 10 threads of job 20.
         s.tasks = (0..290).map(|t| task(10, 1000 + t, Phase::GpuCompute)).collect();
         s.tasks.extend((0..10).map(|t| task(20, 2000 + t, Phase::NcclCollective)));
