@@ -23,6 +23,8 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("invalid `{key}` = {value}: {why}")]
     Invalid { key: &'static str, value: String, why: String },
+    #[error(transparent)]
+    Threshold(#[from] crate::alerts::kinds::InvalidThreshold),
     #[error("cannot read token file {path}: {source}")]
     TokenFile { path: PathBuf, source: std::io::Error },
     #[error("cannot generate a token: {0}")]
@@ -225,7 +227,7 @@ impl Config {
                 });
             }
         }
-        check_thresholds(&file.thresholds)?;
+        file.thresholds.check()?;
         check_alerts(&file.alerts)?;
         file.incidents.check(interval_ms).map_err(|why| ConfigError::Invalid {
             key: "incidents",
@@ -424,101 +426,6 @@ fn check_range(key: &'static str, value: u64, min: u64, max: u64) -> Result<(), 
     } else {
         Err(ConfigError::Invalid { key, value: value.to_string(), why: format!("must be between {min} and {max}") })
     }
-}
-
-fn check_thresholds(t: &Thresholds) -> Result<(), ConfigError> {
-    let ordered = |key: &'static str, values: [f64; 3], max: f64| {
-        let ok = values.iter().all(|v| v.is_finite() && *v > 0.0 && *v <= max)
-            && values[0] <= values[1]
-            && values[1] <= values[2];
-        if ok {
-            Ok(())
-        } else {
-            Err(ConfigError::Invalid {
-                key,
-                value: format!("{values:?}"),
-                why: format!("warning <= error <= critical, each in (0, {max}]"),
-            })
-        }
-    };
-    ordered("thresholds.drop_rate_*", [t.drop_rate_warning, t.drop_rate_error, t.drop_rate_critical], 1.0)?;
-    ordered(
-        "thresholds.memory_used_pct_*",
-        [t.memory_used_pct_warning, t.memory_used_pct_error, t.memory_used_pct_critical],
-        100.0,
-    )?;
-    ordered(
-        "thresholds.latency_*",
-        [
-            t.latency_warning_ms,
-            t.latency_warning_ms * t.latency_error_factor,
-            t.latency_warning_ms * t.latency_critical_factor,
-        ],
-        f64::MAX,
-    )?;
-    if !(t.latency_error_factor >= 1.0 && t.latency_critical_factor >= t.latency_error_factor) {
-        return Err(ConfigError::Invalid {
-            key: "thresholds.latency_*_factor",
-            value: format!("{} / {}", t.latency_error_factor, t.latency_critical_factor),
-            why: "need 1 <= error factor <= critical factor".into(),
-        });
-    }
-    if !(t.queue_full_ratio > 0.0 && t.queue_full_ratio <= 1.0) {
-        return Err(ConfigError::Invalid {
-            key: "thresholds.queue_full_ratio",
-            value: t.queue_full_ratio.to_string(),
-            why: "must be in (0, 1]".into(),
-        });
-    }
-    if !(t.gpu_memory_used_pct_warning > 0.0 && t.gpu_memory_used_pct_warning <= 100.0) {
-        return Err(ConfigError::Invalid {
-            key: "thresholds.gpu_memory_used_pct_warning",
-            value: t.gpu_memory_used_pct_warning.to_string(),
-            why: "must be in (0, 100]".into(),
-        });
-    }
-    if !(t.gpu_temperature_c_warning > 0.0 && t.gpu_temperature_c_warning < 150.0) {
-        return Err(ConfigError::Invalid {
-            key: "thresholds.gpu_temperature_c_warning",
-            value: t.gpu_temperature_c_warning.to_string(),
-            why: "must be in (0, 150) °C".into(),
-        });
-    }
-    if !(t.gpu_temperature_margin_c >= 0.0 && t.gpu_temperature_margin_c < 100.0) {
-        return Err(ConfigError::Invalid {
-            key: "thresholds.gpu_temperature_margin_c",
-            value: t.gpu_temperature_margin_c.to_string(),
-            why: "must be in [0, 100) °C".into(),
-        });
-    }
-    if !(t.gpu_throttle_sustained_s >= 0.0 && t.gpu_throttle_sustained_s <= 86_400.0) {
-        return Err(ConfigError::Invalid {
-            key: "thresholds.gpu_throttle_sustained_s",
-            value: t.gpu_throttle_sustained_s.to_string(),
-            why: "must be in [0, 86400] s".into(),
-        });
-    }
-    let in_range = |key: &'static str, value: f64, ok: bool, why: &str| {
-        if ok {
-            Ok(())
-        } else {
-            Err(ConfigError::Invalid { key, value: value.to_string(), why: why.into() })
-        }
-    };
-    let hang = t.collective_hang_s;
-    in_range("thresholds.collective_hang_s", hang, (1.0..=86_400.0).contains(&hang), "must be in [1, 86400] s")?;
-    let input = t.input_bound_pct;
-    in_range("thresholds.input_bound_pct", input, input > 0.0 && input <= 100.0, "must be in (0, 100]")?;
-    let factor = t.step_p99_regression_factor;
-    in_range("thresholds.step_p99_regression_factor", factor, factor > 1.0 && factor <= 100.0, "must be in (1, 100]")?;
-    if !(t.memory_stall_pct_warning > 0.0 && t.memory_stall_pct_warning <= 100.0) {
-        return Err(ConfigError::Invalid {
-            key: "thresholds.memory_stall_pct_warning",
-            value: t.memory_stall_pct_warning.to_string(),
-            why: "must be in (0, 100]".into(),
-        });
-    }
-    Ok(())
 }
 
 fn default_data_dir() -> PathBuf {
@@ -739,8 +646,9 @@ mod tests {
                 .unwrap();
         assert_eq!(config.listen.port(), 2000);
         assert_eq!(config.interval_ms, 500);
-        assert_eq!(config.thresholds.drop_rate_warning, 0.02);
-        assert_eq!(config.thresholds.drop_rate_error, 0.05);
+        use crate::alerts::kinds::{DROP_RATE_ERROR, DROP_RATE_WARNING};
+        assert_eq!(config.thresholds.get(&DROP_RATE_WARNING), 0.02);
+        assert_eq!(config.thresholds.get(&DROP_RATE_ERROR), 0.05);
         assert_eq!(config.tokens[0].secret, "a-token-from-the-env");
         assert_eq!(config.token_origin, TokenOrigin::Environment);
         // The flag beats the environment, as every other flag does.

@@ -118,12 +118,79 @@ const fn rule(name: &'static str, scale: f64) -> RuleName {
     RuleName { name, select: &[], scale }
 }
 
+/// What a metric's value, an alert condition or an alert is about. Its text ([`Display`]) is
+/// an alert's `source` on the wire, in the database and in silences.
+///
+/// [`Display`]: std::fmt::Display
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Source {
+    /// `host`
+    Host,
+    /// `daemon`: the daemon's own figures.
+    Daemon,
+    /// `scheduler`
+    Scheduler,
+    /// `scheduler:sched_ext`: the sched_ext scheduler the daemon loaded.
+    SchedExt,
+    /// `kernel:<id>`: a ring kernel.
+    Kernel(String),
+    /// `gpu:<index>`
+    Gpu(u32),
+    /// `gpu:<index>/<check>`: one kind of trouble on one GPU, each its own alert.
+    GpuCheck(u32, &'static str),
+    /// `job:<pid>`: an ML job, by its main process.
+    Job(u32),
+    /// `job:<pid>/gpu:<index>`: an ML job on one GPU.
+    JobGpu { job: u32, gpu: u32 },
+    /// `source:<name>`: one of the daemon's metrics sources.
+    Component(String),
+}
+
+impl Source {
+    /// The ML job this is about, if any.
+    pub fn job(&self) -> Option<u32> {
+        match self {
+            Source::Job(job) | Source::JobGpu { job, .. } => Some(*job),
+            _ => None,
+        }
+    }
+
+    /// Its shape, as the docs write it (`kernel:<id>`).
+    pub fn pattern(&self) -> &'static str {
+        match self {
+            Source::Host => "host",
+            Source::Daemon => "daemon",
+            Source::Scheduler => "scheduler",
+            Source::SchedExt => "scheduler:sched_ext",
+            Source::Kernel(_) => "kernel:<id>",
+            Source::Gpu(_) => "gpu:<index>",
+            Source::GpuCheck(..) => "gpu:<index>/<kind>",
+            Source::Job(_) => "job:<pid>",
+            Source::JobGpu { .. } => "job:<pid>/gpu:<index>",
+            Source::Component(_) => "source:<name>",
+        }
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Host | Source::Daemon | Source::Scheduler | Source::SchedExt => f.write_str(self.pattern()),
+            Source::Kernel(id) => write!(f, "kernel:{id}"),
+            Source::Gpu(index) => write!(f, "gpu:{index}"),
+            Source::GpuCheck(index, check) => write!(f, "gpu:{index}/{check}"),
+            Source::Job(job) => write!(f, "job:{job}"),
+            Source::JobGpu { job, gpu } => write!(f, "job:{job}/gpu:{gpu}"),
+            Source::Component(name) => write!(f, "source:{name}"),
+        }
+    }
+}
+
 /// One value of a metric: its label values (in the order of [`Def::labels`]) and, for rules
-/// and alerts, its source (`host`, `scheduler`, `kernel:<id>`, `gpu:<index>`,
-/// `job:<pid>/gpu:<index>`, `daemon`).
+/// and alerts, what it is about.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Point {
-    pub source: String,
+    pub source: Source,
     pub labels: Vec<String>,
     pub value: f64,
 }
@@ -240,19 +307,15 @@ impl RuleMetric {
     /// (source, value in the rule's scale) for every series the name selects. A job of a user
     /// not admitted for alerting (`[scheduler.alerting]`) has none: a rule on `job.*` raises
     /// nothing for it, as the built-in job alerts do not.
-    pub fn values(&self, view: &View) -> Vec<(String, f64)> {
+    pub fn values(&self, view: &View) -> Vec<(Source, f64)> {
         let selected = |p: &Point| {
             self.rule.select.iter().all(|(label, value)| {
                 let at = self.def.labels.iter().position(|l| l == label);
                 at.and_then(|i| p.labels.get(i)).is_some_and(|v| v == value)
             })
         };
-        let untrusted: Vec<String> = jobs(view).iter().filter(|j| j.main.untrusted).map(Job::source).collect();
-        let trusted = |p: &Point| {
-            !untrusted.iter().any(|job| {
-                p.source.strip_prefix(job.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-            })
-        };
+        let untrusted: Vec<u32> = jobs(view).iter().filter(|j| j.main.untrusted).map(|j| j.main.job).collect();
+        let trusted = |p: &Point| p.source.job().is_none_or(|job| !untrusted.contains(&job));
         self.def
             .points(view)
             .into_iter()
@@ -278,25 +341,25 @@ pub fn summaries() -> Vec<MetricSummary> {
         .collect()
 }
 
-fn point(out: &mut Vec<Point>, source: impl Into<String>, labels: Vec<String>, value: f64) {
-    out.push(Point { source: source.into(), labels, value });
+fn point(out: &mut Vec<Point>, source: Source, labels: Vec<String>, value: f64) {
+    out.push(Point { source, labels, value });
 }
 
 fn daemon(v: &View, out: &mut Vec<Point>, counter: fn(&DaemonStats) -> &AtomicU64, scale: f64) {
     if let Some(stats) = v.daemon {
-        point(out, "daemon", vec![], counter(stats).load(Ordering::Relaxed) as f64 * scale);
+        point(out, Source::Daemon, vec![], counter(stats).load(Ordering::Relaxed) as f64 * scale);
     }
 }
 
 fn host(v: &View, out: &mut Vec<Point>, value: fn(&HostMetrics) -> Option<f64>) {
     if let Some(value) = v.host().and_then(value) {
-        point(out, "host", vec![], value);
+        point(out, Source::Host, vec![], value);
     }
 }
 
 fn scheduler(v: &View, out: &mut Vec<Point>, value: fn(&SchedulerTelemetry) -> f64) {
     if let Some(s) = v.scheduler() {
-        point(out, "scheduler", vec![], value(s));
+        point(out, Source::Scheduler, vec![], value(s));
     }
 }
 
@@ -305,7 +368,7 @@ fn per_process_phase(v: &View, out: &mut Vec<Point>, value: fn(&MlProcessInfo, P
     for p in v.scheduler().map(|s| s.processes.as_slice()).unwrap_or_default() {
         for phase in Phase::ALL {
             let labels = vec![p.pid.to_string(), p.job.to_string(), p.comm.clone(), phase.as_str().to_string()];
-            point(out, "scheduler", labels, value(p, phase));
+            point(out, Source::Scheduler, labels, value(p, phase));
         }
     }
 }
@@ -321,7 +384,7 @@ fn backend(k: &RingKernelMetrics) -> &'static str {
 fn kernel(v: &View, out: &mut Vec<Point>, value: fn(&RingKernelMetrics) -> Option<f64>) {
     for k in v.kernels() {
         if let Some(value) = value(k) {
-            point(out, format!("kernel:{}", k.id), vec![k.id.clone(), backend(k).into()], value);
+            point(out, Source::Kernel(k.id.clone()), vec![k.id.clone(), backend(k).into()], value);
         }
     }
 }
@@ -331,7 +394,7 @@ fn kernel_window(v: &View, out: &mut Vec<Point>, value: fn(&KernelWindow) -> Opt
     for k in v.kernels() {
         let Some(w) = v.window().kernels.iter().find(|w| w.id == k.id) else { continue };
         if let Some(value) = value(w) {
-            point(out, format!("kernel:{}", k.id), vec![k.id.clone()], value);
+            point(out, Source::Kernel(k.id.clone()), vec![k.id.clone()], value);
         }
     }
 }
@@ -341,7 +404,7 @@ fn kernel_stats(v: &View, out: &mut Vec<Point>, input: StatsInput, per_unit: f64
     for k in v.kernels() {
         let Some(s) = k.output_stats.as_ref().filter(|s| s.input == input) else { continue };
         for (stat, value) in [("mean", s.mean), ("p50", s.p50), ("p90", s.p90), ("p99", s.p99), ("max", s.max)] {
-            point(out, format!("kernel:{}", k.id), vec![k.id.clone(), stat.into()], value / per_unit);
+            point(out, Source::Kernel(k.id.clone()), vec![k.id.clone(), stat.into()], value / per_unit);
         }
     }
 }
@@ -350,7 +413,7 @@ fn kernel_stats(v: &View, out: &mut Vec<Point>, input: StatsInput, per_unit: f64
 fn gpu(v: &View, out: &mut Vec<Point>, value: fn(&GpuDevice) -> Option<f64>) {
     for g in v.gpu_devices() {
         if let Some(value) = value(g) {
-            point(out, format!("gpu:{}", g.index), vec![g.index.to_string(), g.uuid.clone()], value);
+            point(out, Source::Gpu(g.index), vec![g.index.to_string(), g.uuid.clone()], value);
         }
     }
 }
@@ -366,7 +429,7 @@ fn job_gpu(v: &View, out: &mut Vec<Point>, by_phase: IdleSplit) {
         let phases = Phase::ALL.iter().map(|p| (p.as_str(), shares.get(*p))).chain([("waiting_for_cpu", waiting)]);
         for (phase, pct) in phases {
             let labels = vec![a.job.to_string(), a.comm.clone(), a.gpu.to_string(), a.uuid.clone(), phase.into()];
-            point(out, format!("job:{}/gpu:{}", a.job, a.gpu), labels, pct / 100.0);
+            point(out, Source::JobGpu { job: a.job, gpu: a.gpu }, labels, pct / 100.0);
         }
     }
 }
@@ -375,7 +438,7 @@ fn job_gpu_value(v: &View, out: &mut Vec<Point>, value: fn(&GpuIdleAttribution) 
     for a in v.idle() {
         if let Some(value) = value(a) {
             let labels = vec![a.job.to_string(), a.comm.clone(), a.gpu.to_string(), a.uuid.clone()];
-            point(out, format!("job:{}/gpu:{}", a.job, a.gpu), labels, value);
+            point(out, Source::JobGpu { job: a.job, gpu: a.gpu }, labels, value);
         }
     }
 }
@@ -393,8 +456,8 @@ impl Job<'_> {
         vec![self.main.job.to_string(), self.main.comm.clone(), self.main.cmdline.clone()]
     }
 
-    pub fn source(&self) -> String {
-        format!("job:{}", self.main.job)
+    pub fn source(&self) -> Source {
+        Source::Job(self.main.job)
     }
 
     /// How long (s) the job has waited in a collective with none of its collectives returning:
@@ -463,7 +526,7 @@ pub static ALL: &[Def] = &[
         help: "Version of ringsided; always 1.",
         labels: &["version"],
         rules: &[],
-        read: |_, out| point(out, "daemon", vec![env!("CARGO_PKG_VERSION").into()], 1.0),
+        read: |_, out| point(out, Source::Daemon, vec![env!("CARGO_PKG_VERSION").into()], 1.0),
     },
     Def {
         name: "ringside_component_up",
@@ -481,7 +544,7 @@ pub static ALL: &[Def] = &[
                     // Not on this node (a GPU source without a driver): no series.
                     ComponentStatus::Absent => continue,
                 };
-                point(out, c.name.clone(), vec![c.name.clone()], value);
+                point(out, Source::Component(c.name.clone()), vec![c.name.clone()], value);
             }
         },
     },
@@ -618,7 +681,7 @@ pub static ALL: &[Def] = &[
             }
             for severity in [Severity::Info, Severity::Warning, Severity::Error, Severity::Critical] {
                 let count = v.alerts.iter().filter(|a| a.is_active() && a.severity == severity).count();
-                point(out, "daemon", vec![severity.as_str().into()], count as f64);
+                point(out, Source::Daemon, vec![severity.as_str().into()], count as f64);
             }
         },
     },
@@ -643,7 +706,7 @@ pub static ALL: &[Def] = &[
             for (cpu, pct) in
                 v.host().map(|h| h.per_cpu_utilization_pct.as_slice()).unwrap_or_default().iter().enumerate()
             {
-                point(out, format!("cpu:{cpu}"), vec![cpu.to_string()], ratio(*pct));
+                point(out, Source::Host, vec![cpu.to_string()], ratio(*pct));
             }
         },
     },
@@ -786,7 +849,7 @@ pub static ALL: &[Def] = &[
                 ("memory", "full", p.memory_full_avg10),
                 ("io", "some", p.io_some_avg10),
             ] {
-                point(out, "host", vec![resource.into(), kind.into()], ratio(pct));
+                point(out, Source::Host, vec![resource.into(), kind.into()], ratio(pct));
             }
         },
     },
@@ -799,7 +862,7 @@ pub static ALL: &[Def] = &[
         rules: &[],
         read: |v, out| {
             for node in v.host().map(|h| h.numa.as_slice()).unwrap_or_default() {
-                point(out, format!("node:{}", node.node), vec![node.node.to_string()], node.mem_free_bytes as f64);
+                point(out, Source::Host, vec![node.node.to_string()], node.mem_free_bytes as f64);
             }
         },
     },
@@ -813,8 +876,8 @@ pub static ALL: &[Def] = &[
         rules: &[RuleName { name: "scheduler.ml_tasks", select: &[("type", "ml")], scale: 1.0 }],
         read: |v, out| {
             if let Some(s) = v.scheduler() {
-                point(out, "scheduler", vec!["total".into()], s.total_tracked_tasks as f64);
-                point(out, "scheduler", vec!["ml".into()], s.ml_tasks as f64);
+                point(out, Source::Scheduler, vec!["total".into()], s.total_tracked_tasks as f64);
+                point(out, Source::Scheduler, vec!["ml".into()], s.ml_tasks as f64);
             }
         },
     },
@@ -827,7 +890,7 @@ pub static ALL: &[Def] = &[
         rules: &[],
         read: |v, out| {
             if let Some(s) = v.scheduler().filter(|s| s.threads_capacity > 0) {
-                point(out, "scheduler", vec![], s.threads_capacity as f64);
+                point(out, Source::Scheduler, vec![], s.threads_capacity as f64);
             }
         },
     },
@@ -849,7 +912,7 @@ pub static ALL: &[Def] = &[
         rules: &[rule("scheduler.decisions_per_s", 1.0)],
         read: |v, out| {
             if let Some(w) = &v.window().scheduler {
-                point(out, "scheduler", vec![], w.decisions_per_s);
+                point(out, Source::Scheduler, vec![], w.decisions_per_s);
             }
         },
     },
@@ -872,7 +935,7 @@ pub static ALL: &[Def] = &[
         read: |v, out| {
             for phase in Phase::ALL {
                 let Some(s) = v.scheduler() else { return };
-                point(out, "scheduler", vec![phase.as_str().into()], s.phase_distribution.get(phase) as f64);
+                point(out, Source::Scheduler, vec![phase.as_str().into()], s.phase_distribution.get(phase) as f64);
             }
         },
     },
@@ -886,7 +949,7 @@ pub static ALL: &[Def] = &[
         read: |v, out| {
             for phase in Phase::ALL {
                 let Some(s) = v.scheduler() else { return };
-                point(out, "scheduler", vec![phase.as_str().into()], s.phase_time_pct.get(phase));
+                point(out, Source::Scheduler, vec![phase.as_str().into()], s.phase_time_pct.get(phase));
             }
         },
     },
@@ -906,7 +969,7 @@ pub static ALL: &[Def] = &[
                 ("ml_threads", s.lost.ml_threads),
                 ("skipped_runs", s.lost.skipped_runs),
             ] {
-                point(out, "scheduler", vec![kind.into()], value as f64);
+                point(out, Source::Scheduler, vec![kind.into()], value as f64);
             }
         },
     },
@@ -919,7 +982,7 @@ pub static ALL: &[Def] = &[
         rules: &[],
         read: |v, out| {
             if let Some(s) = v.scheduler() {
-                point(out, "scheduler", vec![s.backend.as_str().into()], 1.0);
+                point(out, Source::Scheduler, vec![s.backend.as_str().into()], 1.0);
             }
         },
     },
@@ -932,7 +995,7 @@ pub static ALL: &[Def] = &[
         rules: &[],
         read: |v, out| {
             if let Some(x) = v.scheduler().and_then(|s| s.scx.as_ref()) {
-                point(out, "scheduler", vec![], if x.running { 1.0 } else { 0.0 });
+                point(out, Source::Scheduler, vec![], if x.running { 1.0 } else { 0.0 });
             }
         },
     },
@@ -957,7 +1020,7 @@ pub static ALL: &[Def] = &[
                 ("feeder_runs", c.feeder_runs),
                 ("fallbacks", c.fallbacks),
             ] {
-                point(out, "scheduler", vec![kind.into()], value as f64);
+                point(out, Source::Scheduler, vec![kind.into()], value as f64);
             }
         },
     },
@@ -1085,7 +1148,7 @@ pub static ALL: &[Def] = &[
         read: |v, out| {
             for k in v.kernels() {
                 if let Some(s) = &k.output_stats {
-                    point(out, format!("kernel:{}", k.id), vec![k.id.clone(), s.input.as_str().into()], s.count as f64);
+                    point(out, Source::Kernel(k.id.clone()), vec![k.id.clone(), s.input.as_str().into()], s.count as f64);
                 }
             }
         },
@@ -1120,7 +1183,7 @@ pub static ALL: &[Def] = &[
         read: |v, out| {
             for g in v.gpu_devices() {
                 let labels = vec![g.index.to_string(), g.uuid.clone(), g.name.clone(), g.pci_bus_id.clone()];
-                point(out, format!("gpu:{}", g.index), labels, 1.0);
+                point(out, Source::Gpu(g.index), labels, 1.0);
             }
         },
     },
@@ -1340,7 +1403,7 @@ pub static ALL: &[Def] = &[
                 for reason in ThrottleReason::ALL {
                     let value = if held.contains(&reason) { 1.0 } else { 0.0 };
                     let labels = vec![g.index.to_string(), g.uuid.clone(), reason.as_str().into()];
-                    point(out, format!("gpu:{}", g.index), labels, value);
+                    point(out, Source::Gpu(g.index), labels, value);
                 }
             }
         },
@@ -1674,7 +1737,10 @@ mod tests {
     fn rules_read_their_metric_in_their_own_scale_from_the_selected_series() {
         let (sample, _, _) = everything();
         let view = View::of_sample(&sample);
-        let value = |name: &str| RuleMetric::find(name).unwrap_or_else(|| panic!("{name}")).values(&view);
+        let value = |name: &str| -> Vec<(String, f64)> {
+            let values = RuleMetric::find(name).unwrap_or_else(|| panic!("{name}")).values(&view);
+            values.into_iter().map(|(s, v)| (s.to_string(), v)).collect()
+        };
         assert_eq!(value("host.cpu_utilization_pct"), vec![("host".to_string(), 50.0)]);
         assert_eq!(value("host.pressure.cpu_some_avg10"), vec![("host".to_string(), 12.5)]);
         assert_eq!(value("scheduler.ml_tasks"), vec![("scheduler".to_string(), 3.0)]);
@@ -1695,8 +1761,11 @@ mod tests {
         scheduler.processes.push(other);
         let view = View::of_sample(&sample);
         let value = |name: &str| RuleMetric::find(name).unwrap().values(&view);
-        assert_eq!(value("job.collective_stalled_s").iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>(), ["job:70"]);
-        assert!(value("job.gpu_idle_pct").iter().all(|(s, _)| !s.starts_with("job:7/")));
+        assert_eq!(
+            value("job.collective_stalled_s").iter().map(|(s, _)| s.clone()).collect::<Vec<_>>(),
+            [Source::Job(70)]
+        );
+        assert!(value("job.gpu_idle_pct").iter().all(|(s, _)| s.job() != Some(7)));
         let exposed = ALL.iter().find(|d| d.name == "ringside_job_collective_stalled_seconds").unwrap().points(&view);
         assert_eq!(exposed.len(), 2, "both jobs on /metrics");
     }

@@ -7,95 +7,71 @@ use serde::{Deserialize, Serialize};
 
 use crate::UnixMillis;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    Info,
-    Warning,
-    Error,
-    Critical,
-}
-
-impl Severity {
-    pub const ALL: [Severity; 4] = [Severity::Info, Severity::Warning, Severity::Error, Severity::Critical];
-
-    pub fn parse(text: &str) -> Option<Severity> {
-        Self::ALL.into_iter().find(|v| v.as_str() == text)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Info => "info",
-            Severity::Warning => "warning",
-            Severity::Error => "error",
-            Severity::Critical => "critical",
+/// A unit-only enum declared with its wire names, from which `ALL`, `as_str` and `parse` derive:
+/// a variant added to the list is listed, named and parsed everywhere at once.
+macro_rules! named_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal,)+ }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+        pub enum $name {
+            $($(#[$vmeta])* #[serde(rename = $text)] $variant,)+
         }
-    }
-}
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum AlertType {
-    HighDropRate,
-    HighLatency,
-    QueueNearFull,
-    KernelError,
-    MemoryPressure,
-    /// A metrics source failed to collect.
-    SourceFailure,
-    /// A rule from the `[[rules]]` of the config; `Alert::rule` names it.
-    Rule,
-    /// The kernel stopped the sched_ext scheduler (watchdog, error, sysrq); the daemon fell back
-    /// to setting nice values and affinity.
-    SchedulerEjected,
-    /// A GPU in trouble: lost, uncorrectable ECC errors, rows waiting to be remapped or a remap
-    /// that failed, clocks held down by the hardware, memory nearly full, running hot.
-    GpuHealth,
-    /// An ML job waits in an NCCL collective and none of its collective calls has returned for
-    /// `collective_hang_s`: one rank has probably stalled.
-    CollectiveHang,
-    /// An ML job spends more than `input_bound_pct` of its recent time loading data.
-    InputBound,
-    /// An ML job's recent step time p99 is `step_p99_regression_factor` times its own over the
-    /// last hour.
-    StepTimeRegression,
-}
+        impl $name {
+            pub const ALL: [$name; [$($text),+].len()] = [$($name::$variant),+];
 
-impl AlertType {
-    pub const ALL: [AlertType; 12] = [
-        AlertType::HighDropRate,
-        AlertType::HighLatency,
-        AlertType::QueueNearFull,
-        AlertType::KernelError,
-        AlertType::MemoryPressure,
-        AlertType::SourceFailure,
-        AlertType::Rule,
-        AlertType::SchedulerEjected,
-        AlertType::GpuHealth,
-        AlertType::CollectiveHang,
-        AlertType::InputBound,
-        AlertType::StepTimeRegression,
-    ];
+            pub fn parse(text: &str) -> Option<$name> {
+                Self::ALL.into_iter().find(|v| v.as_str() == text)
+            }
 
-    pub fn parse(text: &str) -> Option<AlertType> {
-        Self::ALL.into_iter().find(|v| v.as_str() == text)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AlertType::HighDropRate => "high_drop_rate",
-            AlertType::HighLatency => "high_latency",
-            AlertType::QueueNearFull => "queue_near_full",
-            AlertType::KernelError => "kernel_error",
-            AlertType::MemoryPressure => "memory_pressure",
-            AlertType::SourceFailure => "source_failure",
-            AlertType::Rule => "rule",
-            AlertType::SchedulerEjected => "scheduler_ejected",
-            AlertType::GpuHealth => "gpu_health",
-            AlertType::CollectiveHang => "collective_hang",
-            AlertType::InputBound => "input_bound",
-            AlertType::StepTimeRegression => "step_time_regression",
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
         }
+    };
+}
+
+named_enum! {
+    pub enum Severity {
+        Info = "info",
+        Warning = "warning",
+        Error = "error",
+        Critical = "critical",
+    }
+}
+
+named_enum! {
+    /// A kind of alert: the built-in kinds (declared with their conditions and thresholds in the
+    /// daemon's `alerts::kinds`) and `rule`.
+    pub enum AlertType {
+        HighDropRate = "high_drop_rate",
+        HighLatency = "high_latency",
+        QueueNearFull = "queue_near_full",
+        KernelError = "kernel_error",
+        MemoryPressure = "memory_pressure",
+        /// A metrics source failed to collect.
+        SourceFailure = "source_failure",
+        /// A rule from the `[[rules]]` of the config; `Alert::rule` names it.
+        Rule = "rule",
+        /// The kernel stopped the sched_ext scheduler (watchdog, error, sysrq); the daemon fell back
+        /// to setting nice values and affinity.
+        SchedulerEjected = "scheduler_ejected",
+        /// A GPU in trouble: lost, uncorrectable ECC errors, rows waiting to be remapped or a remap
+        /// that failed, clocks held down by the hardware, memory nearly full, running hot.
+        GpuHealth = "gpu_health",
+        /// An ML job waits in an NCCL collective and none of its collective calls has returned for
+        /// `collective_hang_s`: one rank has probably stalled.
+        CollectiveHang = "collective_hang",
+        /// An ML job spends more than `input_bound_pct` of its recent time loading data.
+        InputBound = "input_bound",
+        /// An ML job's recent step time p99 is `step_p99_regression_factor` times its own over the
+        /// last hour.
+        StepTimeRegression = "step_time_regression",
     }
 }
 

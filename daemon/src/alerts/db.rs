@@ -465,11 +465,16 @@ mod tests {
     use crate::alerts::Condition;
 
     fn cond(source: &str) -> Condition {
+        use crate::metrics::Source;
+        let source = match source.strip_prefix("kernel:") {
+            Some(id) => Source::Kernel(id.into()),
+            None => Source::Host,
+        };
         Condition {
             alert_type: AlertType::Rule,
             rule: Some("hot".into()),
             labels: [("team".to_string(), "ml".to_string())].into(),
-            source: source.into(),
+            source,
             severity: Severity::Warning,
             value: 95.0,
             threshold: 90.0,

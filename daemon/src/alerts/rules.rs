@@ -186,8 +186,9 @@ impl RuleEngine {
                 if !rule.op.holds(value, rule.threshold) {
                     continue;
                 }
-                let since = self.holding_since.get(&(index, source.clone())).copied().unwrap_or(now);
-                holding.insert((index, source.clone()), since);
+                let key = (index, source.to_string());
+                let since = self.holding_since.get(&key).copied().unwrap_or(now);
+                holding.insert(key, since);
                 if now.saturating_sub(since) < rule.for_ms {
                     continue;
                 }
@@ -321,11 +322,11 @@ mod tests {
             });
             s
         };
-        let first: Vec<String> = engine.conditions(&sample(0)).into_iter().map(|c| c.source).collect();
+        let first: Vec<String> = engine.conditions(&sample(0)).into_iter().map(|c| c.source.to_string()).collect();
         assert_eq!(first, ["gpu:0"], "the memory rule at once, the idle rule after its 1 s");
         let later = engine.conditions(&sample(1500));
         let idle = later.iter().find(|c| c.rule.as_deref() == Some("starved")).expect("the idle rule fires");
-        assert_eq!(idle.source, "job:42/gpu:1");
+        assert_eq!(idle.source, crate::metrics::Source::JobGpu { job: 42, gpu: 1 });
         assert!(idle.message.contains("job.gpu_idle_data_loading_pct on job:42/gpu:1 is 30"), "{}", idle.message);
     }
 
@@ -348,7 +349,10 @@ mod tests {
         let fired = engine.conditions(&host_sample(2000, 95.0));
         assert_eq!(fired.len(), 1);
         let c = &fired[0];
-        assert_eq!((c.rule.as_deref(), c.source.as_str(), c.severity), (Some("hot"), "host", Severity::Error));
+        assert_eq!(
+            (c.rule.as_deref(), c.source.to_string().as_str(), c.severity),
+            (Some("hot"), "host", Severity::Error)
+        );
         assert_eq!(c.labels.get("team").map(String::as_str), Some("ml"));
         assert!(c.message.contains("host.cpu_utilization_pct") && c.message.contains("95"), "{}", c.message);
         // Dropping below resets the clock.

@@ -300,7 +300,8 @@ impl AlertStore {
         let mut changes = Vec::new();
         let mut seen = HashSet::new();
         for c in conditions {
-            let key: Key = (c.alert_type, c.rule.clone(), c.source.clone());
+            let source = c.source.to_string();
+            let key: Key = (c.alert_type, c.rule.clone(), source.clone());
             if !seen.insert(key.clone()) {
                 continue;
             }
@@ -353,7 +354,7 @@ impl AlertStore {
                         alert_type: c.alert_type,
                         rule: c.rule,
                         severity: c.severity,
-                        source: c.source,
+                        source,
                         labels: c.labels,
                         message: c.message,
                         value: c.value,
@@ -515,7 +516,7 @@ mod tests {
             alert_type: AlertType::HighDropRate,
             rule: None,
             labels: BTreeMap::new(),
-            source: "kernel:k".into(),
+            source: crate::metrics::Source::Kernel("k".into()),
             severity,
             value: 0.2,
             threshold: 0.1,
@@ -622,7 +623,7 @@ mod tests {
         let mut store = AlertStore::in_memory(Lifecycle { clear_for_ms: 0, flap_window_ms: 0, ..lifecycle() });
         for i in 0..250u64 {
             let mut c = cond(Severity::Warning);
-            c.source = format!("kernel:{i}");
+            c.source = crate::metrics::Source::Kernel(i.to_string());
             store.apply(vec![c], i * 2 + 10);
             store.apply(vec![], i * 2 + 11);
         }
