@@ -14,6 +14,9 @@ use crate::gpu::GpuConfig;
 pub use crate::identity::Credential;
 use crate::kernels::KernelConfig;
 use crate::sched::source::SchedulerConfig;
+use crate::server::config as server_config;
+pub use crate::server::config::ServerConfig;
+use crate::server::tls::Tls;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -147,7 +150,7 @@ pub struct Config {
     pub tokens: Vec<Credential>,
     pub token_origin: TokenOrigin,
     /// HTTPS: the certificate and key files and the server's TLS configuration over them.
-    pub tls: Option<std::sync::Arc<crate::server::tls::Tls>>,
+    pub tls: Option<std::sync::Arc<Tls>>,
 }
 
 /// The name a single, unnamed token (env, bare file, generated) goes by.
@@ -167,45 +170,72 @@ impl Config {
             }
             None => (FileConfig::default(), String::new(), PathBuf::new()),
         };
-        let listen_text = cli.listen.clone().or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_string());
-        let listen: SocketAddr = listen_text.parse().map_err(|e| ConfigError::Invalid {
-            key: "listen",
-            value: format!("{listen_text:?}"),
-            why: format!("{e}; expected IP:PORT such as {DEFAULT_LISTEN}"),
-        })?;
-        let tls = match (
-            cli.tls_cert.clone().or(file.tls_cert_file.clone()),
-            cli.tls_key.clone().or(file.tls_key_file.clone()),
-        ) {
-            (None, None) => None,
-            (Some(cert), Some(key)) => {
-                Some(crate::server::tls::Tls::load(&cert, &key).map_err(|e| ConfigError::Invalid {
-                    key: "tls_cert_file / tls_key_file",
-                    value: cert.display().to_string(),
-                    why: e.to_string(),
-                })?)
-            }
-            (cert, _) => {
-                return Err(ConfigError::Invalid {
-                    key: "tls_cert_file / tls_key_file",
-                    value: cert.map(|c| c.display().to_string()).unwrap_or_else(|| "(none)".into()),
-                    why: "HTTPS needs both a certificate (--tls-cert) and its key (--tls-key)".into(),
-                })
-            }
-        };
-        if !listen.ip().is_loopback() && !cli.allow_plain_http && tls.is_none() {
-            return Err(ConfigError::Invalid {
-                key: "listen",
-                value: listen.to_string(),
-                why: format!(
-                    "not a loopback address: the token and the console would cross the network in plain HTTP. \
-                     Serve HTTPS (--tls-cert and --tls-key), or reach the console through an SSH tunnel instead (`ssh -L 9650:127.0.0.1:{port} NODE`, then \
-                     open the console URL on http://127.0.0.1:9650), or pass --allow-plain-http on a network \
-                     you trust",
-                    port = listen.port()
-                ),
-            });
-        }
+        let (listen, tls) = listener(cli, &file)?;
+        let timing = Timing::resolve(cli, &file)?;
+        check_origins(&file.allowed_origins)?;
+        let rules = std::mem::take(&mut file.rules);
+        let alerting = Alerting::resolve(&file, rules, (&file_text, &file_path), timing.interval_ms)?;
+        let (kernels, scheduler) = workers(cli, &file)?;
+        file.server.check().map_err(|why| ConfigError::Invalid { key: "server", value: "[server]".into(), why })?;
+        let data_dir = cli.data_dir.clone().or(file.data_dir).unwrap_or_else(default_data_dir);
+        let (tokens, token_origin) = tokens(cli, env_token, file.token_file)?;
+        Ok(Config {
+            listen,
+            data_dir,
+            interval_ms: timing.interval_ms,
+            history_len: timing.history_len,
+            window_ms: timing.window_ms,
+            allowed_origins: file.allowed_origins,
+            thresholds: file.thresholds,
+            alerts: file.alerts,
+            rules: alerting.rules,
+            maintenance: alerting.maintenance,
+            incidents: file.incidents,
+            alertmanager: alerting.alertmanager,
+            kernels,
+            scheduler,
+            gpu: file.gpu,
+            server: file.server,
+            tokens,
+            token_origin,
+            tls,
+        })
+    }
+}
+
+/// The address to listen on and HTTPS over it; an address other than loopback needs TLS or
+/// `--allow-plain-http`.
+fn listener(cli: &Cli, file: &FileConfig) -> Result<(SocketAddr, Option<std::sync::Arc<Tls>>), ConfigError> {
+    let listen_text = cli.listen.clone().or(file.listen.clone()).unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+    let listen: SocketAddr = listen_text.parse().map_err(|e| ConfigError::Invalid {
+        key: "listen",
+        value: format!("{listen_text:?}"),
+        why: format!("{e}; expected IP:PORT such as {DEFAULT_LISTEN}"),
+    })?;
+    let cert = cli.tls_cert.clone().or(file.tls_cert_file.clone());
+    let key = cli.tls_key.clone().or(file.tls_key_file.clone());
+    let tls = server_config::tls(cert, key).map_err(|(value, why)| ConfigError::Invalid {
+        key: "tls_cert_file / tls_key_file",
+        value,
+        why,
+    })?;
+    server_config::check_exposure(listen, tls.is_some(), cli.allow_plain_http).map_err(|why| ConfigError::Invalid {
+        key: "listen",
+        value: listen.to_string(),
+        why,
+    })?;
+    Ok((listen, tls))
+}
+
+/// How often the daemon collects, and how much it keeps.
+struct Timing {
+    interval_ms: u64,
+    history_len: usize,
+    window_ms: u64,
+}
+
+impl Timing {
+    fn resolve(cli: &Cli, file: &FileConfig) -> Result<Timing, ConfigError> {
         let interval_ms = cli.interval_ms.or(file.interval_ms).unwrap_or(1000);
         check_range("interval_ms", interval_ms, 100, 60_000)?;
         let history_len = file.history_len.unwrap_or(600);
@@ -218,15 +248,38 @@ impl Config {
                 why: format!("must be between interval_ms ({interval_ms}) and 3600000"),
             });
         }
-        for origin in &file.allowed_origins {
-            if !(origin.starts_with("http://") || origin.starts_with("https://")) || origin.ends_with('/') {
-                return Err(ConfigError::Invalid {
-                    key: "allowed_origins",
-                    value: format!("{origin:?}"),
-                    why: "an origin is scheme://host[:port] with no path, e.g. https://console.example".into(),
-                });
-            }
+        Ok(Timing { interval_ms, history_len, window_ms })
+    }
+}
+
+fn check_origins(origins: &[String]) -> Result<(), ConfigError> {
+    for origin in origins {
+        if !(origin.starts_with("http://") || origin.starts_with("https://")) || origin.ends_with('/') {
+            return Err(ConfigError::Invalid {
+                key: "allowed_origins",
+                value: format!("{origin:?}"),
+                why: "an origin is scheme://host[:port] with no path, e.g. https://console.example".into(),
+            });
         }
+    }
+    Ok(())
+}
+
+/// The alerting sections, checked: `[thresholds]`, `[alerts]`, `[incidents]`, `[[maintenance]]`,
+/// `[alertmanager]` (its secrets read) and `[[rules]]` (compiled).
+struct Alerting {
+    rules: Vec<Rule>,
+    maintenance: Vec<crate::alerts::silences::Window>,
+    alertmanager: Option<AlertmanagerConfig>,
+}
+
+impl Alerting {
+    fn resolve(
+        file: &FileConfig,
+        rules: Vec<RuleConfig>,
+        (text, path): (&str, &Path),
+        interval_ms: u64,
+    ) -> Result<Alerting, ConfigError> {
         file.thresholds.check()?;
         check_alerts(&file.alerts)?;
         file.incidents.check(interval_ms).map_err(|why| ConfigError::Invalid {
@@ -243,167 +296,82 @@ impl Config {
             })?;
             maintenance.push(checked);
         }
-        if let Some(am) = &mut file.alertmanager {
-            let parsed = crate::http_client::Url::parse(&am.url);
-            if parsed.is_err() || am.url.ends_with('/') {
-                let credentials = parsed.as_ref().err() == Some(&crate::http_client::UrlError::Credentials);
-                return Err(ConfigError::Invalid {
-                    key: "alertmanager.url",
-                    // A URL with credentials is not echoed back into the log.
-                    value: if credentials {
-                        "(not shown: it holds credentials)".into()
-                    } else {
-                        format!("{:?}", am.url)
-                    },
-                    why: match parsed {
-                        Err(e) if credentials => e.to_string(),
-                        _ => "an http:// or https:// base URL without a trailing slash, e.g. http://127.0.0.1:9093"
-                            .into(),
-                    },
-                });
-            }
-            check_range("alertmanager.resend_interval_ms", am.resend_interval_ms, 1000, 3_600_000)?;
-            am.auth = alertmanager_auth(am)?;
-        }
-        let kernels = file.kernels.unwrap_or_else(|| vec![KernelConfig::canary()]);
-        crate::kernels::check_all(&kernels).map_err(|why| ConfigError::Invalid {
+        let alertmanager = file.alertmanager.clone().map(alertmanager).transpose()?;
+        let rules = rules::compile(rules, text).map_err(|message| ConfigError::Parse { path: path.into(), message })?;
+        Ok(Alerting { rules, maintenance, alertmanager })
+    }
+}
+
+/// `[alertmanager]`: its URL checked (never echoed when it holds credentials) and its
+/// secrets read.
+fn alertmanager(mut am: AlertmanagerConfig) -> Result<AlertmanagerConfig, ConfigError> {
+    let parsed = crate::http_client::Url::parse(&am.url);
+    if parsed.is_err() || am.url.ends_with('/') {
+        let credentials = parsed.as_ref().err() == Some(&crate::http_client::UrlError::Credentials);
+        return Err(ConfigError::Invalid {
+            key: "alertmanager.url",
+            value: if credentials { "(not shown: it holds credentials)".into() } else { format!("{:?}", am.url) },
+            why: match parsed {
+                Err(e) if credentials => e.to_string(),
+                _ => "an http:// or https:// base URL without a trailing slash, e.g. http://127.0.0.1:9093".into(),
+            },
+        });
+    }
+    check_range("alertmanager.resend_interval_ms", am.resend_interval_ms, 1000, 3_600_000)?;
+    am.auth = alertmanager_auth(&am)?;
+    Ok(am)
+}
+
+/// The ring kernels (`[[kernels]]`, else one `echo` canary) and the scheduler, checked
+/// together: a stats kernel fed run-queue samples needs the scheduler that takes them.
+fn workers(cli: &Cli, file: &FileConfig) -> Result<(Vec<KernelConfig>, SchedulerConfig), ConfigError> {
+    let kernels = file.kernels.clone().unwrap_or_else(|| vec![KernelConfig::canary()]);
+    crate::kernels::check_all(&kernels).map_err(|why| ConfigError::Invalid {
+        key: "kernels",
+        value: format!("{} entries", kernels.len()),
+        why,
+    })?;
+    let mut scheduler = file.scheduler.clone();
+    if let Some(backend) = cli.sched_backend {
+        scheduler.backend = Some(backend);
+    }
+    scheduler.check().map_err(|why| ConfigError::Invalid { key: "scheduler", value: "[scheduler]".into(), why })?;
+    let fed = |k: &&KernelConfig| {
+        k.kernel == ringside_shared::KernelKind::Stats && k.input == ringside_shared::StatsInput::RunqLatency
+    };
+    if let Some(k) = kernels.iter().find(fed).filter(|_| !scheduler.enabled) {
+        return Err(ConfigError::Invalid {
             key: "kernels",
-            value: format!("{} entries", kernels.len()),
-            why,
-        })?;
-        let mut scheduler = file.scheduler;
-        if let Some(backend) = cli.sched_backend {
-            scheduler.backend = Some(backend);
-        }
-        scheduler.check().map_err(|why| ConfigError::Invalid { key: "scheduler", value: "[scheduler]".into(), why })?;
-        file.server.check().map_err(|why| ConfigError::Invalid { key: "server", value: "[server]".into(), why })?;
-        // A stats kernel fed run-queue samples needs the scheduler that takes them.
-        if let Some(k) = kernels.iter().find(|k| {
-            k.kernel == ringside_shared::KernelKind::Stats
-                && k.input == ringside_shared::StatsInput::RunqLatency
-                && !scheduler.enabled
-        }) {
-            return Err(ConfigError::Invalid {
-                key: "kernels",
-                value: format!("{:?} (input = \"runq_latency\")", k.id),
-                why: "run-queue samples come from the scheduler, which [scheduler] enabled = false turns off; \
-                      enable it or set input = \"cpu_utilization\""
-                    .into(),
-            });
-        }
-        let rules = rules::compile(file.rules, &file_text)
-            .map_err(|message| ConfigError::Parse { path: file_path.clone(), message })?;
-        let data_dir = cli.data_dir.clone().or(file.data_dir).unwrap_or_else(default_data_dir);
-        let single = |secret: String| vec![Credential { name: SINGLE_TOKEN_NAME.into(), secret, role: Role::Operator }];
-        // Flag, then environment, then file: `--token-file` beats RINGSIDE_TOKEN, which beats
-        // the file's `token_file`.
-        let env_token = env_token.filter(|t| !t.is_empty());
-        let (env_token, token_file) = match (&cli.token_file, env_token) {
-            (Some(flag), _) => (None, Some(flag.clone())),
-            (None, Some(token)) => (Some(token), None),
-            (None, None) => (None, file.token_file),
-        };
-        let (tokens, token_origin) = match (env_token, token_file) {
-            (Some(token), _) => {
-                check_secret(&token).map_err(|why| ConfigError::Invalid {
-                    key: "token",
-                    value: "(hidden)".into(),
-                    why,
-                })?;
-                (single(token), TokenOrigin::Environment)
-            }
-            (None, Some(path)) => (read_token_file(&path)?, TokenOrigin::File),
-            (None, None) => (single(generate_token()?), TokenOrigin::Generated),
-        };
-        Ok(Config {
-            listen,
-            data_dir,
-            interval_ms,
-            history_len,
-            window_ms,
-            allowed_origins: file.allowed_origins,
-            thresholds: file.thresholds,
-            alerts: file.alerts,
-            rules,
-            maintenance,
-            incidents: file.incidents,
-            alertmanager: file.alertmanager,
-            kernels,
-            scheduler,
-            gpu: file.gpu,
-            server: file.server,
-            tokens,
-            token_origin,
-            tls,
-        })
+            value: format!("{:?} (input = \"runq_latency\")", k.id),
+            why: "run-queue samples come from the scheduler, which [scheduler] enabled = false turns off; \
+                  enable it or set input = \"cpu_utilization\""
+                .into(),
+        });
     }
+    Ok((kernels, scheduler))
 }
 
-/// `[server]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ServerConfig {
-    /// Open HTTP connections at most (WebSocket sessions not counted once upgraded).
-    pub max_connections: usize,
-    /// Open HTTP connections from one client address at most. Past it (or past
-    /// `max_connections`), a new connection evicts the oldest that has not authenticated.
-    pub max_connections_per_address: usize,
-    /// Time a client has to send a request's headers, and that a kept-alive connection may
-    /// sit idle.
-    pub header_read_timeout_ms: u64,
-    /// WebSocket sessions at most.
-    pub max_ws_sessions: usize,
-    /// Failed authentications one client address may make per 10 s; beyond them it is
-    /// answered 429 until the 10 s have passed (valid tokens are never held back).
-    pub auth_failures_per_address: u32,
-    /// A console session unused this long ends (it lasts 30 days at most anyway).
-    pub session_idle_hours: u64,
-    /// Viewers also see the command lines and library paths of processes whose users are not
-    /// admitted for alerting (`[scheduler.alerting]`); operators always do.
-    pub viewers_see_untrusted: bool,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            max_connections: 256,
-            max_connections_per_address: 64,
-            header_read_timeout_ms: 10_000,
-            max_ws_sessions: 64,
-            auth_failures_per_address: 30,
-            session_idle_hours: 12,
-            viewers_see_untrusted: false,
+/// The tokens: `--token-file`, then `RINGSIDE_TOKEN`, then the file's `token_file`, else one
+/// generated (whose URL is printed).
+fn tokens(
+    cli: &Cli,
+    env_token: Option<String>,
+    file_token: Option<PathBuf>,
+) -> Result<(Vec<Credential>, TokenOrigin), ConfigError> {
+    let single = |secret: String| vec![Credential { name: SINGLE_TOKEN_NAME.into(), secret, role: Role::Operator }];
+    let env_token = env_token.filter(|t| !t.is_empty());
+    let (env_token, token_file) = match (&cli.token_file, env_token) {
+        (Some(flag), _) => (None, Some(flag.clone())),
+        (None, Some(token)) => (Some(token), None),
+        (None, None) => (None, file_token),
+    };
+    match (env_token, token_file) {
+        (Some(token), _) => {
+            check_secret(&token).map_err(|why| ConfigError::Invalid { key: "token", value: "(hidden)".into(), why })?;
+            Ok((single(token), TokenOrigin::Environment))
         }
-    }
-}
-
-impl ServerConfig {
-    pub fn check(&self) -> Result<(), String> {
-        if !(1..=65_536).contains(&self.max_connections) {
-            return Err(format!("max_connections = {}: must be 1 to 65536", self.max_connections));
-        }
-        if !(1..=self.max_connections).contains(&self.max_connections_per_address) {
-            return Err(format!(
-                "max_connections_per_address = {}: must be 1 to max_connections ({})",
-                self.max_connections_per_address, self.max_connections
-            ));
-        }
-        if !(100..=300_000).contains(&self.header_read_timeout_ms) {
-            return Err(format!("header_read_timeout_ms = {}: must be 100 to 300000", self.header_read_timeout_ms));
-        }
-        if !(1..=4096).contains(&self.max_ws_sessions) {
-            return Err(format!("max_ws_sessions = {}: must be 1 to 4096", self.max_ws_sessions));
-        }
-        if !(1..=720).contains(&self.session_idle_hours) {
-            return Err(format!("session_idle_hours = {}: must be 1 to 720 (30 days)", self.session_idle_hours));
-        }
-        if !(1..=1_000_000).contains(&self.auth_failures_per_address) {
-            return Err(format!(
-                "auth_failures_per_address = {}: must be 1 to 1000000",
-                self.auth_failures_per_address
-            ));
-        }
-        Ok(())
+        (None, Some(path)) => Ok((read_token_file(&path)?, TokenOrigin::File)),
+        (None, None) => Ok((single(generate_token()?), TokenOrigin::Generated)),
     }
 }
 
@@ -597,10 +565,7 @@ const MAX_TOKEN_FILE_BYTES: u64 = 1 << 20;
 
 /// 32 random bytes from the kernel, hex-encoded.
 pub fn generate_token() -> Result<String, ConfigError> {
-    use std::io::Read;
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).map_err(ConfigError::Random)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    crate::identity::generate_token().map_err(ConfigError::Random)
 }
 
 #[cfg(test)]

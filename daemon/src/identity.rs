@@ -22,6 +22,14 @@ pub struct Identity {
     pub role: Role,
 }
 
+/// 32 random bytes from the kernel, hex-encoded: a token or a session id.
+pub fn generate_token() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// Equal-time comparison of two byte strings.
 pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
     let mut difference = (a.len() ^ b.len()) as u8 | u8::from(a.len() != b.len());

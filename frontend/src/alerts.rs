@@ -4,7 +4,7 @@
 
 use leptos::prelude::*;
 use ringside_shared::protocol::{MAX_BY_CHARS, MAX_NOTE_CHARS};
-use ringside_shared::{Alert, Severity, TransitionKind};
+use ringside_shared::{Alert, ClientCommand, Matcher, NewSilence, Severity, TransitionKind};
 
 use crate::chart::clock;
 use crate::connection::LinkHandle;
@@ -138,14 +138,9 @@ fn AlertRow(alert: Alert) -> impl IntoView {
     };
     let acknowledge = move |_| {
         let by = storage().and_then(|s| s.get_item(OPERATOR_KEY).ok().flatten()).filter(|n| !n.is_empty());
-        let mut command = serde_json::json!({ "type": "ack_alert", "id": id });
-        if let Some(by) = by {
-            command["by"] = by.into();
-        }
         let text = note.get_untracked();
-        if !text.trim().is_empty() {
-            command["note"] = text.trim().into();
-        }
+        let note = Some(text.trim().to_string()).filter(|n| !n.is_empty());
+        let command = ClientCommand::AckAlert { id, note, by };
         if link.with_value(|link| link.send(&command)) {
             pending.set(true);
         } else {
@@ -178,18 +173,15 @@ fn AlertRow(alert: Alert) -> impl IntoView {
     };
     let silence = move |label: &'static str, duration_ms: Option<u64>| {
         let by = storage().and_then(|s| s.get_item(OPERATOR_KEY).ok().flatten()).filter(|n| !n.is_empty());
-        let mut command = serde_json::json!({
-            "type": "create_silence",
-            "matchers": [{ "name": "alert_id", "value": id.to_string() }],
-            "comment": format!("silenced from the console {label}"),
+        let command = ClientCommand::CreateSilence(NewSilence {
+            matchers: vec![Matcher::new("alert_id", &id.to_string())],
+            starts_at_ms: None,
+            ends_at_ms: None,
+            duration_ms,
+            until_resolved: duration_ms.is_none(),
+            comment: format!("silenced from the console {label}"),
+            by,
         });
-        match duration_ms {
-            Some(ms) => command["duration_ms"] = ms.into(),
-            None => command["until_resolved"] = true.into(),
-        }
-        if let Some(by) = by {
-            command["by"] = by.into();
-        }
         if link.with_value(|link| link.send(&command)) {
             pending.set(true);
         } else {
@@ -437,7 +429,8 @@ fn SilencesList() -> impl IntoView {
                     view! {
                         <button class="expire-silence" data-silence-id=id.to_string()
                             on:click=move |_| {
-                                let command = serde_json::json!({ "type": "expire_silence", "id": id });
+                                let by = storage().and_then(|s| s.get_item(OPERATOR_KEY).ok().flatten()).filter(|n| !n.is_empty());
+                                let command = ClientCommand::ExpireSilence { id, by };
                                 if !link.with_value(|link| link.send(&command)) {
                                     store.server_error.set(Some("not connected: try again once live".into()));
                                 }

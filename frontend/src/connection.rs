@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use leptos::prelude::*;
-use ringside_shared::ServerMessage;
+use ringside_shared::{ClientCommand, ServerMessage};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{CloseEvent, MessageEvent, WebSocket};
@@ -50,11 +50,10 @@ impl Link {
     }
 
     /// Sends a command as one JSON text frame; false when not connected.
-    pub fn send(&self, command: &serde_json::Value) -> bool {
+    pub fn send(&self, command: &ClientCommand) -> bool {
+        let Ok(text) = serde_json::to_string(command) else { return false };
         match self.live.borrow().as_ref() {
-            Some(live) if live.socket.ready_state() == WebSocket::OPEN => {
-                live.socket.send_with_str(&command.to_string()).is_ok()
-            }
+            Some(live) if live.socket.ready_state() == WebSocket::OPEN => live.socket.send_with_str(&text).is_ok(),
             _ => false,
         }
     }

@@ -121,7 +121,7 @@ pub enum ErrorCode {
     Internal,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ClientCommand {
     AckAlert {
@@ -164,7 +164,16 @@ impl CommandError {
 }
 
 impl ClientCommand {
-    pub const TYPES: [&'static str; 4] = ["ack_alert", "ping", "create_silence", "expire_silence"];
+    /// The `type` of every command, read from the type's own (serde) description: a variant
+    /// added is known to [`parse`](Self::parse) and named in its errors at once.
+    pub fn types() -> &'static [String] {
+        static TYPES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+        TYPES.get_or_init(|| {
+            let schema = serde_json::to_value(schemars::schema_for!(ClientCommand)).unwrap_or_default();
+            let variants = schema["oneOf"].as_array().cloned().unwrap_or_default();
+            variants.iter().filter_map(|v| v["properties"]["type"]["const"].as_str().map(String::from)).collect()
+        })
+    }
 
     /// Parses one text frame, telling apart malformed JSON, an unknown command and a known
     /// command with bad fields, so the client learns exactly what to fix.
@@ -185,10 +194,10 @@ impl ClientCommand {
             Some(_) => return Err(CommandError::new(ErrorCode::MissingType, "field `type` must be a string")),
             None => return Err(CommandError::new(ErrorCode::MissingType, "field `type` is missing")),
         };
-        if !Self::TYPES.contains(&kind.as_str()) {
+        if !Self::types().contains(&kind) {
             return Err(CommandError::new(
                 ErrorCode::UnknownCommand,
-                format!("unknown command `{}`; known commands: {}", truncate(&kind, 64), Self::TYPES.join(", ")),
+                format!("unknown command `{}`; known commands: {}", truncate(&kind, 64), Self::types().join(", ")),
             ));
         }
         let command: ClientCommand = serde_json::from_value(value)

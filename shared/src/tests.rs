@@ -551,6 +551,26 @@ fn commands_parse() {
     );
     assert_eq!(ClientCommand::parse(r#"{"type":"ping"}"#).unwrap(), ClientCommand::Ping { nonce: None });
     assert_eq!(ClientCommand::parse(r#"{"type":"ping","nonce":9}"#).unwrap(), ClientCommand::Ping { nonce: Some(9) });
+    assert_eq!(ClientCommand::types(), ["ack_alert", "ping", "create_silence", "expire_silence"]);
+    // What the console sends is the type serialised: every command reads back as itself.
+    let silence = crate::NewSilence {
+        matchers: vec![crate::Matcher::new("alert_id", "7")],
+        starts_at_ms: None,
+        ends_at_ms: None,
+        duration_ms: None,
+        until_resolved: true,
+        comment: "from the console".into(),
+        by: Some("ana".into()),
+    };
+    for command in [
+        ClientCommand::AckAlert { id: 7, note: Some("on it".into()), by: None },
+        ClientCommand::Ping { nonce: None },
+        ClientCommand::CreateSilence(silence),
+        ClientCommand::ExpireSilence { id: 3, by: Some("ana".into()) },
+    ] {
+        let text = serde_json::to_string(&command).unwrap();
+        assert_eq!(ClientCommand::parse(&text).as_ref(), Ok(&command), "{text}");
+    }
 }
 
 #[test]
@@ -784,6 +804,7 @@ fn the_wire_format_is_the_committed_one() {
         ("example-snapshot-frame.json", frame(ServerMessage::Snapshot(Box::new(snapshot)))),
         ("example-update-frame.json", frame(ServerMessage::Update(Box::new(update)))),
         ("snapshot.json", schema(snapshot_schema())),
+        ("client-command.json", schema(serde_json::to_value(schemars::schema_for!(ClientCommand)).unwrap())),
         ("server-message.json", schema(serde_json::to_value(schemars::schema_for!(ServerMessage)).unwrap())),
         ("incident-bundle.json", schema(crate::incident::incident_schema())),
     ];

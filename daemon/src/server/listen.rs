@@ -28,7 +28,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::connections::Connections;
 
-use crate::config::ServerConfig;
+use super::config::ServerConfig;
 use crate::state::NodeState;
 
 /// How long open connections get to finish when the daemon stops.

@@ -4,6 +4,7 @@
 
 mod api;
 pub mod auth;
+pub mod config;
 pub mod connections;
 pub mod console;
 pub mod listen;

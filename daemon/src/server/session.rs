@@ -144,7 +144,7 @@ impl Sessions {
 
     /// A new session for `credential`: its id (for the cookie). Kept before it is returned.
     pub fn create(&self, credential: &Credential, now_ms: u64) -> std::io::Result<String> {
-        let id = crate::config::generate_token().map_err(|e| std::io::Error::other(e.to_string()))?;
+        let id = crate::identity::generate_token()?;
         let session = Session {
             id_digest: digest(id.as_bytes()),
             expires_ms: now_ms + SESSION_TTL_MS,

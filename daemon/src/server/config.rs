@@ -1,0 +1,108 @@
+//! The server's own settings: `[server]` (connection, session and throttling limits) and HTTPS
+//! over the listening address. Parsed and checked here; the config gathers them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::tls::Tls;
+
+/// `[server]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Open HTTP connections at most (WebSocket sessions not counted once upgraded).
+    pub max_connections: usize,
+    /// Open HTTP connections from one client address at most. Past it (or past
+    /// `max_connections`), a new connection evicts the oldest that has not authenticated.
+    pub max_connections_per_address: usize,
+    /// Time a client has to send a request's headers, and that a kept-alive connection may
+    /// sit idle.
+    pub header_read_timeout_ms: u64,
+    /// WebSocket sessions at most.
+    pub max_ws_sessions: usize,
+    /// Failed authentications one client address may make per 10 s; beyond them it is
+    /// answered 429 until the 10 s have passed (valid tokens are never held back).
+    pub auth_failures_per_address: u32,
+    /// A console session unused this long ends (it lasts 30 days at most anyway).
+    pub session_idle_hours: u64,
+    /// Viewers also see the command lines and library paths of processes whose users are not
+    /// admitted for alerting (`[scheduler.alerting]`); operators always do.
+    pub viewers_see_untrusted: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            max_connections: 256,
+            max_connections_per_address: 64,
+            header_read_timeout_ms: 10_000,
+            max_ws_sessions: 64,
+            auth_failures_per_address: 30,
+            session_idle_hours: 12,
+            viewers_see_untrusted: false,
+        }
+    }
+}
+
+impl ServerConfig {
+    pub fn check(&self) -> Result<(), String> {
+        if !(1..=65_536).contains(&self.max_connections) {
+            return Err(format!("max_connections = {}: must be 1 to 65536", self.max_connections));
+        }
+        if !(1..=self.max_connections).contains(&self.max_connections_per_address) {
+            return Err(format!(
+                "max_connections_per_address = {}: must be 1 to max_connections ({})",
+                self.max_connections_per_address, self.max_connections
+            ));
+        }
+        if !(100..=300_000).contains(&self.header_read_timeout_ms) {
+            return Err(format!("header_read_timeout_ms = {}: must be 100 to 300000", self.header_read_timeout_ms));
+        }
+        if !(1..=4096).contains(&self.max_ws_sessions) {
+            return Err(format!("max_ws_sessions = {}: must be 1 to 4096", self.max_ws_sessions));
+        }
+        if !(1..=720).contains(&self.session_idle_hours) {
+            return Err(format!("session_idle_hours = {}: must be 1 to 720 (30 days)", self.session_idle_hours));
+        }
+        if !(1..=1_000_000).contains(&self.auth_failures_per_address) {
+            return Err(format!(
+                "auth_failures_per_address = {}: must be 1 to 1000000",
+                self.auth_failures_per_address
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// HTTPS from a certificate chain and its key (both or neither); on failure, the value to show
+/// and why.
+pub fn tls(cert: Option<PathBuf>, key: Option<PathBuf>) -> Result<Option<Arc<Tls>>, (String, String)> {
+    match (cert, key) {
+        (None, None) => Ok(None),
+        (Some(cert), Some(key)) => {
+            Tls::load(&cert, &key).map(Some).map_err(|e| (cert.display().to_string(), e.to_string()))
+        }
+        (cert, _) => Err((
+            cert.map(|c| c.display().to_string()).unwrap_or_else(|| "(none)".into()),
+            "HTTPS needs both a certificate (--tls-cert) and its key (--tls-key)".into(),
+        )),
+    }
+}
+
+/// An address other than loopback without TLS sends the token and everything the console shows
+/// in the clear: refused unless `allow_plain_http`.
+pub fn check_exposure(listen: SocketAddr, tls: bool, allow_plain_http: bool) -> Result<(), String> {
+    if listen.ip().is_loopback() || allow_plain_http || tls {
+        return Ok(());
+    }
+    Err(format!(
+        "not a loopback address: the token and the console would cross the network in plain HTTP. \
+         Serve HTTPS (--tls-cert and --tls-key), or reach the console through an SSH tunnel instead (`ssh -L 9650:127.0.0.1:{port} NODE`, then \
+         open the console URL on http://127.0.0.1:9650), or pass --allow-plain-http on a network \
+         you trust",
+        port = listen.port()
+    ))
+}
