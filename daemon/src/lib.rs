@@ -83,10 +83,46 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
     if matches!(config.token_origin, TokenOrigin::Generated) {
         config.tokens = generated_token(&config.data_dir.join(GENERATED_TOKEN_FILE), config.tokens)?;
     }
-
-    let started = clock::now_ms();
     let paths = host::HostPaths::default();
-    let node = host::node_identity(&paths, started);
+    let state = node_state(&config, host::node_identity(&paths, clock::now_ms()));
+    let sources = metrics_sources(&config, &state, paths)?;
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (listener, local) = bind(config.listen).await?;
+    // Before the address is announced: from then on SIGHUP reloads, it never ends the daemon.
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("cannot install the SIGHUP handler")?;
+    announce(&config, local);
+
+    let collector = tokio::spawn(collector::run(state.clone(), sources, stop_rx.clone()));
+    if let Some(am) = &config.alertmanager {
+        let scheme = if config.tls.is_some() { "https" } else { "http" };
+        let generator = format!("{scheme}://{local}/");
+        let forwarder = alerts::alertmanager::Forwarder::new(am.clone(), state.clone(), generator)
+            .map_err(|e| anyhow::anyhow!("alertmanager: {e}"))?;
+        let (tx, rx) = tokio::sync::mpsc::channel(alerts::alertmanager::QUEUE);
+        state.set_forwarder(tx);
+        state.set_health(alerts::alertmanager::COMPONENT, ComponentStatus::Up, None);
+        tokio::spawn(forwarder.run(rx, stop_rx.clone()));
+    }
+    let app = app(&config, state.clone(), local, stop_rx.clone());
+    tokio::spawn(async move {
+        stop.recv().await;
+        tracing::info!("stopping");
+        let _ = stop_tx.send(true);
+    });
+    let tls = config.tls.as_ref().map(|t| t.config.clone());
+    tokio::spawn(reload_on_hangup(hangups, config.tls.clone(), state.clone()));
+    server::listen::serve(listener, server::router(app), &config.server, tls, state.clone(), stop_rx).await;
+    let _ = collector.await;
+    finish(state).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The node state: the alert store (opened from the data directory, or set aside and started
+/// afresh), the rules, the incident recorder and the console's health.
+fn node_state(config: &Config, node: ringside_shared::NodeIdentity) -> Arc<NodeState> {
     let db_path = config.data_dir.join("alerts.db");
     let (mut store, store_note) = open_alert_store(config.alerts.lifecycle(), &db_path);
     store.set_maintenance(config.maintenance.clone());
@@ -97,7 +133,7 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         window_ms: config.window_ms,
         history_len: config.history_len,
         thresholds: config.thresholds.clone(),
-        summary: config_summary(&config),
+        summary: config_summary(config),
         viewers_see_untrusted: config.server.viewers_see_untrusted,
     };
     let state = Arc::new(NodeState::new(node, settings, state::Alerting { store, rules }));
@@ -118,9 +154,17 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         let why = "this binary was built without the console: run `cargo xtask run`";
         state.set_health("console", ComponentStatus::Degraded, Some(why.into()));
     }
-    // The host source comes first in each tick's sample: a `cpu_utilization` stats kernel reads
-    // its figures there. Run-queue samples go from the scheduler to a stats kernel by their
-    // own feed, whatever the order.
+    state
+}
+
+/// Every metrics source the config turns on. The host source comes first in each tick's
+/// sample: a `cpu_utilization` stats kernel reads its figures there. Run-queue samples go from
+/// the scheduler to a stats kernel by their own feed, whatever the order.
+fn metrics_sources(
+    config: &Config,
+    state: &NodeState,
+    paths: host::HostPaths,
+) -> anyhow::Result<Vec<Box<dyn pipeline::MetricsSource>>> {
     let mut sources: Vec<Box<dyn pipeline::MetricsSource>> = vec![Box::new(host::HostSource::new(paths))];
     let mut runq = None;
     if config.scheduler.enabled {
@@ -143,73 +187,60 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("cannot launch ring kernel {}: {e}", kernel.id))?;
         sources.push(Box::new(source));
     }
+    Ok(sources)
+}
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let listener = tokio::net::TcpListener::bind(config.listen)
+async fn bind(listen: std::net::SocketAddr) -> anyhow::Result<(tokio::net::TcpListener, std::net::SocketAddr)> {
+    let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .with_context(|| format!("cannot listen on {} (in use? pass --listen ADDR)", config.listen))?;
+        .with_context(|| format!("cannot listen on {listen} (in use? pass --listen ADDR)"))?;
     let local = listener.local_addr().context("listening socket has no address")?;
     if !local.ip().is_loopback() {
         tracing::warn!(
             "listening on {local}, reachable from other machines: anyone with the token can use the console"
         );
     }
-    // Before the address is announced: from then on SIGHUP reloads, it never ends the daemon.
-    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        .context("cannot install the SIGHUP handler")?;
-    announce(&config, local);
+    Ok((listener, local))
+}
 
-    let collector = tokio::spawn(collector::run(state.clone(), sources, stop_rx.clone()));
-    if let Some(am) = &config.alertmanager {
-        let scheme = if config.tls.is_some() { "https" } else { "http" };
-        let generator = format!("{scheme}://{local}/");
-        let forwarder = alerts::alertmanager::Forwarder::new(am.clone(), state.clone(), generator)
-            .map_err(|e| anyhow::anyhow!("alertmanager: {e}"))?;
-        let (tx, rx) = tokio::sync::mpsc::channel(alerts::alertmanager::QUEUE);
-        state.set_forwarder(tx);
-        state.set_health(alerts::alertmanager::COMPONENT, ComponentStatus::Up, None);
-        tokio::spawn(forwarder.run(rx, stop_rx.clone()));
-    }
-    let app = Arc::new(server::App {
+/// What the routes share: the state, the tokens, the sessions kept across restarts.
+fn app(
+    config: &Config,
+    state: Arc<NodeState>,
+    local: std::net::SocketAddr,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) -> Arc<server::App> {
+    let sessions = server::session::Sessions::load(
+        Some(config.data_dir.join(server::session::FILE)),
+        local.port(),
+        clock::now_ms(),
+    )
+    .secure(config.tls.is_some())
+    .idle(config.server.session_idle_hours * 3_600_000);
+    Arc::new(server::App {
         state,
         credentials: config.tokens.clone(),
         allowed_origins: config.allowed_origins.clone(),
-        shutdown: stop_rx.clone(),
+        shutdown,
         max_ws_sessions: config.server.max_ws_sessions,
-        sessions: server::session::Sessions::load(
-            Some(config.data_dir.join(server::session::FILE)),
-            local.port(),
-            clock::now_ms(),
-        )
-        .secure(config.tls.is_some())
-        .idle(config.server.session_idle_hours * 3_600_000),
+        sessions,
         auth_failures: server::throttle::AuthFailures::new(config.server.auth_failures_per_address),
-    });
-    let served = app.state.clone();
-    tokio::spawn(async move {
-        stop.recv().await;
-        tracing::info!("stopping");
-        let _ = stop_tx.send(true);
-    });
-    let tls = config.tls.as_ref().map(|t| t.config.clone());
-    tokio::spawn(reload_on_hangup(hangups, config.tls.clone(), served.clone()));
-    server::listen::serve(listener, server::router(app), &config.server, tls, served.clone(), stop_rx).await;
-    let _ = collector.await;
-    // Bundles still recording are written with what they hold.
-    let finishing = served.clone();
+    })
+}
+
+/// At stop: bundles still recording are written with what they hold, and the last alert
+/// changes reach the disk before the process ends.
+async fn finish(state: Arc<NodeState>) {
+    let finishing = state.clone();
     let finished =
         tokio::task::spawn_blocking(move || finishing.finish_incidents(std::time::Duration::from_secs(10))).await;
     if !matches!(finished, Ok(true)) {
         tracing::error!("incident bundles still recording could not all be written before stopping");
     }
-    // The last alert changes reach the disk before the process ends.
-    let flushed =
-        tokio::task::spawn_blocking(move || served.flush_alert_store(std::time::Duration::from_secs(5))).await;
+    let flushed = tokio::task::spawn_blocking(move || state.flush_alert_store(std::time::Duration::from_secs(5))).await;
     if !matches!(flushed, Ok(true)) {
         tracing::error!("alert changes of the last seconds could not be written before stopping");
     }
-    tracing::info!("stopped");
-    Ok(())
 }
 
 /// The alert store on `path`. A database that cannot be opened or read is moved aside

@@ -1545,6 +1545,54 @@ mod tests {
     use ringside_shared::{GpuStepIdle, KernelStatsOutput, NumaNodeMetrics, PressureMetrics, ScxStatus};
 
     /// A view in which every family has values.
+    /// A GPU with every field reported, and job 7's idle attribution on it.
+    fn every_gpu_field(by_phase: &PhaseValues<f64>) -> GpuTelemetry {
+        let device = GpuDevice {
+            index: 0,
+            uuid: "GPU-0".into(),
+            utilization_gpu_pct: Some(80.0),
+            utilization_memory_pct: Some(1.0),
+            sm_clock_mhz: Some(1),
+            sm_clock_max_mhz: Some(1),
+            memory_clock_mhz: Some(1),
+            memory_used_bytes: Some(1),
+            memory_total_bytes: Some(4),
+            temperature_gpu_c: Some(60),
+            temperature_memory_c: Some(60),
+            power_draw_w: Some(300.0),
+            power_limit_w: Some(700.0),
+            energy_j: Some(1.0),
+            pcie_tx_bytes_per_s: Some(1),
+            pcie_rx_bytes_per_s: Some(1),
+            pcie_replay_count: Some(1),
+            nvlink_tx_bytes: Some(1),
+            nvlink_rx_bytes: Some(1),
+            ecc_corrected_volatile: Some(1),
+            ecc_uncorrected_volatile: Some(1),
+            remapped_rows_correctable: Some(1),
+            remapped_rows_uncorrectable: Some(1),
+            throttle_reasons: Some(vec![]),
+            ..Default::default()
+        };
+        let idle = GpuIdleAttribution {
+            job: 7,
+            gpu: 0,
+            idle_pct: 38.0,
+            idle_by_phase_pct: by_phase.clone(),
+            idle_waiting_for_cpu_pct: 8.0,
+            last_step: Some(GpuStepIdle {
+                start_ms: 1000,
+                end_ms: 7000,
+                anchor: Phase::DataLoading,
+                idle_pct: 38.0,
+                idle_by_phase_pct: by_phase.clone(),
+                idle_waiting_for_cpu_pct: 8.0,
+            }),
+            ..Default::default()
+        };
+        GpuTelemetry { devices: vec![device], idle: vec![idle], ..Default::default() }
+    }
+
     fn everything() -> (Sample, Vec<ComponentHealth>, DaemonStats) {
         let host = HostMetrics {
             cpu_utilization_pct: 50.0,
@@ -1608,50 +1656,7 @@ mod tests {
         if let Some(s) = cpu_stats.output_stats.as_mut() {
             s.input = StatsInput::CpuUtilization;
         }
-        let device = GpuDevice {
-            index: 0,
-            uuid: "GPU-0".into(),
-            utilization_gpu_pct: Some(80.0),
-            utilization_memory_pct: Some(1.0),
-            sm_clock_mhz: Some(1),
-            sm_clock_max_mhz: Some(1),
-            memory_clock_mhz: Some(1),
-            memory_used_bytes: Some(1),
-            memory_total_bytes: Some(4),
-            temperature_gpu_c: Some(60),
-            temperature_memory_c: Some(60),
-            power_draw_w: Some(300.0),
-            power_limit_w: Some(700.0),
-            energy_j: Some(1.0),
-            pcie_tx_bytes_per_s: Some(1),
-            pcie_rx_bytes_per_s: Some(1),
-            pcie_replay_count: Some(1),
-            nvlink_tx_bytes: Some(1),
-            nvlink_rx_bytes: Some(1),
-            ecc_corrected_volatile: Some(1),
-            ecc_uncorrected_volatile: Some(1),
-            remapped_rows_correctable: Some(1),
-            remapped_rows_uncorrectable: Some(1),
-            throttle_reasons: Some(vec![]),
-            ..Default::default()
-        };
-        let idle = GpuIdleAttribution {
-            job: 7,
-            gpu: 0,
-            idle_pct: 38.0,
-            idle_by_phase_pct: by_phase.clone(),
-            idle_waiting_for_cpu_pct: 8.0,
-            last_step: Some(GpuStepIdle {
-                start_ms: 1000,
-                end_ms: 7000,
-                anchor: Phase::DataLoading,
-                idle_pct: 38.0,
-                idle_by_phase_pct: by_phase.clone(),
-                idle_waiting_for_cpu_pct: 8.0,
-            }),
-            ..Default::default()
-        };
-        let gpus = GpuTelemetry { devices: vec![device], idle: vec![idle], ..Default::default() };
+        let gpus = every_gpu_field(&by_phase);
         let window = WindowAggregates {
             kernels: vec![KernelWindow {
                 id: "canary".into(),

@@ -116,38 +116,29 @@ fn AlertHistory(alert: Alert) -> impl IntoView {
     }
 }
 
+/// The operator's name for acknowledgements and silences (*Acknowledge as*), if set.
+fn operator_name() -> Option<String> {
+    storage().and_then(|s| s.get_item(OPERATOR_KEY).ok().flatten()).filter(|n| !n.is_empty())
+}
+
+/// Who acknowledged the alert, or the form to acknowledge it (operators only).
 #[component]
-fn AlertRow(alert: Alert) -> impl IntoView {
+fn AckAction(alert: Alert, pending: RwSignal<bool>) -> impl IntoView {
     let store = expect_context::<Store>();
     let link = expect_context::<LinkHandle>();
     let id = alert.id;
-    let pending = RwSignal::new(false);
     let note = RwSignal::new(String::new());
-    let raised_at = alert.raised_at_ms;
-    let resolved_at = alert.resolved_at_ms;
-    let ago = move || {
-        let now = store.server_time_ms.get();
-        match resolved_at {
-            Some(r) => format!(
-                "raised {} ago · resolved {} ago",
-                age(now.saturating_sub(raised_at)),
-                age(now.saturating_sub(r))
-            ),
-            None => format!("raised {} ago", age(now.saturating_sub(raised_at))),
-        }
-    };
     let acknowledge = move |_| {
-        let by = storage().and_then(|s| s.get_item(OPERATOR_KEY).ok().flatten()).filter(|n| !n.is_empty());
         let text = note.get_untracked();
         let note = Some(text.trim().to_string()).filter(|n| !n.is_empty());
-        let command = ClientCommand::AckAlert { id, note, by };
+        let command = ClientCommand::AckAlert { id, note, by: operator_name() };
         if link.with_value(|link| link.send(&command)) {
             pending.set(true);
         } else {
             store.server_error.set(Some("not connected: the acknowledgement was not sent; try again once live".into()));
         }
     };
-    let action = match alert.acknowledgement.clone() {
+    match alert.acknowledgement {
         Some(ack) => {
             let now = store.server_time_ms;
             let note = ack.note.clone().map(|n| format!(" — “{n}”")).unwrap_or_default();
@@ -170,9 +161,16 @@ fn AlertRow(alert: Alert) -> impl IntoView {
         }
         .into_any(),
         None => view! { <div class="muted read-only">"Not acknowledged · this token is read-only"</div> }.into_any(),
-    };
+    }
+}
+
+/// What silences the alert, or the buttons to silence it (operators, active alerts only).
+#[component]
+fn SilenceAction(alert: Alert, pending: RwSignal<bool>) -> impl IntoView {
+    let store = expect_context::<Store>();
+    let link = expect_context::<LinkHandle>();
+    let id = alert.id;
     let silence = move |label: &'static str, duration_ms: Option<u64>| {
-        let by = storage().and_then(|s| s.get_item(OPERATOR_KEY).ok().flatten()).filter(|n| !n.is_empty());
         let command = ClientCommand::CreateSilence(NewSilence {
             matchers: vec![Matcher::new("alert_id", &id.to_string())],
             starts_at_ms: None,
@@ -180,7 +178,7 @@ fn AlertRow(alert: Alert) -> impl IntoView {
             duration_ms,
             until_resolved: duration_ms.is_none(),
             comment: format!("silenced from the console {label}"),
-            by,
+            by: operator_name(),
         });
         if link.with_value(|link| link.send(&command)) {
             pending.set(true);
@@ -188,7 +186,7 @@ fn AlertRow(alert: Alert) -> impl IntoView {
             store.server_error.set(Some("not connected: the silence was not sent; try again once live".into()));
         }
     };
-    let silencing = match alert.silenced.clone() {
+    match alert.silenced.clone() {
         Some(silenced) => {
             let until = match silenced.until_ms {
                 Some(until) => format!("until {}", clock(until)),
@@ -215,27 +213,47 @@ fn AlertRow(alert: Alert) -> impl IntoView {
         }
         .into_any(),
         None => ().into_any(),
+    }
+}
+
+/// What the notification log says of alert `id` (the console's latest entries).
+fn notified(log: &[ringside_shared::Notification], id: u64) -> Option<String> {
+    let mine: Vec<_> = log.iter().filter(|n| n.alerts.iter().any(|a| a.id == id)).collect();
+    let last = mine.first()?;
+    let failed = mine.iter().filter(|n| !n.ok).count();
+    let what = if last.ok { "taken" } else { "failed" };
+    Some(format!(
+        "Alertmanager: {} batch(es), {failed} failed; last {} {what} ({})",
+        mine.len(),
+        clock(last.at_ms),
+        last.outcome
+    ))
+}
+
+#[component]
+fn AlertRow(alert: Alert) -> impl IntoView {
+    let store = expect_context::<Store>();
+    let id = alert.id;
+    let pending = RwSignal::new(false);
+    let raised_at = alert.raised_at_ms;
+    let resolved_at = alert.resolved_at_ms;
+    let ago = move || {
+        let now = store.server_time_ms.get();
+        match resolved_at {
+            Some(r) => format!(
+                "raised {} ago · resolved {} ago",
+                age(now.saturating_sub(raised_at)),
+                age(now.saturating_sub(r))
+            ),
+            None => format!("raised {} ago", age(now.saturating_sub(raised_at))),
+        }
     };
     let flags = match (alert.occurrence, alert.flapping) {
         (n, true) => format!(" · flapping, fired {n} times"),
         (n, false) if n > 1 => format!(" · occurrence {n}"),
         _ => String::new(),
     };
-    // What the notification log says of this alert (the console's latest entries).
-    let notified = move || {
-        store.notifications.with(|log| {
-            let mine: Vec<_> = log.iter().filter(|n| n.alerts.iter().any(|a| a.id == id)).collect();
-            let last = mine.first()?;
-            let failed = mine.iter().filter(|n| !n.ok).count();
-            let what = if last.ok { "taken" } else { "failed" };
-            Some(format!(
-                "Alertmanager: {} batch(es), {failed} failed; last {} {what} ({})",
-                mine.len(),
-                clock(last.at_ms),
-                last.outcome
-            ))
-        })
-    };
+    let notified = move || store.notifications.with(|log| notified(log, id));
     // The alert's incident bundles: recording (until when), or kept with their downloads.
     let incidents = move || {
         store
@@ -253,8 +271,8 @@ fn AlertRow(alert: Alert) -> impl IntoView {
             <div class="alert-body">
                 <div class="alert-message">{alert.message.clone()}</div>
                 <div class="alert-meta">{format!("{} · {} · #{id}{flags} · ", alert.name(), alert.source)}{ago}</div>
-                {silencing}
-                {action}
+                <SilenceAction alert=alert.clone() pending=pending />
+                <AckAction alert=alert.clone() pending=pending />
                 {move || notified().map(|text| view! { <div class="notified muted">{text}</div> })}
                 {incidents}
                 <AlertHistory alert=alert.clone() />
@@ -429,8 +447,7 @@ fn SilencesList() -> impl IntoView {
                     view! {
                         <button class="expire-silence" data-silence-id=id.to_string()
                             on:click=move |_| {
-                                let by = storage().and_then(|s| s.get_item(OPERATOR_KEY).ok().flatten()).filter(|n| !n.is_empty());
-                                let command = ClientCommand::ExpireSilence { id, by };
+                                let command = ClientCommand::ExpireSilence { id, by: operator_name() };
                                 if !link.with_value(|link| link.send(&command)) {
                                     store.server_error.set(Some("not connected: try again once live".into()));
                                 }
