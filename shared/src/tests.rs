@@ -551,7 +551,10 @@ fn commands_parse() {
     );
     assert_eq!(ClientCommand::parse(r#"{"type":"ping"}"#).unwrap(), ClientCommand::Ping { nonce: None });
     assert_eq!(ClientCommand::parse(r#"{"type":"ping","nonce":9}"#).unwrap(), ClientCommand::Ping { nonce: Some(9) });
-    assert_eq!(ClientCommand::types(), ["ack_alert", "ping", "create_silence", "expire_silence"]);
+    // The v1 commands stay; a command added later is known without being listed here.
+    for v1 in ["ack_alert", "ping", "create_silence", "expire_silence"] {
+        assert!(ClientCommand::types().iter().any(|t| t == v1), "{v1} in {:?}", ClientCommand::types());
+    }
     // What the console sends is the type serialised: every command reads back as itself.
     let silence = crate::NewSilence {
         matchers: vec![crate::Matcher::new("alert_id", "7")],
