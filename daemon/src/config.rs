@@ -26,8 +26,9 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("invalid `{key}` = {value}: {why}")]
     Invalid { key: &'static str, value: String, why: String },
+    /// A section's own check refused a value.
     #[error(transparent)]
-    Threshold(#[from] crate::alerts::kinds::InvalidThreshold),
+    Section(#[from] crate::invalid::Invalid),
     #[error("cannot read token file {path}: {source}")]
     TokenFile { path: PathBuf, source: std::io::Error },
     #[error("cannot generate a token: {0}")]
@@ -176,7 +177,7 @@ impl Config {
         let rules = std::mem::take(&mut file.rules);
         let alerting = Alerting::resolve(&file, rules, (&file_text, &file_path), timing.interval_ms)?;
         let (kernels, scheduler) = workers(cli, &file)?;
-        file.server.check().map_err(|why| ConfigError::Invalid { key: "server", value: "[server]".into(), why })?;
+        file.server.check()?;
         let data_dir = cli.data_dir.clone().or(file.data_dir).unwrap_or_else(default_data_dir);
         let (tokens, token_origin) = tokens(cli, env_token, file.token_file)?;
         Ok(Config {
@@ -214,16 +215,8 @@ fn listener(cli: &Cli, file: &FileConfig) -> Result<(SocketAddr, Option<std::syn
     })?;
     let cert = cli.tls_cert.clone().or(file.tls_cert_file.clone());
     let key = cli.tls_key.clone().or(file.tls_key_file.clone());
-    let tls = server_config::tls(cert, key).map_err(|(value, why)| ConfigError::Invalid {
-        key: "tls_cert_file / tls_key_file",
-        value,
-        why,
-    })?;
-    server_config::check_exposure(listen, tls.is_some(), cli.allow_plain_http).map_err(|why| ConfigError::Invalid {
-        key: "listen",
-        value: listen.to_string(),
-        why,
-    })?;
+    let tls = server_config::tls(cert, key)?;
+    server_config::check_exposure(listen, tls.is_some(), cli.allow_plain_http)?;
     Ok((listen, tls))
 }
 
@@ -282,19 +275,10 @@ impl Alerting {
     ) -> Result<Alerting, ConfigError> {
         file.thresholds.check()?;
         check_alerts(&file.alerts)?;
-        file.incidents.check(interval_ms).map_err(|why| ConfigError::Invalid {
-            key: "incidents",
-            value: "[incidents]".into(),
-            why,
-        })?;
+        file.incidents.check(interval_ms)?;
         let mut maintenance = Vec::new();
         for window in &file.maintenance {
-            let checked = crate::alerts::silences::Window::from_config(window).map_err(|why| ConfigError::Invalid {
-                key: "maintenance",
-                value: format!("{:?}", window.name),
-                why,
-            })?;
-            maintenance.push(checked);
+            maintenance.push(crate::alerts::silences::Window::from_config(window)?);
         }
         let alertmanager = file.alertmanager.clone().map(alertmanager).transpose()?;
         let rules = rules::compile(rules, text).map_err(|message| ConfigError::Parse { path: path.into(), message })?;
@@ -326,16 +310,12 @@ fn alertmanager(mut am: AlertmanagerConfig) -> Result<AlertmanagerConfig, Config
 /// together: a stats kernel fed run-queue samples needs the scheduler that takes them.
 fn workers(cli: &Cli, file: &FileConfig) -> Result<(Vec<KernelConfig>, SchedulerConfig), ConfigError> {
     let kernels = file.kernels.clone().unwrap_or_else(|| vec![KernelConfig::canary()]);
-    crate::kernels::check_all(&kernels).map_err(|why| ConfigError::Invalid {
-        key: "kernels",
-        value: format!("{} entries", kernels.len()),
-        why,
-    })?;
+    crate::kernels::check_all(&kernels)?;
     let mut scheduler = file.scheduler.clone();
     if let Some(backend) = cli.sched_backend {
         scheduler.backend = Some(backend);
     }
-    scheduler.check().map_err(|why| ConfigError::Invalid { key: "scheduler", value: "[scheduler]".into(), why })?;
+    scheduler.check()?;
     let fed = |k: &&KernelConfig| {
         k.kernel == ringside_shared::KernelKind::Stats && k.input == ringside_shared::StatsInput::RunqLatency
     };
@@ -685,10 +665,10 @@ wall:bbbbbbbbbbbbbbbb2:viewer
         assert!(wrong.contains("'cfs'") && wrong.contains("auto, scx, setattr, observe"), "{wrong}");
         for (text, expected) in [
             ("[scheduler]\nmode = \"enforced\"\n", "unknown variant `enforced`, expected `observe` or `enforce`"),
-            ("[scheduler]\nwindow_ms = 5\n", "window_ms = 5"),
+            ("[scheduler]\nwindow_ms = 5\n", "invalid `scheduler.window_ms` = 5: must be from 20 to 10000"),
             ("[scheduler]\nbackend = \"bpf\"\n", "expected one of `auto`, `scx`, `setattr`, `observe`"),
             ("[scheduler.policy.gpu_compute]\nnice = 0\nsched_policy = \"fifo\"\n", "sched_policy = \"fifo\""),
-            ("[scheduler.policy.gpu_compute]\nnice = 40\n", "[scheduler.policy.gpu_compute] nice = 40"),
+            ("[scheduler.policy.gpu_compute]\nnice = 40\n", "`scheduler.policy.gpu_compute.nice` = 40"),
             ("[scheduler]\nwindows_ms = 100\n", "windows_ms"),
             (
                 "[scheduler]\nenabled = false\n\n[[kernels]]\nid = \"runq\"\nkernel = \"stats\"\n",

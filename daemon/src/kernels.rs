@@ -16,6 +16,7 @@ use ringside_kernels::{Backend, Backpressure, Kernel, KernelError, LaunchOptions
 use ringside_shared::{KernelBackend, KernelKind, KernelState, KernelStateChange, KernelStatsOutput, StatsInput};
 use serde::Deserialize;
 
+use crate::invalid::Invalid;
 use crate::pipeline::{Feed, MetricsSource, Sample, SourceError, SourceStatus};
 
 /// A `[[kernels]]` table.
@@ -92,53 +93,40 @@ impl KernelConfig {
     }
 
     /// Checks one entry; the message names the kernel and the key.
-    pub fn check(&self) -> Result<LaunchOptions, String> {
+    pub fn check(&self) -> Result<LaunchOptions, Invalid> {
         let id_ok = !self.id.is_empty()
             && self.id.len() <= 64
             && self.id.chars().all(|c| c.is_ascii_alphanumeric() || "-_".contains(c));
         if !id_ok {
-            return Err(format!("kernel id {:?} must be 1-64 letters, digits, '-' or '_'", self.id));
+            return Err(Invalid::new("kernels.id", format!("{:?}", self.id), "1-64 letters, digits, '-' or '_'"));
         }
+        let key = |name: &str| format!("kernels.{name} (kernel {})", self.id);
         if !self.queue_capacity.is_power_of_two() || !(2..=1 << 20).contains(&self.queue_capacity) {
-            return Err(format!(
-                "kernel {}: queue_capacity {} must be a power of two from 2 to 1048576",
-                self.id, self.queue_capacity
-            ));
+            let why = "must be a power of two from 2 to 1048576";
+            return Err(Invalid::new(key("queue_capacity"), self.queue_capacity, why));
         }
         let min_size =
             if self.kernel == KernelKind::Stats { ringside_kernels::builtin::StatsSummary::BYTES } else { 16 };
-        let max_size = ringside_kernels::ring::MAX_MESSAGE;
-        if !(min_size..=max_size).contains(&self.message_size) {
-            return Err(format!(
-                "kernel {}: message_size {} must be from {min_size} to {max_size}",
-                self.id, self.message_size
-            ));
-        }
+        Invalid::range(&key("message_size"), self.message_size, min_size, ringside_kernels::ring::MAX_MESSAGE)?;
         let backpressure = match self.backpressure {
             BackpressureChoice::Drop => Backpressure::DropAndCount,
-            BackpressureChoice::Wait if (1..=10_000).contains(&self.wait_timeout_ms) => {
+            BackpressureChoice::Wait => {
+                Invalid::range(&key("wait_timeout_ms"), self.wait_timeout_ms, 1, 10_000)?;
                 Backpressure::WaitWithTimeout(Duration::from_millis(self.wait_timeout_ms))
             }
-            BackpressureChoice::Wait => {
-                return Err(format!("kernel {}: wait_timeout_ms must be from 1 to 10000", self.id))
-            }
         };
-        if !(100..=600_000).contains(&self.answer_timeout_ms) {
-            return Err(format!("kernel {}: answer_timeout_ms must be from 100 to 600000", self.id));
-        }
-        if self.batches > 100_000 {
-            return Err(format!("kernel {}: batches must be at most 100000", self.id));
-        }
+        Invalid::range(&key("answer_timeout_ms"), self.answer_timeout_ms, 100, 600_000)?;
+        Invalid::range(&key("batches"), self.batches, 0, 100_000)?;
         Ok(LaunchOptions { queue_capacity: self.queue_capacity, message_size: self.message_size, backpressure })
     }
 }
 
 /// Checks a whole `[[kernels]]` list (ids unique).
-pub fn check_all(configs: &[KernelConfig]) -> Result<(), String> {
+pub fn check_all(configs: &[KernelConfig]) -> Result<(), Invalid> {
     for (i, config) in configs.iter().enumerate() {
         config.check()?;
         if configs[..i].iter().any(|c| c.id == config.id) {
-            return Err(format!("kernel id {:?} is used twice", config.id));
+            return Err(Invalid::new("kernels.id", format!("{:?}", config.id), "used twice"));
         }
     }
     Ok(())
@@ -165,7 +153,7 @@ pub struct KernelSource {
 impl KernelSource {
     /// `runq` is the scheduler's feed of run-queue latencies, for a `stats` kernel fed them.
     pub fn launch(config: KernelConfig, runq: Option<Feed<u64>>) -> Result<KernelSource, String> {
-        let options = config.check()?;
+        let options = config.check().map_err(|e| e.to_string())?;
         let backend = match config.backend {
             KernelBackend::Cuda => Backend::Cuda,
             KernelBackend::Cpu => Backend::Cpu,
@@ -333,7 +321,7 @@ mod tests {
         let bad = |f: fn(&mut KernelConfig)| {
             let mut c = KernelConfig::canary();
             f(&mut c);
-            c.check().unwrap_err()
+            c.check().unwrap_err().to_string()
         };
         assert!(bad(|c| c.queue_capacity = 1000).contains("power of two"));
         assert!(bad(|c| c.message_size = 65_536).contains("from 16 to 65535"));
@@ -353,7 +341,7 @@ mod tests {
         assert!(block.contains("expected `drop` or `wait`"), "{block}");
         assert!(bad(|c| c.id = "a b".into()).contains("letters"));
         let twice = vec![KernelConfig::canary(), KernelConfig::canary()];
-        assert!(check_all(&twice).unwrap_err().contains("twice"));
+        assert!(check_all(&twice).unwrap_err().to_string().contains("twice"));
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod gpu;
 pub mod host;
 pub mod http_client;
 pub mod identity;
+pub mod invalid;
 pub mod kernels;
 pub mod metrics;
 pub mod pipeline;

@@ -12,6 +12,7 @@ use ringside_shared::{AlertType, GpuDevice, KernelState, Phase, RingKernelMetric
 use serde::Deserialize;
 
 use super::Condition;
+use crate::invalid::Invalid;
 use crate::metrics::{jobs, Job, RuleMetric, Source, View};
 
 /// One end of a threshold's allowed range.
@@ -350,15 +351,6 @@ pub struct Thresholds {
     values: BTreeMap<&'static str, f64>,
 }
 
-/// A `[thresholds]` value out of its range or out of order.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("invalid `thresholds.{key}` = {value}: {why}")]
-pub struct InvalidThreshold {
-    pub key: String,
-    pub value: String,
-    pub why: String,
-}
-
 impl Default for Thresholds {
     fn default() -> Self {
         Thresholds { values: thresholds().map(|t| (t.key, t.default)).collect() }
@@ -382,13 +374,13 @@ impl Thresholds {
     }
 
     /// Each value in its range, and each kind's ascending thresholds in order.
-    pub fn check(&self) -> Result<(), InvalidThreshold> {
+    pub fn check(&self) -> Result<(), Invalid> {
         for t in thresholds() {
             let value = self.get(t);
             if !t.admits(value) {
                 let unit = if t.unit.is_empty() { String::new() } else { format!(" {}", t.unit) };
                 let why = format!("must be in {}{unit}", t.range());
-                return Err(InvalidThreshold { key: t.key.into(), value: value.to_string(), why });
+                return Err(Invalid::new(format!("thresholds.{}", t.key), value, why));
             }
         }
         for kind in KINDS {
@@ -396,11 +388,8 @@ impl Thresholds {
                 if self.get(pair[0]) > self.get(pair[1]) {
                     let keys: Vec<&str> = kind.ascending.iter().map(|t| t.key).collect();
                     let values: Vec<String> = kind.ascending.iter().map(|t| self.get(t).to_string()).collect();
-                    return Err(InvalidThreshold {
-                        key: pair[1].key.into(),
-                        value: self.get(pair[1]).to_string(),
-                        why: format!("need {} in this order, got {}", keys.join(" <= "), values.join(", ")),
-                    });
+                    let why = format!("need {} in this order, got {}", keys.join(" <= "), values.join(", "));
+                    return Err(Invalid::new(format!("thresholds.{}", pair[1].key), self.get(pair[1]), why));
                 }
             }
         }

@@ -67,8 +67,8 @@ const DAYS: [(&str, jiff::civil::Weekday); 7] = [
 ];
 
 impl Window {
-    pub fn from_config(c: &MaintenanceConfig) -> Result<Window, String> {
-        let at = |why: String| format!("[[maintenance]] {:?}: {why}", c.name);
+    pub fn from_config(c: &MaintenanceConfig) -> Result<Window, crate::invalid::Invalid> {
+        let at = |why: String| crate::invalid::Invalid::new("maintenance", format!("{:?}", c.name), why);
         if c.name.is_empty() || c.name.len() > 128 {
             return Err(at("a name of 1 to 128 characters".into()));
         }
@@ -446,6 +446,7 @@ mod tests {
             matchers: BTreeMap::from([("severity".to_string(), "warning".to_string())]),
             comment: String::new(),
         })
+        .map_err(|e| e.to_string())
     }
 
     fn ms(text: &str) -> u64 {

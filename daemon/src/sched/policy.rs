@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::journal::{thread_start_time, Journal, Saved};
+use crate::invalid::Invalid;
 
 use ringside_bpf::parse_cpu_list;
 use ringside_shared::Phase;
@@ -83,15 +84,9 @@ impl PhasePolicy {
         PhasePolicy { nice, sched_policy: SchedPolicy::default(), cpus: CpuChoice::default(), slice_us }
     }
 
-    pub fn check(&self, phase: &str) -> Result<(), String> {
-        let at = format!("[scheduler.policy.{phase}]");
-        if !(-20..=19).contains(&self.nice) {
-            return Err(format!("{at} nice = {} must be from -20 to 19", self.nice));
-        }
-        if !(100..=1_000_000).contains(&self.slice_us) {
-            return Err(format!("{at} slice_us = {} must be from 100 to 1000000", self.slice_us));
-        }
-        Ok(())
+    pub fn check(&self, phase: &str) -> Result<(), Invalid> {
+        Invalid::range(&format!("scheduler.policy.{phase}.nice"), self.nice, -20, 19)?;
+        Invalid::range(&format!("scheduler.policy.{phase}.slice_us"), self.slice_us, 100, 1_000_000)
     }
 }
 
@@ -129,7 +124,7 @@ impl PolicyTable {
         }
     }
 
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), Invalid> {
         self.data_loading.check("data_loading")?;
         self.gpu_compute.check("gpu_compute")?;
         self.nccl_collective.check("nccl_collective")?;
@@ -488,7 +483,7 @@ mod tests {
         let mut table = PolicyTable::default();
         assert!(table.check().is_ok());
         table.optimizer_step.nice = -30;
-        assert!(table.check().unwrap_err().contains("[scheduler.policy.optimizer_step] nice"));
+        assert!(table.check().unwrap_err().key == "scheduler.policy.optimizer_step.nice");
         // Values outside the vocabulary are refused when the table is read, naming the key.
         let wrong = toml::from_str::<PolicyTable>("[gpu_compute]\nnice = -5\ncpus = \"node7\"\n").unwrap_err();
         let wrong = wrong.to_string();

@@ -18,6 +18,7 @@ use super::library::Limits;
 use super::observer::{Observer, ObserverConfig, Published, RUNQ_PENDING};
 use super::policy::{restore_leftovers, Enforcer, PolicyTable};
 use super::trust::{Admission, AdmissionConfig, AlertingConfig, Paging};
+use crate::invalid::Invalid;
 use crate::pipeline::{Feed, MetricsSource, Sample, SourceError, SourceStatus};
 use ringside_bpf::scx::{self, ScxScheduler};
 
@@ -125,30 +126,14 @@ impl SchedulerConfig {
         }
     }
 
-    pub fn check(&self) -> Result<(), String> {
-        if !(20..=10_000).contains(&self.window_ms) {
-            return Err(format!("[scheduler] window_ms = {} must be from 20 to 10000", self.window_ms));
-        }
-        if !(100..=600_000).contains(&self.scan_interval_ms) {
-            return Err(format!("[scheduler] scan_interval_ms = {} must be from 100 to 600000", self.scan_interval_ms));
-        }
-        if !(1..=65_536).contains(&self.max_processes) {
-            return Err(format!("[scheduler] max_processes = {} must be from 1 to 65536", self.max_processes));
-        }
-        if !((1 << 20)..=(64 << 30)).contains(&self.max_library_bytes) {
-            return Err(format!(
-                "[scheduler] max_library_bytes = {} must be from 1048576 (1 MiB) to 68719476736 (64 GiB)",
-                self.max_library_bytes
-            ));
-        }
-        if !(5..=super::jobs::MAX_WINDOW_S).contains(&self.job_window_s) {
-            return Err(format!(
-                "[scheduler] job_window_s = {} must be from 5 to {}",
-                self.job_window_s,
-                super::jobs::MAX_WINDOW_S
-            ));
-        }
+    pub fn check(&self) -> Result<(), Invalid> {
+        Invalid::range("scheduler.window_ms", self.window_ms, 20, 10_000)?;
+        Invalid::range("scheduler.scan_interval_ms", self.scan_interval_ms, 100, 600_000)?;
+        Invalid::range("scheduler.max_processes", self.max_processes, 1, 65_536)?;
+        Invalid::range("scheduler.max_library_bytes", self.max_library_bytes, 1 << 20, 64 << 30)?;
+        Invalid::range("scheduler.job_window_s", self.job_window_s, 5, super::jobs::MAX_WINDOW_S)?;
         Admission::resolve(&self.enforce)?;
+        Paging::resolve(self.alerting.as_ref(), &self.enforce)?;
         self.policy.check()
     }
 }
@@ -278,8 +263,8 @@ impl SchedulerSource {
                 sys_root: PathBuf::from("/sys"),
                 max_processes: config.max_processes,
                 libraries: Limits { max_bytes: config.max_library_bytes, timeout: LIBRARY_TIMEOUT },
-                admission: Admission::resolve(&config.enforce)?,
-                paging: Paging::resolve(config.alerting.as_ref(), &config.enforce)?,
+                admission: Admission::resolve(&config.enforce).map_err(|e| e.to_string())?,
+                paging: Paging::resolve(config.alerting.as_ref(), &config.enforce).map_err(|e| e.to_string())?,
                 job_window: Duration::from_secs(config.job_window_s),
                 probes,
             };

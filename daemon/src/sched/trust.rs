@@ -15,6 +15,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::library::Mapping;
+use crate::invalid::Invalid;
 
 /// `CAP_SYS_NICE`: a process holding it may set any nice value itself.
 const CAP_SYS_NICE: u32 = 23;
@@ -160,7 +161,7 @@ pub struct Paging {
 
 impl Paging {
     /// `alerting`, or without it the scope of `enforce`.
-    pub fn resolve(alerting: Option<&AlertingConfig>, enforce: &AdmissionConfig) -> Result<Paging, String> {
+    pub fn resolve(alerting: Option<&AlertingConfig>, enforce: &AdmissionConfig) -> Result<Paging, Invalid> {
         let (config, everyone, section) = match alerting {
             Some(a) => (
                 AdmissionConfig {
@@ -218,23 +219,31 @@ fn resolve(name: &str, group: bool) -> Option<u32> {
 }
 
 impl Admission {
-    pub fn resolve(config: &AdmissionConfig) -> Result<Admission, String> {
+    pub fn resolve(config: &AdmissionConfig) -> Result<Admission, Invalid> {
         Admission::resolve_in(config, "[scheduler.enforce]")
     }
 
-    fn resolve_in(config: &AdmissionConfig, section: &'static str) -> Result<Admission, String> {
+    fn resolve_in(config: &AdmissionConfig, section: &'static str) -> Result<Admission, Invalid> {
+        // The table the values came from (`[scheduler.alerting]` falls back to `enforce`'s).
+        let table = if section == "[scheduler.alerting]" { "scheduler.alerting" } else { "scheduler.enforce" };
         let ids = |names: &[String], group: bool, key: &str| {
             names
                 .iter()
                 .map(|n| {
-                    resolve(n, group)
-                        .ok_or_else(|| format!("{section} {key}: no {} named {n:?}", &key[..key.len() - 1]))
+                    resolve(n, group).ok_or_else(|| {
+                        Invalid::new(
+                            format!("{table}.{key}"),
+                            format!("{n:?}"),
+                            format!("no {} named {n:?}", &key[..key.len() - 1]),
+                        )
+                    })
                 })
-                .collect::<Result<HashSet<u32>, String>>()
+                .collect::<Result<HashSet<u32>, Invalid>>()
         };
         for prefix in &config.cgroups {
             if !prefix.starts_with('/') || prefix.contains("..") {
-                return Err(format!("{section} cgroups: {prefix:?} must be an absolute cgroup path"));
+                let key = format!("{table}.cgroups");
+                return Err(Invalid::new(key, format!("{prefix:?}"), "must be an absolute cgroup path"));
             }
         }
         Ok(Admission {
@@ -342,7 +351,10 @@ mod tests {
             Admission::resolve(&AdmissionConfig { cgroups: vec![format!("{own}x")], ..Default::default() }).unwrap();
         assert!(near.admits(proc_root, me, &creds).is_err());
         let unknown = AdmissionConfig { users: vec!["no-such-user-ringside".into()], ..Default::default() };
-        assert!(Admission::resolve(&unknown).unwrap_err().contains("no user named \"no-such-user-ringside\""));
+        assert!(Admission::resolve(&unknown)
+            .unwrap_err()
+            .to_string()
+            .contains("no user named \"no-such-user-ringside\""));
         let relative = AdmissionConfig { cgroups: vec!["slurm".into()], ..Default::default() };
         assert!(Admission::resolve(&relative).is_err());
     }
@@ -375,7 +387,7 @@ mod tests {
         // A name that resolves to nobody is a config error naming the section.
         let unknown = AlertingConfig { users: vec!["no-such-user-ringside".into()], ..Default::default() };
         let err = Paging::resolve(Some(&unknown), &enforce).unwrap_err();
-        assert!(err.starts_with("[scheduler.alerting] users:"), "{err}");
+        assert_eq!(err.key, "scheduler.alerting.users", "{err}");
     }
 
     #[test]

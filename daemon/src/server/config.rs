@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::tls::Tls;
+use crate::invalid::Invalid;
 
 /// `[server]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -48,61 +49,51 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
-    pub fn check(&self) -> Result<(), String> {
-        if !(1..=65_536).contains(&self.max_connections) {
-            return Err(format!("max_connections = {}: must be 1 to 65536", self.max_connections));
-        }
-        if !(1..=self.max_connections).contains(&self.max_connections_per_address) {
-            return Err(format!(
-                "max_connections_per_address = {}: must be 1 to max_connections ({})",
-                self.max_connections_per_address, self.max_connections
-            ));
-        }
-        if !(100..=300_000).contains(&self.header_read_timeout_ms) {
-            return Err(format!("header_read_timeout_ms = {}: must be 100 to 300000", self.header_read_timeout_ms));
-        }
-        if !(1..=4096).contains(&self.max_ws_sessions) {
-            return Err(format!("max_ws_sessions = {}: must be 1 to 4096", self.max_ws_sessions));
-        }
-        if !(1..=720).contains(&self.session_idle_hours) {
-            return Err(format!("session_idle_hours = {}: must be 1 to 720 (30 days)", self.session_idle_hours));
-        }
-        if !(1..=1_000_000).contains(&self.auth_failures_per_address) {
-            return Err(format!(
-                "auth_failures_per_address = {}: must be 1 to 1000000",
-                self.auth_failures_per_address
-            ));
-        }
-        Ok(())
+    pub fn check(&self) -> Result<(), Invalid> {
+        Invalid::range("server.max_connections", self.max_connections, 1, 65_536)?;
+        // At most max_connections.
+        Invalid::range(
+            "server.max_connections_per_address",
+            self.max_connections_per_address,
+            1,
+            self.max_connections,
+        )?;
+        Invalid::range("server.header_read_timeout_ms", self.header_read_timeout_ms, 100, 300_000)?;
+        Invalid::range("server.max_ws_sessions", self.max_ws_sessions, 1, 4096)?;
+        // 30 days at most.
+        Invalid::range("server.session_idle_hours", self.session_idle_hours, 1, 720)?;
+        Invalid::range("server.auth_failures_per_address", self.auth_failures_per_address, 1, 1_000_000)
     }
 }
 
-/// HTTPS from a certificate chain and its key (both or neither); on failure, the value to show
-/// and why.
-pub fn tls(cert: Option<PathBuf>, key: Option<PathBuf>) -> Result<Option<Arc<Tls>>, (String, String)> {
+/// HTTPS from a certificate chain and its key (both or neither).
+pub fn tls(cert: Option<PathBuf>, key: Option<PathBuf>) -> Result<Option<Arc<Tls>>, Invalid> {
+    const KEY: &str = "tls_cert_file / tls_key_file";
     match (cert, key) {
         (None, None) => Ok(None),
         (Some(cert), Some(key)) => {
-            Tls::load(&cert, &key).map(Some).map_err(|e| (cert.display().to_string(), e.to_string()))
+            Tls::load(&cert, &key).map(Some).map_err(|e| Invalid::new(KEY, cert.display(), e.to_string()))
         }
-        (cert, _) => Err((
+        (cert, _) => Err(Invalid::new(
+            KEY,
             cert.map(|c| c.display().to_string()).unwrap_or_else(|| "(none)".into()),
-            "HTTPS needs both a certificate (--tls-cert) and its key (--tls-key)".into(),
+            "HTTPS needs both a certificate (--tls-cert) and its key (--tls-key)",
         )),
     }
 }
 
 /// An address other than loopback without TLS sends the token and everything the console shows
 /// in the clear: refused unless `allow_plain_http`.
-pub fn check_exposure(listen: SocketAddr, tls: bool, allow_plain_http: bool) -> Result<(), String> {
+pub fn check_exposure(listen: SocketAddr, tls: bool, allow_plain_http: bool) -> Result<(), Invalid> {
     if listen.ip().is_loopback() || allow_plain_http || tls {
         return Ok(());
     }
-    Err(format!(
+    let why = format!(
         "not a loopback address: the token and the console would cross the network in plain HTTP. \
          Serve HTTPS (--tls-cert and --tls-key), or reach the console through an SSH tunnel instead (`ssh -L 9650:127.0.0.1:{port} NODE`, then \
          open the console URL on http://127.0.0.1:9650), or pass --allow-plain-http on a network \
          you trust",
         port = listen.port()
-    ))
+    );
+    Err(Invalid::new("listen", listen, why))
 }

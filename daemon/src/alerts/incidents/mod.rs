@@ -72,22 +72,19 @@ impl Default for IncidentsConfig {
 
 impl IncidentsConfig {
     /// Why the table cannot be used, at the given collection interval.
-    pub fn check(&self, interval_ms: u64) -> Result<(), String> {
-        if self.before_s > 3600 || self.after_s > 3600 {
-            return Err("before_s and after_s must be 3600 or less".into());
-        }
-        if !(1..=10_000).contains(&self.max_count) {
-            return Err("max_count must be between 1 and 10000".into());
-        }
-        if self.max_bytes < 1024 * 1024 {
-            return Err("max_bytes must be 1048576 (1 MiB) or more".into());
-        }
+    pub fn check(&self, interval_ms: u64) -> Result<(), crate::invalid::Invalid> {
+        use crate::invalid::Invalid;
+        Invalid::range("incidents.before_s", self.before_s, 0, 3600)?;
+        Invalid::range("incidents.after_s", self.after_s, 0, 3600)?;
+        Invalid::range("incidents.max_count", self.max_count, 1, 10_000)?;
+        Invalid::range("incidents.max_bytes", self.max_bytes, 1024 * 1024, u64::MAX)?;
         let frames = (self.before_s + self.after_s) * 1000 / interval_ms.max(1);
         if frames > MAX_FRAMES {
-            return Err(format!(
-                "before_s + after_s is {frames} collection ticks at interval_ms {interval_ms}: at most {MAX_FRAMES} \
-                 are kept in memory; shorten the span or lengthen the interval"
-            ));
+            let why = format!(
+                "{frames} collection ticks at interval_ms {interval_ms}: at most {MAX_FRAMES} are kept in memory; \
+                 shorten the span or lengthen the interval"
+            );
+            return Err(Invalid::new("incidents.before_s + after_s", self.before_s + self.after_s, why));
         }
         Ok(())
     }

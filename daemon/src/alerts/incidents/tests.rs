@@ -398,7 +398,7 @@ fn the_store_reopens_its_bundles_and_recovers_one_the_index_missed() {
 fn the_config_refuses_spans_that_do_not_fit_in_memory() {
     assert!(IncidentsConfig::default().check(1000).is_ok());
     let long = IncidentsConfig { before_s: 3600, after_s: 3600, ..IncidentsConfig::default() };
-    assert!(long.check(100).unwrap_err().contains("ticks"));
+    assert!(long.check(100).unwrap_err().to_string().contains("ticks"));
     assert!(IncidentsConfig { max_count: 0, ..IncidentsConfig::default() }.check(1000).is_err());
     assert!(IncidentsConfig { max_bytes: 10, ..IncidentsConfig::default() }.check(1000).is_err());
 }
