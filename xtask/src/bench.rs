@@ -3,7 +3,10 @@
 //! Starts the release `ringsided` on a free loopback port and reads its CPU time and resident
 //! memory from `/proc/<pid>` while it idles, first with no client and then at a 100 ms interval
 //! (ten times the default work), so the two figures are measured side by side in one run. The
-//! length of each phase is `RINGSIDE_BENCH_SECONDS` (default 60).
+//! length of each phase is `RINGSIDE_BENCH_SECONDS` (default 60). With
+//! `RINGSIDE_BENCH_BASELINE=/path/to/ringsided` (another build), the two binaries instead run
+//! side by side, alternating over `RINGSIDE_BENCH_ROUNDS` rounds (3) at both intervals, and the
+//! medians are compared.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -47,6 +50,8 @@ pub fn free_port() -> Result<u16> {
 struct Extra<'a> {
     config: &'a str,
     env: Vec<(&'a str, String)>,
+    /// Another `ringsided` than `target/release/ringsided`.
+    binary: Option<&'a Path>,
 }
 
 fn measure(root: &Path, interval_ms: u64, seconds: u64, extra: &Extra) -> Result<(f64, u64)> {
@@ -55,7 +60,8 @@ fn measure(root: &Path, interval_ms: u64, seconds: u64, extra: &Extra) -> Result
     std::fs::create_dir_all(&data)?;
     let config = data.join("ringside.toml");
     std::fs::write(&config, extra.config)?;
-    let child = Command::new(root.join("target/release/ringsided"))
+    let binary = extra.binary.map_or_else(|| root.join("target/release/ringsided"), Path::to_path_buf);
+    let child = Command::new(&binary)
         .args(["--listen", &format!("127.0.0.1:{port}"), "--interval-ms", &interval_ms.to_string()])
         .arg("--data-dir")
         .arg(data.join("data"))
@@ -66,7 +72,7 @@ fn measure(root: &Path, interval_ms: u64, seconds: u64, extra: &Extra) -> Result
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .context("cannot start target/release/ringsided")?;
+        .with_context(|| format!("cannot start {}", binary.display()))?;
     let daemon = Daemon(child);
     let pid = daemon.0.id();
     // Let start-up settle before the measured span.
@@ -90,6 +96,9 @@ pub fn run(root: &Path) -> Result<()> {
     if seconds == 0 {
         bail!("RINGSIDE_BENCH_SECONDS must be at least 1");
     }
+    if let Some(baseline) = std::env::var_os("RINGSIDE_BENCH_BASELINE") {
+        return against_baseline(root, Path::new(&baseline), seconds);
+    }
     eprintln!("idle daemon, {seconds} s per phase");
     let (cpu_default, rss_default) = measure(root, 1000, seconds, &Extra::default())?;
     let (cpu_fast, rss_fast) = measure(root, 100, seconds, &Extra::default())?;
@@ -101,6 +110,32 @@ pub fn run(root: &Path) -> Result<()> {
         println!("CPU ratio 100 ms / 1000 ms: {:.1}x", cpu_fast / cpu_default);
     }
     gpu_source(root, seconds)
+}
+
+/// This build against another, alternating, at the default interval and at 100 ms.
+fn against_baseline(root: &Path, baseline: &Path, seconds: u64) -> Result<()> {
+    let rounds: usize = std::env::var("RINGSIDE_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!("| interval | this build: CPU (% of one core) | baseline | ratio | peak RSS, this / baseline |");
+    println!("|---|---|---|---|---|");
+    for interval in [1000, 100] {
+        let (mut ours, mut theirs, mut rss) = (Vec::new(), Vec::new(), [0u64; 2]);
+        for round in 0..rounds.max(1) {
+            for which in if round % 2 == 0 { [0, 1] } else { [1, 0] } {
+                eprintln!("{interval} ms, round {}/{rounds}: {}", round + 1, ["this build", "baseline"][which]);
+                let binary = (which == 1).then_some(baseline);
+                let (cpu, peak) = measure(root, interval, seconds, &Extra { binary, ..Extra::default() })?;
+                [&mut ours, &mut theirs][which].push(cpu);
+                rss[which] = rss[which].max(peak);
+            }
+        }
+        let (a, b) = (median(ours), median(theirs));
+        println!("| {interval} ms | {a:.3} | {b:.3} | {:.2}x | {} / {} KiB |", a / b.max(1e-9), rss[0], rss[1]);
+    }
+    Ok(())
 }
 
 /// The GPU source's cost: the daemon with it off, then reading 1 and 8 GPUs of the NVML test
@@ -128,10 +163,11 @@ fn gpu_source(root: &Path, seconds: u64) -> Result<()> {
         }
         std::fs::write(&control, text)?;
         let extra = if gpus == 0 {
-            Extra { config: "[gpu]\nmode = \"off\"\n", env: Vec::new() }
+            Extra { config: "[gpu]\nmode = \"off\"\n", ..Extra::default() }
         } else {
             Extra {
                 config: "",
+                binary: None,
                 env: vec![
                     ("LD_LIBRARY_PATH", dir.display().to_string()),
                     ("RINGSIDE_NVML_DOUBLE", control.display().to_string()),
@@ -190,7 +226,7 @@ pub fn incidents(root: &Path, workload: &Path, seconds: u64, rounds: u32) -> Res
         for on in order {
             eprintln!("incidents round {}/{rounds}: {}", round + 1, ["off", "on"][on]);
             let config = if on == 1 { "[incidents]\nenabled = true\n" } else { "[incidents]\nenabled = false\n" };
-            let (c, r) = measure(root, 100, seconds, &Extra { config, env: Vec::new() })?;
+            let (c, r) = measure(root, 100, seconds, &Extra { config, ..Extra::default() })?;
             cpu[on].push(c);
             rss[on] = rss[on].max(r);
         }
