@@ -5,8 +5,8 @@
 //! (ten times the default work), so the two figures are measured side by side in one run. The
 //! length of each phase is `RINGSIDE_BENCH_SECONDS` (default 60). With
 //! `RINGSIDE_BENCH_BASELINE=/path/to/ringsided` (another build), the two binaries instead run
-//! side by side, alternating over `RINGSIDE_BENCH_ROUNDS` rounds (3) at both intervals, and the
-//! medians are compared.
+//! at the same time, so that they share whatever else the machine does, over
+//! `RINGSIDE_BENCH_ROUNDS` rounds (3) at both intervals, and the medians are compared.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -54,7 +54,21 @@ struct Extra<'a> {
     binary: Option<&'a Path>,
 }
 
-fn measure(root: &Path, interval_ms: u64, seconds: u64, extra: &Extra) -> Result<(f64, u64)> {
+/// A started daemon and its scratch directory, removed with it.
+struct Started {
+    daemon: Daemon,
+    data: std::path::PathBuf,
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.daemon.0.kill();
+        let _ = self.daemon.0.wait();
+        let _ = std::fs::remove_dir_all(&self.data);
+    }
+}
+
+fn start(root: &Path, interval_ms: u64, extra: &Extra) -> Result<Started> {
     let port = free_port()?;
     let data = std::env::temp_dir().join(format!("ringside-bench-{port}"));
     std::fs::create_dir_all(&data)?;
@@ -73,22 +87,35 @@ fn measure(root: &Path, interval_ms: u64, seconds: u64, extra: &Extra) -> Result
         .stderr(Stdio::null())
         .spawn()
         .with_context(|| format!("cannot start {}", binary.display()))?;
-    let daemon = Daemon(child);
-    let pid = daemon.0.id();
-    // Let start-up settle before the measured span.
+    Ok(Started { daemon: Daemon(child), data })
+}
+
+/// CPU (% of one core) and peak RSS of each daemon over the same `seconds`, after start-up
+/// has settled.
+fn measure_together(daemons: &[Started], seconds: u64) -> Result<Vec<(f64, u64)>> {
     std::thread::sleep(Duration::from_secs(2));
-    let (t0, _) = usage(pid)?;
+    let pids: Vec<u32> = daemons.iter().map(|d| d.daemon.0.id()).collect();
+    let first: Vec<u64> = pids.iter().map(|p| usage(*p).map(|u| u.0)).collect::<Result<_>>()?;
     let started = Instant::now();
-    let mut peak_rss = 0;
+    let mut peak = vec![0; pids.len()];
     while started.elapsed() < Duration::from_secs(seconds) {
         std::thread::sleep(Duration::from_millis(500));
-        peak_rss = peak_rss.max(usage(pid)?.1);
+        for (i, pid) in pids.iter().enumerate() {
+            peak[i] = peak[i].max(usage(*pid)?.1);
+        }
     }
-    let (t1, _) = usage(pid)?;
-    let cpu_pct = t1.saturating_sub(t0) as f64 / 1e9 / started.elapsed().as_secs_f64() * 100.0;
-    drop(daemon);
-    let _ = std::fs::remove_dir_all(&data);
-    Ok((cpu_pct, peak_rss))
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut out = Vec::new();
+    for (i, pid) in pids.iter().enumerate() {
+        let cpu = usage(*pid)?.0.saturating_sub(first[i]) as f64 / 1e9 / elapsed * 100.0;
+        out.push((cpu, peak[i]));
+    }
+    Ok(out)
+}
+
+fn measure(root: &Path, interval_ms: u64, seconds: u64, extra: &Extra) -> Result<(f64, u64)> {
+    let daemon = start(root, interval_ms, extra)?;
+    Ok(measure_together(std::slice::from_ref(&daemon), seconds)?[0])
 }
 
 pub fn run(root: &Path) -> Result<()> {
@@ -112,28 +139,48 @@ pub fn run(root: &Path) -> Result<()> {
     gpu_source(root, seconds)
 }
 
-/// This build against another, alternating, at the default interval and at 100 ms.
+/// This build against another, both running at the same time (so that they share whatever
+/// else the machine does), at the default interval and at 100 ms, over several rounds.
 fn against_baseline(root: &Path, baseline: &Path, seconds: u64) -> Result<()> {
     let rounds: usize = std::env::var("RINGSIDE_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    println!("| interval | this build: CPU (% of one core) | baseline | ratio | peak RSS, this / baseline |");
-    println!("|---|---|---|---|---|");
+    let mut rows = Vec::new();
     for interval in [1000, 100] {
-        let (mut ours, mut theirs, mut rss) = (Vec::new(), Vec::new(), [0u64; 2]);
+        let (mut ours, mut theirs, mut ratios, mut rss) = (Vec::new(), Vec::new(), Vec::new(), [0u64; 2]);
         for round in 0..rounds.max(1) {
-            for which in if round % 2 == 0 { [0, 1] } else { [1, 0] } {
-                eprintln!("{interval} ms, round {}/{rounds}: {}", round + 1, ["this build", "baseline"][which]);
-                let binary = (which == 1).then_some(baseline);
-                let (cpu, peak) = measure(root, interval, seconds, &Extra { binary, ..Extra::default() })?;
-                [&mut ours, &mut theirs][which].push(cpu);
-                rss[which] = rss[which].max(peak);
+            eprintln!("{interval} ms, round {}/{rounds}", round + 1);
+            // Which starts first alternates: the two are never in the same order twice running.
+            let this_build = Extra::default();
+            let other = Extra { binary: Some(baseline), ..Extra::default() };
+            let first_ours = round % 2 == 0;
+            let (a, b) = if first_ours { (&this_build, &other) } else { (&other, &this_build) };
+            let daemons = [start(root, interval, a)?, start(root, interval, b)?];
+            let mut got = measure_together(&daemons, seconds)?;
+            if !first_ours {
+                got.swap(0, 1);
             }
+            eprintln!("  this build {:.3} %, baseline {:.3} %", got[0].0, got[1].0);
+            ours.push(got[0].0);
+            theirs.push(got[1].0);
+            ratios.push(got[0].0 / got[1].0.max(1e-9));
+            rss = [rss[0].max(got[0].1), rss[1].max(got[1].1)];
         }
-        let (a, b) = (median(ours), median(theirs));
-        println!("| {interval} ms | {a:.3} | {b:.3} | {:.2}x | {} / {} KiB |", a / b.max(1e-9), rss[0], rss[1]);
+        let spread = format!(
+            "{:.2}-{:.2}x",
+            ratios.iter().copied().fold(f64::INFINITY, f64::min),
+            ratios.iter().copied().fold(0.0, f64::max)
+        );
+        rows.push((interval, median(ours), median(theirs), median(ratios), spread, rss));
+    }
+    println!(
+        "| interval | this build: CPU (% of one core) | baseline | ratio (median, range) | peak RSS, this / baseline |"
+    );
+    println!("|---|---|---|---|---|");
+    for (interval, a, b, ratio, spread, rss) in rows {
+        println!("| {interval} ms | {a:.3} | {b:.3} | {ratio:.2}x ({spread}) | {} / {} KiB |", rss[0], rss[1]);
     }
     Ok(())
 }
