@@ -11,11 +11,11 @@ use tokio::sync::watch;
 
 use ringside_shared::ComponentStatus;
 
-use crate::pipeline::{self, MetricsSource};
+use crate::pipeline::{self, Component, MetricsSource};
 use crate::state::NodeState;
 
 /// The collection loop's name in health, once a tick has gone wrong.
-const COMPONENT: &str = "collector";
+const COMPONENT: Component = Component::Collector;
 
 /// Runs until `shutdown` turns true, then drops the sources (which stop their threads) off the
 /// async runtime too.

@@ -54,9 +54,6 @@ pub enum GpuMode {
 /// At most this many GPUs are read (a node has 8 or 16; bounds one reading's work).
 pub const MAX_GPUS: u32 = 64;
 
-/// The component's name in `/healthz` and the console.
-pub const COMPONENT: &str = "gpu";
-
 /// What the sampler thread last published.
 struct Published {
     telemetry: GpuTelemetry,
@@ -112,7 +109,7 @@ impl Drop for GpuSource {
 
 impl MetricsSource for GpuSource {
     fn name(&self) -> &str {
-        COMPONENT
+        crate::pipeline::Component::Gpu.as_str()
     }
 
     fn collect(&mut self, sample: &mut Sample) -> Result<SourceStatus, SourceError> {

@@ -292,7 +292,7 @@ impl HostSource {
 
 impl MetricsSource for HostSource {
     fn name(&self) -> &str {
-        "host"
+        crate::pipeline::Component::Host.as_str()
     }
 
     fn collect(&mut self, sample: &mut Sample) -> Result<SourceStatus, SourceError> {

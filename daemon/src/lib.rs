@@ -42,6 +42,7 @@ use anyhow::Context;
 use ringside_shared::ComponentStatus;
 
 use crate::config::{Config, TokenOrigin};
+use crate::pipeline::Component;
 use crate::state::NodeState;
 
 /// SIGINT and SIGTERM, caught from the start of [`run`]: a stop asked for while the daemon is
@@ -103,7 +104,7 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("alertmanager: {e}"))?;
         let (tx, rx) = tokio::sync::mpsc::channel(alerts::alertmanager::QUEUE);
         state.set_forwarder(tx);
-        state.set_health(alerts::alertmanager::COMPONENT, ComponentStatus::Up, None);
+        state.set_health(Component::Alertmanager, ComponentStatus::Up, None);
         tokio::spawn(forwarder.run(rx, stop_rx.clone()));
     }
     let app = app(&config, state.clone(), local, stop_rx.clone());
@@ -150,10 +151,10 @@ fn node_state(config: &Config, node: ringside_shared::NodeIdentity) -> Arc<NodeS
         state.set_store_note(note);
     }
     if server::console::is_built() {
-        state.set_health("console", ComponentStatus::Up, None);
+        state.set_health(Component::Console, ComponentStatus::Up, None);
     } else {
         let why = "this binary was built without the console: run `cargo xtask run`";
-        state.set_health("console", ComponentStatus::Degraded, Some(why.into()));
+        state.set_health(Component::Console, ComponentStatus::Degraded, Some(why.into()));
     }
     state
 }
@@ -375,9 +376,6 @@ pub async fn fetch_snapshot(url: &str, token: &str, ca_file: Option<&std::path::
     }
 }
 
-/// The TLS component's name in health.
-const TLS_COMPONENT: &str = "tls";
-
 /// SIGHUP: the TLS certificate and key are read again (a renewed certificate is served to new
 /// connections); one that does not load leaves the pair in use, and the `tls` component says
 /// why until a reload succeeds. Without TLS there is nothing to reload, and SIGHUP no longer
@@ -388,7 +386,7 @@ async fn reload_on_hangup(
     state: Arc<state::NodeState>,
 ) {
     if tls.is_some() {
-        state.set_health(TLS_COMPONENT, ComponentStatus::Up, None);
+        state.set_health(Component::Tls, ComponentStatus::Up, None);
     }
     while hangups.recv().await.is_some() {
         let Some(tls) = &tls else {
@@ -398,12 +396,12 @@ async fn reload_on_hangup(
         match tls.reload() {
             Ok(()) => {
                 tracing::info!("SIGHUP: TLS certificate and key reloaded");
-                state.set_health(TLS_COMPONENT, ComponentStatus::Up, None);
+                state.set_health(Component::Tls, ComponentStatus::Up, None);
             }
             Err(e) => {
                 tracing::error!("SIGHUP: TLS reload failed, the previous certificate stays in use: {e}");
                 let why = format!("reload failed, the previous certificate stays in use: {e}");
-                state.set_health(TLS_COMPONENT, ComponentStatus::Degraded, Some(why));
+                state.set_health(Component::Tls, ComponentStatus::Degraded, Some(why));
             }
         }
     }

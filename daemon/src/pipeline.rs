@@ -115,6 +115,39 @@ pub enum SourceStatus {
 #[error("{0}")]
 pub struct SourceError(pub String);
 
+/// The daemon's parts that have a health of their own, by the name `/healthz`, the console and
+/// `ringside_component_up` give them. Each ring kernel is one too, as `kernel:<id>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Component {
+    Host,
+    Scheduler,
+    Gpu,
+    Collector,
+    Console,
+    AlertStore,
+    Alertmanager,
+    Descriptors,
+    Incidents,
+    Tls,
+}
+
+impl Component {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Component::Host => "host",
+            Component::Scheduler => "scheduler",
+            Component::Gpu => "gpu",
+            Component::Collector => "collector",
+            Component::Console => "console",
+            Component::AlertStore => "alert-store",
+            Component::Alertmanager => "alertmanager",
+            Component::Descriptors => "descriptors",
+            Component::Incidents => "incidents",
+            Component::Tls => "tls",
+        }
+    }
+}
+
 /// A pluggable producer of metrics: the host, the scheduler, each ring kernel.
 pub trait MetricsSource: Send {
     /// Component name shown in `/healthz` and the console.

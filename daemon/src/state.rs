@@ -21,7 +21,7 @@ use crate::alerts::store::{AckError, AlertChange, AlertStore};
 use crate::alerts::{self};
 use crate::identity::Identity;
 use crate::metrics::DaemonStats;
-use crate::pipeline::{self, CounterRecord, HistoryRing, Sample};
+use crate::pipeline::{self, Component, CounterRecord, HistoryRing, Sample};
 
 /// A serialised server message, shared by every client it is sent to.
 pub type Frame = Arc<str>;
@@ -156,7 +156,8 @@ impl NodeState {
     }
 
     /// Sets the health of a component that is not a metrics source.
-    pub fn set_health(&self, name: &str, status: ComponentStatus, detail: Option<String>) {
+    pub fn set_health(&self, component: Component, status: ComponentStatus, detail: Option<String>) {
+        let name = component.as_str();
         let health = ComponentHealth { name: name.to_string(), status, detail };
         self.health.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), health);
     }
@@ -203,8 +204,8 @@ impl NodeState {
         self.stats.open_fds.store(now.open, Ordering::Relaxed);
         self.stats.fd_limit.store(now.soft_limit, Ordering::Relaxed);
         match now.shortage() {
-            None => self.set_health("descriptors", ComponentStatus::Up, None),
-            Some(why) => self.set_health("descriptors", ComponentStatus::Degraded, Some(why)),
+            None => self.set_health(Component::Descriptors, ComponentStatus::Up, None),
+            Some(why) => self.set_health(Component::Descriptors, ComponentStatus::Degraded, Some(why)),
         }
     }
 
@@ -217,8 +218,8 @@ impl NodeState {
         self.stats.incident_bundle_bytes.store(bytes, Ordering::Relaxed);
         self.stats.incident_bundles_dropped_total.store(dropped, Ordering::Relaxed);
         match recorder.store().error() {
-            None => self.set_health("incidents", ComponentStatus::Up, None),
-            Some(why) => self.set_health("incidents", ComponentStatus::Degraded, Some(why)),
+            None => self.set_health(Component::Incidents, ComponentStatus::Up, None),
+            Some(why) => self.set_health(Component::Incidents, ComponentStatus::Degraded, Some(why)),
         }
     }
 
@@ -360,7 +361,7 @@ impl NodeState {
             (Some(note), None) => (ComponentStatus::Degraded, Some(note)),
             (Some(note), Some(detail)) => (ComponentStatus::Degraded, Some(format!("{note}; {detail}"))),
         };
-        self.set_health("alert-store", status, detail);
+        self.set_health(Component::AlertStore, status, detail);
     }
 
     /// Waits (at stop) until the alert store has written every change, at most `limit`.
@@ -597,15 +598,14 @@ impl crate::alerts::alertmanager::Node for NodeState {
     }
 
     fn forwarded(&self, outcome: Result<usize, (ComponentStatus, String)>) {
-        use crate::alerts::alertmanager::COMPONENT;
         match outcome {
             Ok(sent) => {
                 self.stats.alertmanager_sent_total.fetch_add(sent as u64, Ordering::Relaxed);
-                self.set_health(COMPONENT, ComponentStatus::Up, None);
+                self.set_health(Component::Alertmanager, ComponentStatus::Up, None);
             }
             Err((status, why)) => {
                 self.stats.alertmanager_errors_total.fetch_add(1, Ordering::Relaxed);
-                self.set_health(COMPONENT, status, Some(why));
+                self.set_health(Component::Alertmanager, status, Some(why));
             }
         }
     }

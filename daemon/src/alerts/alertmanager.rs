@@ -18,7 +18,6 @@ use tokio::sync::{mpsc, watch};
 use super::config::AlertmanagerConfig;
 use crate::http_client::{self, Request, Url};
 
-pub const COMPONENT: &str = "alertmanager";
 /// Changes queued for sending; beyond it they are dropped (the next resend carries the state).
 pub const QUEUE: usize = 1024;
 

@@ -374,7 +374,7 @@ impl Drop for SchedulerSource {
 
 impl MetricsSource for SchedulerSource {
     fn name(&self) -> &str {
-        "scheduler"
+        crate::pipeline::Component::Scheduler.as_str()
     }
 
     fn collect(&mut self, sample: &mut Sample) -> Result<SourceStatus, SourceError> {
