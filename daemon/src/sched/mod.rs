@@ -5,6 +5,7 @@
 //! trait.
 
 pub mod enforcement;
+pub mod identity;
 pub mod jobs;
 pub mod journal;
 pub mod library;
