@@ -1410,6 +1410,36 @@ pub static ALL: &[Def] = &[
     },
     // Each ML job (its main process and workers), for job-aware rules and alerts.
     Def {
+        name: "ringside_process_job_info",
+        kind: Kind::Gauge,
+        unit: Unit::Number,
+        help: "Who an ML process is beyond this node, as its cgroup path and environment say (empty where unknown); always 1.",
+        labels: &["pid", "job", "job_id", "rank", "local_rank", "world_size", "pod", "container", "unit"],
+        rules: &[],
+        read: |v, out| {
+            for p in v.scheduler().map(|s| s.processes.as_slice()).unwrap_or_default() {
+                let id = &p.identity;
+                if id.is_empty() {
+                    continue;
+                }
+                let number = |n: Option<u32>| n.map(|n| n.to_string()).unwrap_or_default();
+                let text = |t: &Option<String>| t.clone().unwrap_or_default();
+                let labels = vec![
+                    p.pid.to_string(),
+                    p.job.to_string(),
+                    id.job_id().unwrap_or_default(),
+                    number(id.rank),
+                    number(id.local_rank),
+                    number(id.world_size),
+                    text(&id.pod),
+                    text(&id.container),
+                    text(&id.unit),
+                ];
+                point(out, Source::Job(p.job), labels, 1.0);
+            }
+        },
+    },
+    Def {
         name: "ringside_job_collective_stalled_seconds",
         kind: Kind::Gauge,
         unit: Unit::Seconds,
@@ -1625,6 +1655,11 @@ mod tests {
                 hour_p99_ms: 900,
                 ..Default::default()
             }),
+            identity: ringside_shared::JobIdentity {
+                slurm_job: Some("4242".into()),
+                rank: Some(3),
+                ..Default::default()
+            },
             ..Default::default()
         };
         let scheduler = SchedulerTelemetry {

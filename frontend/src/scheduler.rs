@@ -4,7 +4,8 @@
 
 use leptos::prelude::*;
 use ringside_shared::{
-    CallCounts, ComponentStatus, LibraryState, MlProcessInfo, Phase, PhaseValues, ProgramState, SchedulerTelemetry,
+    CallCounts, ComponentStatus, JobIdentity, LibraryState, MlProcessInfo, Phase, PhaseValues, ProgramState,
+    SchedulerTelemetry,
 };
 
 use crate::format::{age, micros};
@@ -63,6 +64,29 @@ fn Timeline(process: MlProcessInfo, now_ms: u64) -> impl IntoView {
     }
 }
 
+/// Who the process is beyond this node (`job 4242.0 · rank 3 of 16 · local 1 · pod trainer-0`),
+/// where its cgroup path or environment say.
+fn identity_line(id: &JobIdentity) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(job) = id.job_id() {
+        parts.push(format!("job {job}"));
+    }
+    match (id.rank, id.world_size) {
+        (Some(rank), Some(size)) => parts.push(format!("rank {rank} of {size}")),
+        (Some(rank), None) => parts.push(format!("rank {rank}")),
+        _ => {}
+    }
+    if let Some(local) = id.local_rank {
+        parts.push(format!("local {local}"));
+    }
+    let named = [("pod", &id.pod), ("unit", &id.unit), ("Slurm name", &id.slurm_job_name)];
+    parts.extend(named.into_iter().filter_map(|(what, v)| v.as_ref().map(|v| format!("{what} {v}"))));
+    if let Some(c) = &id.container {
+        parts.push(format!("container {}", c.chars().take(12).collect::<String>()));
+    }
+    (!parts.is_empty()).then(|| parts.join(" · "))
+}
+
 /// `gpu_use`: what NVML says the process holds on each GPU (memory, SM share), if anything.
 fn process_row(p: MlProcessInfo, gpu_use: Option<String>, now_ms: u64) -> impl IntoView {
     let gpu = if p.gpus.is_empty() {
@@ -92,6 +116,7 @@ fn process_row(p: MlProcessInfo, gpu_use: Option<String>, now_ms: u64) -> impl I
                 <span class="muted">{format!(" for {}", age(now_ms.saturating_sub(p.phase_since_ms)))}</span>
                 {p.untrusted.then(|| view! { <span class="badge-untrusted" title=p.paging.clone()>"untrusted: does not page"</span> })}
             </div>
+            {identity_line(&p.identity).map(|line| view! { <div class="small job-identity">{line}</div> })}
             <Timeline process=p.clone() now_ms />
             <div class="muted small">{format!("{} · probes: {probed} · {}", gpu, phase_times(&p.phase_ms))}</div>
             {gpu_use.map(|u| view! { <div class="small gpu-use">{u}</div> })}

@@ -717,7 +717,7 @@ impl SchedulerTelemetry {
     pub const MAX_TASKS: usize = 96;
     /// Processes listed, and timeline spans over all of them: they travel in every update.
     pub const MAX_PROCESSES: usize = 32;
-    pub const MAX_SPANS: usize = 2304;
+    pub const MAX_SPANS: usize = 2048;
     pub const MAX_DECISIONS: usize = 50;
     /// Libraries listed per process, and refused evidence kept.
     pub const MAX_LIBRARIES: usize = 4;
@@ -748,6 +748,11 @@ impl SchedulerTelemetry {
         let mut hidden = 0;
         for p in self.processes.iter_mut().filter(|p| p.untrusted) {
             p.cmdline = HIDDEN_FROM_VIEWERS.to_string();
+            // What its owner named things stays with the operators; where it runs does not.
+            p.identity.slurm_job_name = None;
+            p.identity.run_id = None;
+            p.identity.pod = None;
+            p.identity.unit = None;
             p.reason = file_names_only(&p.reason);
             for path in &mut p.probed_libraries {
                 *path = file_names_only(path);
@@ -897,6 +902,96 @@ pub struct MlProcessInfo {
     /// starting one).
     #[serde(default)]
     pub steps: Option<StepTimes>,
+    /// Who it is beyond this node: its Slurm job, torchrun run or pod, and its rank, as its
+    /// cgroup path and environment say (labels only; written by the job's owner).
+    #[serde(default, skip_serializing_if = "JobIdentity::is_empty")]
+    pub identity: JobIdentity,
+}
+
+/// What is known of a process's job across nodes. Every field is optional: each source (the
+/// cgroup v2 path, an allow-list of the environment) says what it can. Each text is at most
+/// [`JobIdentity::MAX_VALUE`] printable characters without spaces or quotes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct JobIdentity {
+    /// Slurm: `SLURM_JOB_ID`, or `job_<id>` in the cgroup path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_job: Option<String>,
+    /// Slurm step: `SLURM_STEP_ID`, or `step_<id>`, `step_batch`, `step_extern` in the path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_step: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_job_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_node: Option<u32>,
+    /// torchrun's rendezvous id (`TORCHELASTIC_RUN_ID`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// Its rank in the job: `RANK`, else `SLURM_PROCID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    /// `LOCAL_RANK`, else `SLURM_LOCALID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_rank: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_world_size: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_rank: Option<u32>,
+    /// Kubernetes: the pod's UID (from the cgroup path) and name (`HOSTNAME` inside a pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// The container (Kubernetes, Docker, containerd): its 64-hex id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// The systemd unit it runs in, outside a pod or a container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+}
+
+impl JobIdentity {
+    /// Longest text kept; a longer one is dropped, not cut (a cut id would name another job).
+    pub const MAX_VALUE: usize = 64;
+
+    pub fn is_empty(&self) -> bool {
+        *self == JobIdentity::default()
+    }
+
+    /// The job across nodes: the Slurm job (with its step, when it has one), else the torchrun
+    /// run, else the pod. `None`: known to this node only.
+    pub fn job_id(&self) -> Option<String> {
+        match (&self.slurm_job, &self.slurm_step) {
+            (Some(job), Some(step)) => Some(format!("{job}.{step}")),
+            (Some(job), None) => Some(job.clone()),
+            _ => self.run_id.clone().or_else(|| self.pod_uid.clone()),
+        }
+    }
+
+    /// Fills what `other` knows and this does not.
+    pub fn or(mut self, other: JobIdentity) -> JobIdentity {
+        macro_rules! fill {
+            ($($field:ident),*) => { $( if self.$field.is_none() { self.$field = other.$field; } )* };
+        }
+        fill!(
+            slurm_job,
+            slurm_step,
+            slurm_job_name,
+            slurm_node,
+            run_id,
+            rank,
+            local_rank,
+            world_size,
+            local_world_size,
+            group_rank,
+            pod_uid,
+            pod,
+            container,
+            unit
+        );
+        self
+    }
 }
 
 /// A job's step times: over the recent window, and over the hour before it (the baseline).

@@ -335,6 +335,14 @@ pub(crate) fn snapshot() -> Snapshot {
                         hour_p50_ms: 0,
                         hour_p99_ms: 0,
                     }),
+                    identity: JobIdentity {
+                        slurm_job: Some("4242".into()),
+                        slurm_step: Some("0".into()),
+                        rank: Some(3),
+                        local_rank: Some(1),
+                        world_size: Some(16),
+                        ..JobIdentity::default()
+                    },
                 }],
                 processes_not_shown: 0,
                 processes_not_tracked: 0,
@@ -635,6 +643,25 @@ fn worst_case_scheduler_telemetry_fits_the_frame_budget() {
                 waiting_for_cpu: true,
             })
             .collect(),
+        identity: {
+            let text = |c: char| Some(c.to_string().repeat(JobIdentity::MAX_VALUE));
+            JobIdentity {
+                slurm_job: Some("1000000".into()),
+                slurm_step: Some("1000000".into()),
+                slurm_job_name: text('n'),
+                slurm_node: Some(1_000_000),
+                run_id: text('r'),
+                rank: Some(1_000_000),
+                local_rank: Some(1_000_000),
+                world_size: Some(1_000_000),
+                local_world_size: Some(1_000_000),
+                group_rank: Some(1_000_000),
+                pod_uid: Some("1b4e28ba-2fa1-11d2-883f-0016d3cca427".into()),
+                pod: text('p'),
+                container: text('c'),
+                unit: text('u'),
+            }
+        },
         ..base.processes[0].clone()
     };
     let task = MlTaskInfo {
@@ -749,6 +776,11 @@ fn untrusted_details_are_hidden_from_viewers() {
         pid: 777,
         untrusted: true,
         cmdline: "python /home/ana/secret-project/train.py --key=hunter2".into(),
+        identity: JobIdentity {
+            slurm_job_name: Some("ana-secret-project".into()),
+            rank: Some(1),
+            ..trusted.identity.clone()
+        },
         probed_libraries: vec!["/home/ana/venv/lib/libnccl.so.2".into()],
         libraries: vec![LibraryStatus {
             path: "/home/ana/venv/lib/libcudart.so.12".into(),
@@ -771,9 +803,15 @@ fn untrusted_details_are_hidden_from_viewers() {
     assert_eq!(telemetry.hide_untrusted_details(), 2);
     let text = serde_json::to_string(&telemetry).unwrap();
     assert!(!text.contains("/home/ana") && !text.contains("hunter2") && !text.contains("/tmp/ana"), "{text}");
+    assert!(!text.contains("ana-secret-project"), "{text}");
     assert_eq!(telemetry.processes[0], trusted);
     let hidden = &telemetry.processes[1];
     assert_eq!(hidden.cmdline, HIDDEN_FROM_VIEWERS);
+    assert_eq!(
+        (hidden.identity.slurm_job_name.as_deref(), hidden.identity.rank),
+        (None, Some(1)),
+        "names go, ranks stay"
+    );
     assert_eq!(hidden.probed_libraries, vec!["…/libnccl.so.2".to_string()]);
     assert_eq!(hidden.libraries[0].path, "…/libcudart.so.12");
     assert_eq!(

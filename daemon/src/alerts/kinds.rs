@@ -706,6 +706,14 @@ fn per_job<'a>(tick: &Tick<'a>, found: &mut Vec<Condition>, check: impl Fn(&Job<
         let message = format!("job {} ({}): {}", job.main.job, job.main.comm, f.message);
         let mut c = Condition::new(f.alert_type, job.source(), f.severity, f.value, f.threshold, message);
         c.labels = ["job", "comm", "command"].into_iter().map(String::from).zip(job.labels()).collect();
+        // Where the cgroup path or the environment say who the job is across nodes.
+        let identity = &job.main.identity;
+        let known = [
+            ("job_id", identity.job_id()),
+            ("rank", identity.rank.map(|r| r.to_string())),
+            ("pod", identity.pod.clone()),
+        ];
+        c.labels.extend(known.into_iter().filter_map(|(k, v)| Some((k.to_string(), v?))));
         found.push(c);
     }
 }

@@ -369,6 +369,13 @@ mod job_tests {
         assert_eq!(hang.labels["command"], "python3 train.py");
         assert_eq!(hang.labels["job"], "10");
         assert!(hang.message.contains("1 of its 1 processes wait"), "{}", hang.message);
+        assert!(!hang.labels.contains_key("job_id"), "no identity, no label");
+        // Where its cgroup path and environment say who the job is, the alert says it too.
+        let identity =
+            ringside_shared::JobIdentity { run_id: Some("llm-7b".into()), rank: Some(5), ..Default::default() };
+        let found = job(now, vec![MlProcessInfo { identity, ..waiting.clone() }]);
+        let hang = found.iter().find(|c| c.alert_type == AlertType::CollectiveHang).expect("a hang");
+        assert_eq!((hang.labels["job_id"].as_str(), hang.labels["rank"].as_str()), ("llm-7b", "5"));
         // Nobody waiting: no hang, however long ago the last return.
         let idle = MlProcessInfo { collective_returned_ms: Some(now - 600_000), ..main(10) };
         assert!(job(now, vec![idle]).is_empty());

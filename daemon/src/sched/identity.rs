@@ -11,6 +11,8 @@ use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
+pub use ringside_shared::JobIdentity;
+
 /// Bytes of `/proc/<pid>/environ` read at most: past them the rest is not looked at.
 pub const MAX_ENVIRON_BYTES: u64 = 256 * 1024;
 /// Bytes of `/proc/<pid>/cgroup` read at most.
@@ -18,70 +20,7 @@ pub const MAX_CGROUP_BYTES: u64 = 16 * 1024;
 /// Variables looked at, at most (a process may have 10,000).
 pub const MAX_VARIABLES: usize = 4096;
 /// Longest value kept; a longer one is refused, not cut (a cut id would name another job).
-pub const MAX_VALUE: usize = 128;
-
-/// What is known of a process's job. Every field is optional: each source says what it can.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct JobIdentity {
-    /// Slurm: `SLURM_JOB_ID`, or `job_<id>` in the cgroup path.
-    pub slurm_job: Option<String>,
-    /// Slurm step: `SLURM_STEP_ID`, or `step_<id>`, `step_batch`, `step_extern` in the path.
-    pub slurm_step: Option<String>,
-    pub slurm_job_name: Option<String>,
-    pub slurm_node: Option<u32>,
-    /// torchrun's rendezvous id (`TORCHELASTIC_RUN_ID`).
-    pub run_id: Option<String>,
-    /// The process's rank in the job: `RANK`, else `SLURM_PROCID`.
-    pub rank: Option<u32>,
-    /// `LOCAL_RANK`, else `SLURM_LOCALID`.
-    pub local_rank: Option<u32>,
-    pub world_size: Option<u32>,
-    pub local_world_size: Option<u32>,
-    pub group_rank: Option<u32>,
-    /// Kubernetes: the pod's UID (from the cgroup path) and name (`HOSTNAME` inside a pod).
-    pub pod_uid: Option<String>,
-    pub pod: Option<String>,
-    /// The container (Kubernetes, Docker, containerd): its 64-hex id.
-    pub container: Option<String>,
-    /// The systemd unit the process runs in (`train.service`), outside a pod or a container.
-    pub unit: Option<String>,
-}
-
-impl JobIdentity {
-    /// The job this process belongs to across nodes: the Slurm job (with its step, when it has
-    /// one), else the torchrun run, else the pod. `None`: known to this node only.
-    pub fn job_id(&self) -> Option<String> {
-        match (&self.slurm_job, &self.slurm_step) {
-            (Some(job), Some(step)) => Some(format!("{job}.{step}")),
-            (Some(job), None) => Some(job.clone()),
-            _ => self.run_id.clone().or_else(|| self.pod_uid.clone()),
-        }
-    }
-
-    /// Fills what `other` knows and this does not.
-    fn or(mut self, other: JobIdentity) -> JobIdentity {
-        macro_rules! fill {
-            ($($field:ident),*) => { $( if self.$field.is_none() { self.$field = other.$field; } )* };
-        }
-        fill!(
-            slurm_job,
-            slurm_step,
-            slurm_job_name,
-            slurm_node,
-            run_id,
-            rank,
-            local_rank,
-            world_size,
-            local_world_size,
-            group_rank,
-            pod_uid,
-            pod,
-            container,
-            unit
-        );
-        self
-    }
-}
+pub const MAX_VALUE: usize = JobIdentity::MAX_VALUE;
 
 /// A value kept as a label: printable ASCII without spaces or quotes, at most [`MAX_VALUE`]
 /// bytes; anything else is dropped.

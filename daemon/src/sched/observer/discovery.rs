@@ -142,6 +142,7 @@ impl Observer {
                 node_cpus: Vec::new(),
                 threads: 0,
                 cmdline: read_cmdline(&self.config.proc_root, pid),
+                identity: crate::sched::identity::of_process(&self.config.proc_root, pid),
                 collective_waiting_since_ms: None,
                 collective_returned_ms: None,
                 recent: RecentPhases::new(self.config.job_window.as_secs()),

@@ -143,6 +143,8 @@ struct Process {
     threads: u32,
     /// Its command line, clipped.
     cmdline: String,
+    /// Its job across nodes and its rank, read once when it is first tracked.
+    identity: crate::sched::identity::JobIdentity,
     /// Since when (wall ms) its longest-waiting thread has been in a collective, and when one
     /// of its collectives last returned.
     collective_waiting_since_ms: Option<u64>,

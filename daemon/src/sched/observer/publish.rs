@@ -169,6 +169,7 @@ impl Observer {
             recent_phase_pct: recent.0,
             recent_observed_ms: recent.1,
             steps: p.step_times.as_ref().and_then(|(_, t)| t.clone()),
+            identity: p.identity.clone(),
         }
     }
 

@@ -734,6 +734,23 @@ fn what_is_published_is_bounded_and_the_timeline_merges_windows() {
     assert_eq!(t.phase_distribution.get(Phase::NcclCollective), 2);
 }
 
+/// Who a process is comes from its cgroup path and environment, read once when it is first
+/// tracked; the path wins where both speak.
+#[test]
+fn a_tracked_process_carries_its_job_identity() {
+    let mut h = Harness::new("observer-identity", SchedulerBackend::Observe);
+    h.proc.process(4001, 1, "python3 train.py", 1000, &[4001]);
+    let dir = h.proc.root.join("4001");
+    std::fs::write(dir.join("cgroup"), "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_3\n").unwrap();
+    std::fs::write(dir.join("environ"), b"SLURM_JOB_ID=1\0SLURM_PROCID=3\0LOCAL_RANK=1\0WORLD_SIZE=16\0").unwrap();
+    h.cpu(4001, 5);
+    h.window();
+    h.window();
+    let identity = h.telemetry().processes[0].identity.clone();
+    assert_eq!(identity.job_id().as_deref(), Some("4242.0"));
+    assert_eq!((identity.rank, identity.local_rank, identity.world_size), (Some(3), Some(1), Some(16)));
+}
+
 #[test]
 fn a_thread_blocked_in_a_collective_says_since_when_and_a_return_is_progress() {
     let mut h = training("observer-collective", SchedulerBackend::Observe);
