@@ -74,7 +74,14 @@ pub fn render_view(view: &View) -> String {
 /// `/metrics` (at `/metrics/dcgm`): those names break Prometheus' naming lint (camelCase
 /// labels, counters without `_total`), exactly as dcgm-exporter's own output does. A field a GPU
 /// does not report has no sample.
-pub fn render_dcgm(gpus: &[ringside_shared::GpuDevice], hostname: &str) -> String {
+///
+/// A GPU that processes of a known job (`identity`: a Slurm job, a torchrun run, a pod) hold open
+/// also carries `hpc_job`, as dcgm-exporter's job mapping writes it, here without a prolog.
+pub fn render_dcgm(
+    gpus: &[ringside_shared::GpuDevice],
+    hostname: &str,
+    processes: &[ringside_shared::MlProcessInfo],
+) -> String {
     use ringside_shared::GpuDevice;
     type Field = fn(&GpuDevice) -> Option<f64>;
     const MIB: f64 = 1024.0 * 1024.0;
@@ -122,17 +129,29 @@ pub fn render_dcgm(gpus: &[ringside_shared::GpuDevice], hostname: &str) -> Strin
         ),
     ];
     let mut e = Exposition::default();
-    let labels: Vec<[(&str, String); 6]> = gpus
+    let labels: Vec<Vec<(&str, String)>> = gpus
         .iter()
         .map(|g| {
-            [
+            let mut labels = vec![
                 ("gpu", g.index.to_string()),
                 ("UUID", g.uuid.clone()),
                 ("device", format!("nvidia{}", g.index)),
                 ("modelName", g.name.clone()),
                 ("Hostname", hostname.to_string()),
                 ("pci_bus_id", g.pci_bus_id.clone()),
-            ]
+            ];
+            let mut jobs: Vec<String> = g
+                .processes
+                .iter()
+                .filter_map(|gp| processes.iter().find(|p| p.pid == gp.pid))
+                .filter_map(|p| p.identity.job_id())
+                .collect();
+            jobs.sort();
+            jobs.dedup();
+            if !jobs.is_empty() {
+                labels.push(("hpc_job", jobs.join(",")));
+            }
+            labels
         })
         .collect();
     for (name, kind, help, field) in families {
@@ -166,13 +185,29 @@ mod tests {
             energy_j: Some(5440.124),
             ..ringside_shared::GpuDevice::default()
         };
-        let text = render_dcgm(&[gpu], "node-7");
+        let text = render_dcgm(std::slice::from_ref(&gpu), "node-7", &[]);
         let labels = "gpu=\"3\",UUID=\"GPU-3\",device=\"nvidia3\",modelName=\"NVIDIA H200\",Hostname=\"node-7\",pci_bus_id=\"00000000:1B:00.0\"";
         assert!(text.contains(&format!("DCGM_FI_DEV_GPU_UTIL{{{labels}}} 97\n")), "{text}");
         assert!(text.contains(&format!("DCGM_FI_DEV_FB_USED{{{labels}}} 81920\n")), "MiB: {text}");
         assert!(text.contains(&format!("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{labels}}} 5440124\n")), "mJ: {text}");
         assert!(!text.contains("DCGM_FI_DEV_GPU_TEMP"), "not reported, not exported: {text}");
-        assert_eq!(render_dcgm(&[], "node-7"), "");
+        assert_eq!(render_dcgm(&[], "node-7", &[]), "");
+        // The job of the processes on a GPU, where their identity says it.
+        let on_gpu = ringside_shared::GpuDevice {
+            processes: vec![ringside_shared::GpuProcess { pid: 4001, ..Default::default() }],
+            ..gpu
+        };
+        let rank = ringside_shared::MlProcessInfo {
+            pid: 4001,
+            identity: ringside_shared::JobIdentity {
+                slurm_job: Some("4242".into()),
+                slurm_step: Some("0".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let text = render_dcgm(&[on_gpu], "node-7", &[rank]);
+        assert!(text.contains(&format!("DCGM_FI_DEV_GPU_UTIL{{{labels},hpc_job=\"4242.0\"}} 97\n")), "{text}");
     }
 
     #[test]

@@ -343,6 +343,7 @@ pub async fn metrics(State(app): State<SharedApp>, Extension(identity): Extensio
 pub async fn metrics_dcgm(State(app): State<SharedApp>) -> Response {
     let snapshot = app.state.snapshot();
     let devices = snapshot.readings.gpus.as_ref().map(|g| g.devices.as_slice()).unwrap_or_default();
-    let body = crate::prometheus::render_dcgm(devices, &snapshot.node.hostname);
+    let processes = snapshot.readings.scheduler.as_ref().map(|s| s.processes.as_slice()).unwrap_or_default();
+    let body = crate::prometheus::render_dcgm(devices, &snapshot.node.hostname, processes);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
 }
