@@ -17,8 +17,6 @@ pub use ringside_shared::JobIdentity;
 pub const MAX_ENVIRON_BYTES: u64 = 256 * 1024;
 /// Bytes of `/proc/<pid>/cgroup` read at most.
 pub const MAX_CGROUP_BYTES: u64 = 16 * 1024;
-/// Variables looked at, at most (a process may have 10,000).
-pub const MAX_VARIABLES: usize = 4096;
 /// Longest value kept; a longer one is refused, not cut (a cut id would name another job).
 pub const MAX_VALUE: usize = JobIdentity::MAX_VALUE;
 
@@ -97,11 +95,12 @@ pub fn from_cgroup_path(path: &str) -> JobIdentity {
 }
 
 /// What the allow-listed variables of an environment (`NAME=value` entries separated by NUL)
-/// say. At most [`MAX_VARIABLES`] are looked at; a malformed entry or value is skipped.
+/// say, wherever they are among the others (a launcher's order is its own): the bound is the
+/// bytes read ([`MAX_ENVIRON_BYTES`]). A malformed entry or value is skipped.
 pub fn from_environ(bytes: &[u8], in_pod: bool) -> JobIdentity {
     let mut id = JobIdentity::default();
     let (mut procid, mut localid) = (None, None);
-    for entry in bytes.split(|b| *b == 0).take(MAX_VARIABLES) {
+    for entry in bytes.split(|b| *b == 0) {
         let Ok(entry) = std::str::from_utf8(entry) else { continue };
         let Some((name, value)) = entry.split_once('=') else { continue };
         match name {
@@ -218,10 +217,10 @@ mod tests {
         env.extend(format!("TORCHELASTIC_RUN_ID={}\0", "x".repeat(64 * 1024)).bytes());
         let id = from_environ(&env, true);
         assert_eq!(id, JobIdentity::default(), "{id:?}");
-        // 10,000 variables: the ones past the first 4096 are not looked at.
+        // 10,000 variables before it: still found, within the bytes read.
         let mut many: Vec<u8> = (0..10_000).flat_map(|i| format!("V{i}=x\0").into_bytes()).collect();
         many.extend(b"RANK=1\0");
-        assert_eq!(from_environ(&many, false).rank, None);
+        assert_eq!(from_environ(&many, false).rank, Some(1));
         // A path with 10,000 components is looked at for its first 64.
         let deep = format!("{}/job_5", "/a".repeat(10_000));
         assert_eq!(from_cgroup_path(&deep).slurm_job, None);
@@ -236,6 +235,11 @@ mod tests {
         std::fs::write(proc_dir.join("environ"), b"SLURM_JOB_ID=99\0SLURM_PROCID=5\0").unwrap();
         let id = of_process(&dir, 77);
         assert_eq!((id.slurm_job.as_deref(), id.slurm_step.as_deref(), id.rank), (Some("12"), Some("3"), Some(5)));
+        // What lies past the bytes read is not looked at.
+        let mut past = vec![b'F'; MAX_ENVIRON_BYTES as usize];
+        past.extend(b"\0RANK=7\0");
+        std::fs::write(proc_dir.join("environ"), past).unwrap();
+        assert_eq!(of_process(&dir, 77).rank, None);
         // A process gone (or unreadable) has no identity, and no error.
         assert_eq!(of_process(&dir, 78), JobIdentity::default());
         let _ = std::fs::remove_dir_all(&dir);
