@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use ringside_shared::{
     Alert, ComponentHealth, ComponentStatus, GpuDevice, GpuIdleAttribution, GpuTelemetry, HostMetrics, KernelBackend,
-    KernelWindow, MetricSummary, MlProcessInfo, Phase, PhaseValues, Readings, RingKernelMetrics, SchedulerTelemetry,
-    Severity, StatsInput, ThrottleReason, WindowAggregates,
+    KernelWindow, MetricSummary, MlProcessInfo, Phase, PhaseValues, ProcessRole, Readings, RingKernelMetrics,
+    SchedulerTelemetry, Severity, StatsInput, ThrottleReason, WindowAggregates,
 };
 
 use crate::pipeline::Sample;
@@ -485,6 +485,47 @@ pub fn jobs<'a>(v: &View<'a>) -> Vec<Job<'a>> {
         .collect()
 }
 
+/// One rank of a job across nodes, on this node: the listed process with that job id and rank
+/// that makes the most collective calls (a DataLoader worker inherits its rank's environment
+/// and makes none), else the job's main process, else the lowest pid.
+pub struct Rank<'a> {
+    pub job_id: String,
+    pub rank: u32,
+    pub process: &'a MlProcessInfo,
+}
+
+impl Rank<'_> {
+    fn labels(&self, extra: &[&str]) -> Vec<String> {
+        let mut labels = vec![self.job_id.clone(), self.rank.to_string()];
+        labels.extend(extra.iter().map(|l| l.to_string()));
+        labels
+    }
+
+    /// How long it has been inside a collective now (s), 0 when it is not.
+    pub fn in_collective_s(&self, now_ms: u64) -> f64 {
+        self.process.collective_waiting_since_ms.map_or(0.0, |since| now_ms.saturating_sub(since) as f64 / 1000.0)
+    }
+}
+
+/// The ranks on this node: at most one per (job id, rank), so at most as many as the processes
+/// listed ([`SchedulerTelemetry::MAX_PROCESSES`]).
+pub fn ranks<'a>(v: &View<'a>) -> Vec<Rank<'a>> {
+    let mut ranks: std::collections::BTreeMap<(String, u32), &'a MlProcessInfo> = std::collections::BTreeMap::new();
+    for p in v.scheduler().map(|s| s.processes.as_slice()).unwrap_or_default() {
+        let (Some(job_id), Some(rank)) = (p.identity.job_id(), p.identity.rank) else { continue };
+        let key = |p: &MlProcessInfo| (p.collective_calls, p.role == ProcessRole::Main, std::cmp::Reverse(p.pid));
+        let slot = ranks.entry((job_id, rank)).or_insert(p);
+        if key(p) > key(slot) {
+            *slot = p;
+        }
+    }
+    ranks.into_iter().map(|((job_id, rank), process)| Rank { job_id, rank, process }).collect()
+}
+
+fn rank_point(out: &mut Vec<Point>, rank: &Rank, extra: &[&str], value: f64) {
+    point(out, Source::Job(rank.process.job), rank.labels(extra), value);
+}
+
 fn job_point(out: &mut Vec<Point>, job: &Job, extra: &[&str], value: f64) {
     let mut labels = job.labels();
     labels.extend(extra.iter().map(|l| l.to_string()));
@@ -501,6 +542,8 @@ const JOB_GPU: &[&str] = &["job", "comm", "gpu", "uuid"];
 const JOB_GPU_PHASE: &[&str] = &["job", "comm", "gpu", "uuid", "phase"];
 const PROCESS_PHASE: &[&str] = &["pid", "job", "comm", "phase"];
 const JOB: &[&str] = &["job", "comm", "command"];
+const RANK: &[&str] = &["job_id", "rank"];
+const RANK_PHASE: &[&str] = &["job_id", "rank", "phase"];
 const JOB_PHASE: &[&str] = &["job", "comm", "command", "phase"];
 
 macro_rules! daemon_counter {
@@ -1439,6 +1482,124 @@ pub static ALL: &[Def] = &[
             }
         },
     },
+    // Each rank of a job across nodes (job id and rank from its identity), for the fleet's
+    // straggler and hang rules (deploy/prometheus): series come and go with the ranks.
+    Def {
+        name: "ringside_rank_phase_seconds_total",
+        kind: Kind::Counter,
+        unit: Unit::Seconds,
+        help: "Time a rank of a job spent in each phase; nccl_collective is its time inside collectives, the rest its own work.",
+        labels: RANK_PHASE,
+        rules: &[],
+        read: |v, out| {
+            for rank in ranks(v) {
+                for phase in Phase::ALL {
+                    rank_point(out, &rank, &[phase.as_str()], rank.process.phase_ms.get(phase) as f64 / 1000.0);
+                }
+            }
+        },
+    },
+    Def {
+        name: "ringside_rank_collective_seconds_total",
+        kind: Kind::Counter,
+        unit: Unit::Seconds,
+        help: "Time a rank spent inside NCCL calls, exactly as the probe timed them; its time observed (the sum of its phase seconds) less this is its own work.",
+        labels: RANK,
+        rules: &[],
+        read: |v, out| {
+            for rank in ranks(v) {
+                rank_point(out, &rank, &[], rank.process.collective_ms as f64 / 1000.0);
+            }
+        },
+    },
+    Def {
+        name: "ringside_rank_cpu_wait_seconds_total",
+        kind: Kind::Counter,
+        unit: Unit::Seconds,
+        help: "Time a rank's longest-waiting thread spent runnable but waiting for a CPU.",
+        labels: RANK,
+        rules: &[],
+        read: |v, out| {
+            for rank in ranks(v) {
+                rank_point(out, &rank, &[], rank.process.cpu_wait_ms as f64 / 1000.0);
+            }
+        },
+    },
+    Def {
+        name: "ringside_rank_collective_calls_total",
+        kind: Kind::Counter,
+        unit: Unit::Number,
+        help: "NCCL calls a rank made (every rank of a data-parallel job makes the same ones each step).",
+        labels: RANK,
+        rules: &[],
+        read: |v, out| {
+            for rank in ranks(v) {
+                rank_point(out, &rank, &[], rank.process.collective_calls as f64);
+            }
+        },
+    },
+    Def {
+        name: "ringside_rank_in_collective_seconds",
+        kind: Kind::Gauge,
+        unit: Unit::Seconds,
+        help: "How long a rank has been inside its current collective (0 when it is not in one).",
+        labels: RANK,
+        rules: &[],
+        read: |v, out| {
+            for rank in ranks(v) {
+                rank_point(out, &rank, &[], rank.in_collective_s(v.now_ms));
+            }
+        },
+    },
+    Def {
+        name: "ringside_rank_phase",
+        kind: Kind::Gauge,
+        unit: Unit::Number,
+        help: "1 for the phase a rank is in now, 0 for the others.",
+        labels: RANK_PHASE,
+        rules: &[],
+        read: |v, out| {
+            for rank in ranks(v) {
+                for phase in Phase::ALL {
+                    rank_point(out, &rank, &[phase.as_str()], if rank.process.phase == phase { 1.0 } else { 0.0 });
+                }
+            }
+        },
+    },
+    Def {
+        name: "ringside_rank_gpu_clocks_held",
+        kind: Kind::Gauge,
+        unit: Unit::Number,
+        help: "1 while heat or power (not idling or a setting) holds down the clocks of a GPU a rank uses, by reason.",
+        labels: &["job_id", "rank", "gpu", "reason"],
+        rules: &[],
+        read: |v, out| {
+            for rank in ranks(v) {
+                for a in v.idle().iter().filter(|a| a.job == rank.process.job) {
+                    let Some(device) = v.gpu_devices().iter().find(|d| d.index == a.gpu) else { continue };
+                    let Some(held) = &device.throttle_reasons else { continue };
+                    for reason in ThrottleReason::ALL.into_iter().filter(|r| r.is_hardware() || *r == ThrottleReason::SwPowerCap) {
+                        let value = if held.contains(&reason) { 1.0 } else { 0.0 };
+                        rank_point(out, &rank, &[&a.gpu.to_string(), reason.as_str()], value);
+                    }
+                }
+            }
+        },
+    },
+    Def {
+        name: "ringside_rank_step_seconds",
+        kind: Kind::Gauge,
+        unit: Unit::Seconds,
+        help: "A rank's median step time over the recent window (job_window_s), where steps are visible.",
+        labels: RANK,
+        rules: &[],
+        read: |v, out| {
+            for rank in ranks(v) {
+                let Some(steps) = rank.process.steps.as_ref().filter(|s| s.recent_count > 0) else { continue };
+                rank_point(out, &rank, &[], steps.recent_p50_ms as f64 / 1000.0);
+            }
+        },
+    },
     Def {
         name: "ringside_job_collective_stalled_seconds",
         kind: Kind::Gauge,
@@ -1747,6 +1908,45 @@ mod tests {
                 assert!(base.ends_with(suffix), "{} is in {} but not named so", def.name, def.unit.as_str());
             }
         }
+    }
+
+    #[test]
+    fn a_rank_is_the_process_making_its_collective_calls_and_each_rank_is_one_series() {
+        let identity = |rank| ringside_shared::JobIdentity {
+            run_id: Some("run-7".into()),
+            rank: Some(rank),
+            ..Default::default()
+        };
+        let process = |pid, rank, calls, role| MlProcessInfo {
+            pid,
+            job: 10,
+            role,
+            identity: identity(rank),
+            collective_calls: calls,
+            collective_waiting_since_ms: (calls > 0).then_some(9_000),
+            ..Default::default()
+        };
+        // Rank 0's DataLoader worker (lower pid, same environment, no calls), rank 0, rank 1,
+        // and a process with no identity.
+        let processes = vec![
+            process(5, 0, 0, ProcessRole::Worker),
+            process(10, 0, 40, ProcessRole::Main),
+            process(11, 1, 40, ProcessRole::Main),
+            MlProcessInfo { pid: 12, job: 12, ..Default::default() },
+        ];
+        let scheduler = SchedulerTelemetry { processes, ..Default::default() };
+        let readings = Readings { scheduler: Some(scheduler), ..Default::default() };
+        let sample = Sample { taken_at_ms: 10_000, readings, ..Sample::default() };
+        let view = View::of_sample(&sample);
+        let chosen: Vec<(String, u32, u32)> =
+            ranks(&view).iter().map(|r| (r.job_id.clone(), r.rank, r.process.pid)).collect();
+        assert_eq!(chosen, [("run-7".to_string(), 0, 10), ("run-7".to_string(), 1, 11)]);
+        let def = ALL.iter().find(|d| d.name == "ringside_rank_in_collective_seconds").unwrap();
+        let points: Vec<(Vec<String>, f64)> = def.points(&view).into_iter().map(|p| (p.labels, p.value)).collect();
+        assert_eq!(
+            points,
+            [(vec!["run-7".to_string(), "0".into()], 1.0), (vec!["run-7".to_string(), "1".into()], 1.0)]
+        );
     }
 
     #[test]

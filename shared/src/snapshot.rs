@@ -892,6 +892,18 @@ pub struct MlProcessInfo {
     /// When one of its collective calls last returned, as far as the probe has seen.
     #[serde(default)]
     pub collective_returned_ms: Option<UnixMillis>,
+    /// NCCL calls its threads have made since it was first seen (each step of a data-parallel
+    /// job makes the same calls on every rank).
+    #[serde(default)]
+    pub collective_calls: u64,
+    /// Time one of its threads was inside an NCCL call since it was first seen (exact, from the
+    /// probe's call times; the longest of its threads in each window).
+    #[serde(default)]
+    pub collective_ms: u64,
+    /// Time its longest-waiting thread spent runnable but waiting for a CPU, summed over the
+    /// windows since it was first seen.
+    #[serde(default)]
+    pub cpu_wait_ms: u64,
     /// Share of the recent window (`[scheduler] job_window_s`) it spent in each phase, 0-100,
     /// and how much of that window it was observed.
     #[serde(default)]

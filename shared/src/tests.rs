@@ -323,6 +323,9 @@ pub(crate) fn snapshot() -> Snapshot {
                     paging: "pages: user 1000".into(),
                     collective_waiting_since_ms: None,
                     collective_returned_ms: Some(1_699_999_999_500),
+                    collective_calls: 12,
+                    collective_ms: 3400,
+                    cpu_wait_ms: 80,
                     recent_phase_pct: PhaseValues { data_loading: 25.0, gpu_compute: 75.0, ..PhaseValues::default() },
                     recent_observed_ms: 1200,
                     steps: Some(StepTimes {
@@ -662,6 +665,9 @@ fn worst_case_scheduler_telemetry_fits_the_frame_budget() {
                 unit: text('u'),
             }
         },
+        collective_calls: u64::MAX,
+        collective_ms: u64::MAX,
+        cpu_wait_ms: u64::MAX,
         ..base.processes[0].clone()
     };
     let task = MlTaskInfo {

@@ -1,6 +1,8 @@
 //! Helpers for the end-to-end tests: the real `ringsided` process on a free loopback port,
 //! WebSocket and HTTP clients aimed at it.
 
+pub mod fleet;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -34,6 +36,14 @@ pub fn daemon_binary() -> PathBuf {
 /// builds it with the `ringside-workload` package).
 pub fn workload_binary() -> PathBuf {
     let path = target_dir().join("debug/ml-workload");
+    assert!(path.exists(), "{} is missing: run the tests with `cargo xtask test`", path.display());
+    path
+}
+
+/// `ddp-rank`, a rank of a data-parallel job on the test doubles (workspace debug build, with
+/// the `ringside-workload` package).
+pub fn ddp_rank_binary() -> PathBuf {
+    let path = target_dir().join("debug/ddp-rank");
     assert!(path.exists(), "{} is missing: run the tests with `cargo xtask test`", path.display());
     path
 }

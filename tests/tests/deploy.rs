@@ -47,30 +47,10 @@ fn the_rules_name_only_metrics_the_daemon_exports() -> Result<()> {
     Ok(())
 }
 
-/// A real Prometheus (Debian's), stopped on drop.
-struct Prometheus {
-    child: std::process::Child,
-    _scratch: ringside_tests::Scratch,
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The series `promql` returns now; an expression Prometheus cannot run is an error.
-async fn query(http: &reqwest::Client, base: &str, promql: &str) -> Result<Vec<serde_json::Value>> {
-    let body: serde_json::Value =
-        http.get(format!("{base}/api/v1/query")).query(&[("query", promql)]).send().await?.json().await?;
-    ensure!(body["status"] == "success", "{promql}: {body}");
-    Ok(body["data"]["result"].as_array().cloned().unwrap_or_default())
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn two_nodes_scraped_by_a_real_prometheus_with_the_fleet_rules() -> Result<()> {
-    use ringside_tests::{Daemon, DaemonOptions, Scratch};
+    use ringside_tests::fleet::Prometheus;
+    use ringside_tests::{Daemon, DaemonOptions};
     let token = ringside_tests::random_token();
     let node = || {
         Daemon::start(DaemonOptions {
@@ -80,48 +60,23 @@ async fn two_nodes_scraped_by_a_real_prometheus_with_the_fleet_rules() -> Result
         })
     };
     let (a, mut b) = (node()?, node()?);
-    let scratch = Scratch::new("prometheus");
-    let credentials = scratch.0.join("token");
-    ringside_tests::write_secret(&credentials, &token)?;
     // The fleet rules as shipped, but for RingsideDown's 2 minutes: 3 s, so that it fires here.
     let shipped = std::fs::read_to_string(workspace_root().join("deploy/prometheus/ringside.rules.yml"))?;
     let down = "expr: up{job=\"ringside\"} == 0\n        for: 2m";
     ensure!(shipped.contains(down), "RingsideDown's expression and duration as the test expects");
-    let rules = scratch.0.join("ringside.rules.yml");
-    std::fs::write(&rules, shipped.replacen(down, "expr: up{job=\"ringside\"} == 0\n        for: 3s", 1))?;
+    let rules = shipped.replacen(down, "expr: up{job=\"ringside\"} == 0\n        for: 3s", 1);
     // And the example Alertmanager routing, receiving what the rules fire.
     let routing = std::fs::read_to_string(workspace_root().join("deploy/alertmanager/alertmanager.yml"))?;
     let manager = ringside_tests::Alertmanager::start(&routing).await?;
     let manager_addr = manager.url.trim_start_matches("http://").to_string();
-    let config = scratch.0.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nalerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{manager_addr}']\nscrape_configs:\n  - job_name: ringside\n    authorization:\n      type: Bearer\n      credentials_file: {}\n    static_configs:\n      - targets: ['{}', '{}']\n",
-            rules.display(),
-            credentials.display(),
-            a.addr,
-            b.addr
-        ),
-    )?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let child = Command::new("/usr/bin/prometheus")
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!("--storage.tsdb.path={}", scratch.0.join("data").display()))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .context("/usr/bin/prometheus (Debian package prometheus; `cargo xtask setup --test`)")?;
-    let _prometheus = Prometheus { child, _scratch: scratch };
-    let base = format!("http://127.0.0.1:{port}");
+    let prometheus = Prometheus::start(&rules, &[&a.addr, &b.addr], &token, Some(&manager_addr))?;
     let http = reqwest::Client::new();
     let wait = |what: &'static str| (what, std::time::Instant::now() + std::time::Duration::from_secs(40));
 
     // Both nodes' series, through the scrape config's bearer token.
     let (what, deadline) = wait("both nodes scraped");
     loop {
-        let hosts = query(&http, &base, "ringside_component_up{component=\"host\"}").await.unwrap_or_default();
+        let hosts = prometheus.query("ringside_component_up{component=\"host\"}").await.unwrap_or_default();
         if hosts.len() == 2 {
             break;
         }
@@ -131,14 +86,8 @@ async fn two_nodes_scraped_by_a_real_prometheus_with_the_fleet_rules() -> Result
     // The rules load and evaluate without error.
     let (what, deadline) = wait("every rule evaluated");
     loop {
-        let body: serde_json::Value = http.get(format!("{base}/api/v1/rules")).send().await?.json().await?;
-        let rules: Vec<serde_json::Value> = body["data"]["groups"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
-            .collect();
-        if rules.len() == 9 && rules.iter().all(|r| r["health"] == "ok") {
+        let rules = prometheus.rules().await?;
+        if rules.len() == 20 && rules.iter().all(|r| r["health"] == "ok") {
             break;
         }
         ensure!(std::time::Instant::now() < deadline, "{what} within 40 s: {rules:?}");
@@ -154,14 +103,14 @@ async fn two_nodes_scraped_by_a_real_prometheus_with_the_fleet_rules() -> Result
         .and_then(|v| v["definition"].as_str())
         .context("the node variable")?;
     let metric = variable.trim_start_matches("label_values(").split(',').next().unwrap_or_default();
-    ensure!(query(&http, &base, metric).await?.len() == 2, "the node variable lists both nodes ({variable})");
+    ensure!(prometheus.query(metric).await?.len() == 2, "the node variable lists both nodes ({variable})");
     let (what, deadline) = wait("every panel's query answered");
     loop {
         let mut empty = Vec::new();
         for panel in dashboard["panels"].as_array().into_iter().flatten() {
             for target in panel["targets"].as_array().into_iter().flatten() {
                 let expr = target["expr"].as_str().context("expr")?.replace("$instance", ".*");
-                if query(&http, &base, &expr).await?.len() < 2 {
+                if prometheus.query(&expr).await?.len() < 2 {
                     empty.push(expr);
                 }
             }
@@ -180,7 +129,7 @@ async fn two_nodes_scraped_by_a_real_prometheus_with_the_fleet_rules() -> Result
     b.kill_hard()?;
     let (what, deadline) = wait("RingsideDown firing for the stopped node");
     loop {
-        let alerts = query(&http, &base, "ALERTS{alertname=\"RingsideDown\"}").await.unwrap_or_default();
+        let alerts = prometheus.query("ALERTS{alertname=\"RingsideDown\"}").await.unwrap_or_default();
         ensure!(alerts.iter().all(|p| p["metric"]["instance"] == gone.as_str()), "only the stopped node: {alerts:?}");
         if alerts.iter().any(|p| p["metric"]["alertstate"] == "firing") {
             break;

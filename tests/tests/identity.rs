@@ -4,56 +4,16 @@
 //! value, bytes that are not UTF-8). CI runs as root: this runs for real.
 
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
+use ringside_tests::fleet::Cgroups;
 use ringside_tests::{ml_process, wait_for_file, workload_binary, Daemon, DaemonOptions, Scratch, Workload};
 
 const CONTAINER: &str = "3f2a9c6e5b1d4c7a8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d";
 const POD_UID: &str = "1b4e28ba-2fa1-11d2-883f-0016d3cca427";
-
-/// Where the cgroup2 hierarchy is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` in a
-/// hybrid layout), from `/proc/mounts`.
-fn cgroup2_root() -> Result<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/mounts")?;
-    mounts
-        .lines()
-        .find_map(|l| {
-            let mut f = l.split_whitespace();
-            let (_, at, kind) = (f.next()?, f.next()?, f.next()?);
-            (kind == "cgroup2").then(|| PathBuf::from(at))
-        })
-        .context("no cgroup2 hierarchy is mounted")
-}
-
-/// Cgroups made for the test, removed (deepest first) when it ends.
-struct Cgroups(Vec<PathBuf>);
-
-impl Cgroups {
-    fn make(&mut self, path: PathBuf) -> Result<PathBuf> {
-        std::fs::create_dir_all(&path).with_context(|| format!("mkdir {}", path.display()))?;
-        self.0.push(path.clone());
-        Ok(path)
-    }
-}
-
-impl Drop for Cgroups {
-    fn drop(&mut self) {
-        for path in self.0.iter().rev() {
-            // Empty once its processes are gone; every parent below the base too.
-            let mut at = path.clone();
-            for _ in 0..10 {
-                let _ = std::fs::remove_dir(&at);
-                if !at.pop() || at.file_name().is_some_and(|n| n.as_bytes().starts_with(b"ringside-identity")) {
-                    let _ = std::fs::remove_dir(&at);
-                    break;
-                }
-            }
-        }
-    }
-}
 
 /// `ml-workload`, moved into `cgroup` before it execs, with `env` added to its environment.
 fn workload_in(cgroup: &Path, dir: &Path, env: &[(&std::ffi::OsStr, &std::ffi::OsStr)]) -> Result<Workload> {
@@ -76,14 +36,12 @@ fn workload_in(cgroup: &Path, dir: &Path, env: &[(&std::ffi::OsStr, &std::ffi::O
 
 #[tokio::test(flavor = "multi_thread")]
 async fn identity_comes_from_real_cgroup_paths_and_a_bounded_environment() -> Result<()> {
-    let root = cgroup2_root()?;
-    let mut cgroups = Cgroups(Vec::new());
-    let base = root.join(format!("ringside-identity-{}", std::process::id()));
-    let slurm = cgroups.make(base.join("slurm/uid_0/job_4242/step_0"))?;
-    let pod = cgroups.make(base.join(format!(
+    let mut cgroups = Cgroups::new("ringside-identity")?;
+    let slurm = cgroups.make("slurm/uid_0/job_4242/step_0")?;
+    let pod = cgroups.make(&format!(
         "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{CONTAINER}.scope",
         POD_UID.replace('-', "_")
-    )))?;
+    ))?;
     let daemon = Daemon::start(DaemonOptions {
         interval_ms: 200,
         config: "[scheduler]\nwindow_ms = 100\nscan_interval_ms = 200\n".into(),

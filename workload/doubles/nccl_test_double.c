@@ -7,8 +7,22 @@
  * 1 GB/s (at least 200 µs), and a second barrier releases everyone.
  *
  * Convention: ncclCommInitRank(comm, nranks, id, rank) ignores `id` (one communicator per
- * process); datatype and op are taken as float32 sum. */
+ * process); datatype and op are taken as float32 sum.
+ *
+ * Ranks in separate processes: an `id` of "file:<path>" makes the communicator span processes,
+ * as a real ncclUniqueId does. The ranks then meet at a barrier in a file they all map shared
+ * (a futex on a generation counter), and a collective is that barrier followed by the simulated
+ * transfer; nothing is reduced across processes. The slowest rank sets everyone's pace, and a
+ * rank that never arrives (stuck, or killed) leaves the others waiting inside the call, as
+ * NCCL's do. */
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -28,11 +42,66 @@ static float *sendbufs[MAX_RANKS];
 static float *recvbufs[MAX_RANKS];
 static uint64_t collectives;
 
+/* The barrier shared by ranks in separate processes. */
+struct shared_barrier {
+	_Atomic uint32_t arrived;
+	_Atomic uint32_t generation;
+};
+
+static struct shared_barrier *shared;
+static uint32_t shared_ranks;
+
+static int map_shared(const char *path, int ranks)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, sizeof(struct shared_barrier)) != 0) {
+		close(fd);
+		return -1;
+	}
+	void *p = mmap(0, sizeof(struct shared_barrier), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return -1;
+	shared = p;
+	shared_ranks = (uint32_t)ranks;
+	return 0;
+}
+
+static void shared_barrier(void)
+{
+	uint32_t mine = atomic_load(&shared->generation);
+	if (atomic_fetch_add(&shared->arrived, 1) + 1 == shared_ranks) {
+		atomic_store(&shared->arrived, 0);
+		atomic_fetch_add(&shared->generation, 1);
+		syscall(SYS_futex, &shared->generation, FUTEX_WAKE, INT_MAX, 0, 0, 0);
+		return;
+	}
+	while (atomic_load(&shared->generation) == mine)
+		syscall(SYS_futex, &shared->generation, FUTEX_WAIT, mine, 0, 0, 0);
+}
+
+static void transfer(size_t count)
+{
+	uint64_t us = count * 4 / 1000;
+	if (us < 200)
+		us = 200;
+	struct timespec t = { (time_t)(us / 1000000), (long)(us % 1000000) * 1000 };
+	nanosleep(&t, 0);
+}
+
 int ncclCommInitRank(void **comm, int ranks, char id[128], int rank)
 {
-	(void)id;
 	if (ranks < 1 || ranks > MAX_RANKS || rank < 0 || rank >= ranks)
 		return 4; /* ncclInvalidArgument */
+	if (id && strncmp(id, "file:", 5) == 0) {
+		char path[128];
+		memcpy(path, id + 5, sizeof(path) - 5);
+		path[sizeof(path) - 6] = 0;
+		if (map_shared(path, ranks) != 0)
+			return 2; /* ncclSystemError */
+	}
 	pthread_mutex_lock(&lock);
 	nranks = ranks;
 	comms[rank].rank = rank;
@@ -57,6 +126,15 @@ static void barrier(void)
 static int collective(const void *send, void *recv, size_t count, void *comm)
 {
 	int rank = comm ? ((struct comm *)comm)->rank : 0;
+	if (shared) {
+		(void)send; (void)recv;
+		shared_barrier();
+		transfer(count);
+		pthread_mutex_lock(&lock);
+		collectives++;
+		pthread_mutex_unlock(&lock);
+		return 0;
+	}
 	pthread_mutex_lock(&lock);
 	sendbufs[rank] = (float *)send;
 	recvbufs[rank] = (float *)recv;
@@ -70,12 +148,8 @@ static int collective(const void *send, void *recv, size_t count, void *comm)
 				if (recvbufs[r])
 					recvbufs[r][i] = sum;
 		}
-		uint64_t us = count * 4 / 1000;
-		if (us < 200)
-			us = 200;
 		pthread_mutex_unlock(&lock);
-		struct timespec t = { (time_t)(us / 1000000), (long)(us % 1000000) * 1000 };
-		nanosleep(&t, 0);
+		transfer(count);
 		pthread_mutex_lock(&lock);
 		collectives++;
 	}

@@ -32,32 +32,18 @@
 //! launch-bound job makes of the probes on its path. With `--go`, it writes `--ready` once set up
 //! and starts only when FILE exists (after the daemon has found and probed it).
 
+// Each binary uses part of it.
+#[allow(dead_code)]
+mod doubles;
 mod go;
 
-use std::ffi::{c_char, c_int, c_uint, c_void, CString};
+use doubles::Doubles;
+
+use std::ffi::{c_int, c_void, CString};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-type CuInit = unsafe extern "C" fn(c_uint) -> c_int;
-type CuLaunchKernel = unsafe extern "C" fn(
-    *mut c_void,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    *mut c_void,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> c_int;
-type CuStreamSynchronize = unsafe extern "C" fn(*mut c_void) -> c_int;
-type NcclCommInitRank = unsafe extern "C" fn(*mut *mut c_void, c_int, *mut c_char, c_int) -> c_int;
-type NcclAllReduce =
-    unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, *mut c_void, *mut c_void) -> c_int;
 
 const PHASES: [&str; 4] = ["data_loading", "gpu_compute", "nccl_collective", "optimizer_step"];
 const BATCH: usize = 64 * 1024;
@@ -128,111 +114,6 @@ fn now_ms() -> u64 {
 fn gettid() -> u32 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::gettid() as u32 }
-}
-
-/// `dlopen` + `dlsym` of every function the loop calls.
-struct Doubles {
-    cu_init: CuInit,
-    launch: CuLaunchKernel,
-    sync: CuStreamSynchronize,
-    comm_init: NcclCommInitRank,
-    all_reduce: NcclAllReduce,
-}
-
-fn open(path: &Path) -> Result<*mut c_void, String> {
-    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-    // SAFETY: a valid NUL-terminated path; the handle is kept for the process's life.
-    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-    if handle.is_null() {
-        // SAFETY: dlerror returns a static string or null.
-        let why = unsafe { libc::dlerror() };
-        let why = if why.is_null() {
-            "unknown error".into()
-        } else {
-            // SAFETY: not null, so a NUL-terminated string owned by the C library.
-            unsafe { std::ffi::CStr::from_ptr(why) }.to_string_lossy().into_owned()
-        };
-        return Err(format!("dlopen {}: {why}", path.display()));
-    }
-    Ok(handle)
-}
-
-fn symbol(handle: *mut c_void, name: &str) -> Result<*mut c_void, String> {
-    let c = CString::new(name).map_err(|e| e.to_string())?;
-    // SAFETY: a handle from dlopen and a valid symbol name.
-    let ptr = unsafe { libc::dlsym(handle, c.as_ptr()) };
-    if ptr.is_null() {
-        return Err(format!("symbol {name} not found"));
-    }
-    Ok(ptr)
-}
-
-impl Doubles {
-    fn load(dir: &Path) -> Result<Doubles, String> {
-        let cuda = open(&dir.join("libcuda.so.1"))?;
-        let nccl = open(&dir.join("libnccl.so.2"))?;
-        // SAFETY: the symbols are the doubles' functions with exactly these C signatures.
-        unsafe {
-            Ok(Doubles {
-                cu_init: std::mem::transmute::<*mut c_void, CuInit>(symbol(cuda, "cuInit")?),
-                launch: std::mem::transmute::<*mut c_void, CuLaunchKernel>(symbol(cuda, "cuLaunchKernel")?),
-                sync: std::mem::transmute::<*mut c_void, CuStreamSynchronize>(symbol(cuda, "cuStreamSynchronize")?),
-                comm_init: std::mem::transmute::<*mut c_void, NcclCommInitRank>(symbol(nccl, "ncclCommInitRank")?),
-                all_reduce: std::mem::transmute::<*mut c_void, NcclAllReduce>(symbol(nccl, "ncclAllReduce")?),
-            })
-        }
-    }
-
-    fn launch(&self, device_us: u32) {
-        // SAFETY: the double reads no pointer argument.
-        unsafe {
-            (self.launch)(
-                std::ptr::null_mut(),
-                device_us,
-                1,
-                1,
-                128,
-                1,
-                1,
-                0,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            );
-        }
-    }
-
-    fn synchronize(&self) {
-        // SAFETY: the double ignores the stream.
-        unsafe { (self.sync)(std::ptr::null_mut()) };
-    }
-
-    fn all_reduce(&self, send: &[f32], recv: &mut [f32], comm: *mut c_void) {
-        // SAFETY: both buffers hold `send.len()` floats and outlive the call (it returns when
-        // every rank has finished with them).
-        unsafe {
-            (self.all_reduce)(
-                send.as_ptr().cast(),
-                recv.as_mut_ptr().cast(),
-                send.len().min(recv.len()),
-                7,
-                0,
-                comm,
-                std::ptr::null_mut(),
-            )
-        };
-    }
-
-    fn comm(&self, nranks: i32, rank: i32) -> Result<*mut c_void, String> {
-        let mut comm = std::ptr::null_mut();
-        let mut id = [0 as c_char; 128];
-        // SAFETY: valid out-pointer and id buffer.
-        let rc = unsafe { (self.comm_init)(&mut comm, nranks, id.as_mut_ptr(), rank) };
-        if rc != 0 {
-            return Err(format!("ncclCommInitRank failed: {rc}"));
-        }
-        Ok(comm)
-    }
 }
 
 /// The DataLoader worker: decodes (spins ~1 ms) and writes 64 KiB batches into the pipe; it

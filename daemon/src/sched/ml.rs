@@ -20,7 +20,7 @@ use ringside_shared::RefusedEvidence;
 
 use super::library::{self, Mapping};
 use super::offthread::{OffThread, Outcome};
-use super::trust::{library_trust, Credentials};
+use super::trust::{library_trust, Credentials, Watch};
 
 /// Open files looked at per process: device files are opened early, and a process holding a
 /// million open files must not stall a scan.
@@ -116,6 +116,8 @@ pub struct MlDetector {
     cursor: u32,
     /// What the latest scan read, and how many processes it left for a later one.
     pub last_scan: ScanReport,
+    /// `[scheduler.watch]`: a process out of it has no verdict of its own.
+    watch: Watch,
 }
 
 /// What a scan read, for the observer's telemetry and tests.
@@ -166,6 +168,7 @@ impl MlDetector {
             checking: HashSet::new(),
             cursor: 0,
             last_scan: ScanReport::default(),
+            watch: Watch::default(),
         }
     }
 
@@ -220,6 +223,12 @@ impl MlDetector {
         self
     }
 
+    /// Looks only at the processes `watch` admits (and their descendants).
+    pub fn watching(mut self, watch: Watch) -> MlDetector {
+        self.watch = watch;
+        self
+    }
+
     /// Library evidence refused lately, newest first.
     pub fn refused(&self) -> impl Iterator<Item = &RefusedEvidence> {
         self.refused.iter()
@@ -229,6 +238,11 @@ impl MlDetector {
     /// a library it maps is sent to be checked off-thread (its place is a path a user
     /// controls) and counts when the answer comes ([`MlDetector::take_trust_answers`]).
     fn own_verdict(&mut self, pid: u32, start_time: u64, comm: &str, budget: &mut ScanBudget) -> Option<MlReason> {
+        if self.watch.watches(&self.proc_root, pid).is_err() {
+            // Not watched: nothing of it is read (it is looked at again with the known ones,
+            // as it may move into a watched cgroup).
+            return None;
+        }
         let dir = self.proc_root.join(pid.to_string());
         let mut candidates: Vec<Mapping> = Vec::new();
         let (mappings, read) = library::mappings_counted(&self.proc_root, pid);
@@ -496,5 +510,30 @@ mod tests {
         let mut by_name = MlDetector::new(vec![], vec!["30".into()]);
         let named = by_name.scan();
         assert!(named.iter().any(|p| p.pid == plain.0.id() && p.reason == MlReason::Cmdline("30".into())));
+    }
+
+    #[test]
+    fn processes_out_of_the_watch_scope_are_not_looked_at() {
+        use super::super::trust::WatchConfig;
+        let marked = Reaped(Command::new("sleep").arg("31.5").spawn().unwrap());
+        let pattern = vec!["31.5".to_string()];
+        let found = |watch: WatchConfig| {
+            let watch = Watch::resolve(&watch).unwrap();
+            let mut detector = MlDetector::new(vec![], pattern.clone()).watching(watch);
+            detector.scan().iter().any(|p| p.pid == marked.0.id())
+        };
+        // SAFETY: getuid has no preconditions.
+        let me = unsafe { libc::getuid() }.to_string();
+        let own_cgroup = std::fs::read_to_string(format!("/proc/{}/cgroup", marked.0.id())).unwrap();
+        let own_cgroup = own_cgroup.lines().find_map(|l| l.strip_prefix("0::")).unwrap_or("/").to_string();
+        assert!(found(WatchConfig::default()), "no scope: every process");
+        assert!(found(WatchConfig { users: vec![me.clone()], ..Default::default() }), "its user");
+        assert!(!found(WatchConfig { users: vec!["4242".into()], ..Default::default() }), "another user");
+        assert!(found(WatchConfig { cgroups: vec![own_cgroup.clone()], ..Default::default() }), "its cgroup");
+        let elsewhere = WatchConfig { cgroups: vec![format!("{own_cgroup}-other")], ..Default::default() };
+        assert!(!found(elsewhere), "a cgroup whose name only starts like its own");
+        let relative = WatchConfig { cgroups: vec!["slurm".into()], ..Default::default() };
+        let err = Watch::resolve(&relative).unwrap_err().to_string();
+        assert!(err.contains("scheduler.watch.cgroups"), "{err}");
     }
 }

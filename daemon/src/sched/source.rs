@@ -17,7 +17,7 @@ use super::journal::Journal;
 use super::library::Limits;
 use super::observer::{Observer, ObserverConfig, Published, RUNQ_PENDING};
 use super::policy::{restore_leftovers, Enforcer, PolicyTable};
-use super::trust::{Admission, AdmissionConfig, AlertingConfig, Paging};
+use super::trust::{Admission, AdmissionConfig, AlertingConfig, Paging, Watch, WatchConfig};
 use crate::invalid::Invalid;
 use crate::pipeline::{Feed, MetricsSource, Sample, SourceError, SourceStatus};
 use ringside_bpf::scx::{self, ScxScheduler};
@@ -58,6 +58,8 @@ pub struct SchedulerConfig {
     pub enforce: AdmissionConfig,
     /// `[scheduler.alerting]`: whose jobs may page (without it: the scope of `enforce`).
     pub alerting: Option<AlertingConfig>,
+    /// `[scheduler.watch]`: which processes are looked at (empty: all).
+    pub watch: WatchConfig,
     /// The recent window of each ML job's phase shares and step times (the input-bound and
     /// step-time alerts read them), in seconds.
     pub job_window_s: u64,
@@ -86,6 +88,7 @@ impl Default for SchedulerConfig {
             max_library_bytes: 2 << 30,
             enforce: AdmissionConfig::default(),
             alerting: None,
+            watch: WatchConfig::default(),
             job_window_s: 300,
         }
     }
@@ -134,6 +137,7 @@ impl SchedulerConfig {
         Invalid::range("scheduler.job_window_s", self.job_window_s, 5, super::jobs::MAX_WINDOW_S)?;
         Admission::resolve(&self.enforce)?;
         Paging::resolve(self.alerting.as_ref(), &self.enforce)?;
+        Watch::resolve(&self.watch)?;
         self.policy.check()
     }
 }
@@ -265,6 +269,7 @@ impl SchedulerSource {
                 libraries: Limits { max_bytes: config.max_library_bytes, timeout: LIBRARY_TIMEOUT },
                 admission: Admission::resolve(&config.enforce).map_err(|e| e.to_string())?,
                 paging: Paging::resolve(config.alerting.as_ref(), &config.enforce).map_err(|e| e.to_string())?,
+                watch: Watch::resolve(&config.watch).map_err(|e| e.to_string())?,
                 job_window: Duration::from_secs(config.job_window_s),
                 probes,
             };

@@ -152,6 +152,43 @@ pub struct AlertingConfig {
     pub everyone: bool,
 }
 
+/// `[scheduler.watch]`: which processes the scheduler looks at, by the user, group or cgroup
+/// path prefix of the process whose own evidence (a library, a device, a command line) makes it
+/// ML; its descendants go with it. Empty: every process on the node. On a node shared with
+/// other tenants it keeps the scheduler to the cluster's jobs, and it lets two daemons on one
+/// machine each stand for a node of their own.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WatchConfig {
+    pub users: Vec<String>,
+    pub groups: Vec<String>,
+    pub cgroups: Vec<String>,
+}
+
+/// [`WatchConfig`], resolved: `None` watches everyone.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Watch(Option<Admission>);
+
+impl Watch {
+    pub fn resolve(config: &WatchConfig) -> Result<Watch, Invalid> {
+        let scope = AdmissionConfig {
+            users: config.users.clone(),
+            groups: config.groups.clone(),
+            cgroups: config.cgroups.clone(),
+            beyond_rlimit_nice: false,
+        };
+        let admission = Admission::resolve_in(&scope, "[scheduler.watch]")?;
+        Ok(Watch((!admission.is_empty()).then_some(admission)))
+    }
+
+    /// Whether the scheduler may look at `pid` (`Err`: why not).
+    pub fn watches(&self, proc_root: &Path, pid: u32) -> Result<(), String> {
+        let Some(scope) = &self.0 else { return Ok(()) };
+        let creds = Credentials::of(proc_root, pid).ok_or("its credentials are unreadable")?;
+        scope.admits(proc_root, pid, &creds).map(|_| ())
+    }
+}
+
 /// Whose jobs may raise job alerts ([`AlertingConfig`], resolved).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Paging {
@@ -225,7 +262,11 @@ impl Admission {
 
     fn resolve_in(config: &AdmissionConfig, section: &'static str) -> Result<Admission, Invalid> {
         // The table the values came from (`[scheduler.alerting]` falls back to `enforce`'s).
-        let table = if section == "[scheduler.alerting]" { "scheduler.alerting" } else { "scheduler.enforce" };
+        let table = match section {
+            "[scheduler.alerting]" => "scheduler.alerting",
+            "[scheduler.watch]" => "scheduler.watch",
+            _ => "scheduler.enforce",
+        };
         let ids = |names: &[String], group: bool, key: &str| {
             names
                 .iter()

@@ -43,6 +43,9 @@ struct ProcessWindow {
     oldest_collective_ns: Option<u64>,
     /// Whether one of its collective calls returned.
     collective_returned: bool,
+    /// NCCL calls its threads started, and the longest any of them spent inside one.
+    nccl_calls: u64,
+    most_nccl_ns: u64,
 }
 
 impl Observer {
@@ -137,6 +140,8 @@ impl Observer {
             || (task.last.nccl_calls > 0 && in_collective.is_none())
             || task.last.nccl_calls >= 2;
         sums.most_runq_ns = sums.most_runq_ns.max(task.last.runq_ns);
+        sums.nccl_calls += task.last.nccl_calls;
+        sums.most_nccl_ns = sums.most_nccl_ns.max(task.last.nccl_ns);
         task.window_ns = window.ns;
         task.evidence = Evidence::of(&task.last, role, task.feeding);
         sums.evidence.add(&task.evidence);
@@ -189,6 +194,9 @@ impl Observer {
         if sums.collective_returned {
             process.collective_returned_ms = Some(end_ms);
         }
+        process.collective_calls += sums.nccl_calls;
+        process.collective_ns += sums.most_nccl_ns.min(window_ns);
+        process.cpu_wait_ns += sums.most_runq_ns.min(window_ns);
         tracing::debug!(pid, evidence = ?sums.evidence, phase = ?process.phase.phase, "window");
         if process.phase.step(&sums.evidence, window_ns).is_some() {
             process.phase_since_ms = start_ms;

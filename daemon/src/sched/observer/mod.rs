@@ -74,6 +74,8 @@ pub struct ObserverConfig {
     pub admission: Admission,
     /// Whose jobs may raise job alerts.
     pub paging: super::trust::Paging,
+    /// Which processes are looked at.
+    pub watch: super::trust::Watch,
     /// The recent window of each job's phase shares and step times.
     pub job_window: Duration,
     /// Which library calls are probed.
@@ -149,6 +151,12 @@ struct Process {
     /// of its collectives last returned.
     collective_waiting_since_ms: Option<u64>,
     collective_returned_ms: Option<u64>,
+    /// NCCL calls its threads made; the time one of its threads was inside one (the longest
+    /// in each window, from the probe's exact call times); and the run-queue wait of its
+    /// longest-waiting thread: each summed over windows (per-rank metrics).
+    collective_calls: u64,
+    collective_ns: u64,
+    cpu_wait_ns: u64,
     /// Its phase time over the recent window, and its steps.
     recent: RecentPhases,
     steps: Steps,
@@ -236,7 +244,9 @@ impl Observer {
         let libraries = DEFAULT_LIBRARIES.iter().map(|s| s.to_string()).collect();
         Observer {
             probe,
-            detector: MlDetector::new(libraries, config.ml_patterns.clone()).with_proc_root(&config.proc_root),
+            detector: MlDetector::new(libraries, config.ml_patterns.clone())
+                .with_proc_root(&config.proc_root)
+                .watching(config.watch.clone()),
             libraries: LibraryInspector::new(config.proc_root.clone(), config.libraries, config.probes),
             not_tracked: 0,
             windows: 0,

@@ -240,6 +240,7 @@ impl Harness {
             libraries: Limits { max_bytes: 1 << 20, timeout: Duration::from_secs(1) },
             admission: Admission::resolve(&admission).unwrap(),
             paging: super::super::trust::Paging::resolve(None, &admission).unwrap(),
+            watch: Default::default(),
             job_window: Duration::from_secs(10),
             probes: Probes::default(),
         };
