@@ -87,7 +87,7 @@ async fn two_nodes_scraped_by_a_real_prometheus_with_the_fleet_rules() -> Result
     let (what, deadline) = wait("every rule evaluated");
     loop {
         let rules = prometheus.rules().await?;
-        if rules.len() == 20 && rules.iter().all(|r| r["health"] == "ok") {
+        if rules.len() == 21 && rules.iter().all(|r| r["health"] == "ok") {
             break;
         }
         ensure!(std::time::Instant::now() < deadline, "{what} within 40 s: {rules:?}");

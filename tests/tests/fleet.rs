@@ -64,13 +64,13 @@ async fn the_fleet_rules_name_the_straggler_and_the_ranks_a_hung_job_waits_for()
     let scratch = Scratch::new("fleet");
     let (train, eval) = (format!("train-{}", std::process::id()), format!("eval-{}", std::process::id()));
     let step = |load_ms: u64| -> Vec<String> {
-        ["--load-ms", &load_ms.to_string(), "--compute-ms", "300", "--optimizer-ms", "50", "--transfer-ms", "200"]
+        ["--load-ms", &load_ms.to_string(), "--compute-ms", "200", "--optimizer-ms", "50", "--transfer-ms", "300"]
             .iter()
             .map(|s| s.to_string())
             .collect()
     };
-    // A step is 750 ms: 200 loading, 300 on the "GPU", 200 in the all-reduce, 50 of optimizer.
-    // Rank 3 loads for 275: its step alone would be 10% longer.
+    // A step is 750 ms: 200 loading, 200 on the "GPU", 300 in the all-reduce, 50 of optimizer.
+    // Rank 3 loads for 275: its step alone would be 10% longer, its own work 17% more.
     let train_barrier = scratch.0.join("train.barrier");
     let mut train_ranks = Vec::new();
     for rank in 0..4 {
@@ -122,6 +122,27 @@ async fn the_fleet_rules_name_the_straggler_and_the_ranks_a_hung_job_waits_for()
         named_after.as_secs_f64(),
         ratio.iter().map(|r| (label(r, "job_id").to_string(), r["value"][1].clone())).collect::<Vec<_>>()
     );
+
+    // The Grafana job dashboard, its variable set to train: every panel's query answers, and
+    // the variable lists both jobs.
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(workspace_root().join("deploy/grafana/ringside-job.json"))?)?;
+    let variable = dashboard["templating"]["list"]
+        .as_array()
+        .and_then(|l| l.iter().find(|v| v["name"] == "job_id"))
+        .and_then(|v| v["definition"].as_str())
+        .context("the job variable")?;
+    let metric = variable.trim_start_matches("label_values(").split(',').next().unwrap_or_default();
+    let jobs: std::collections::BTreeSet<String> =
+        prometheus.query(metric).await?.iter().map(|s| label(s, "job_id").to_string()).collect();
+    ensure!(jobs == [eval.clone(), train.clone()].into(), "the job variable lists both jobs: {jobs:?}");
+    for panel in dashboard["panels"].as_array().into_iter().flatten() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().context("expr")?.replace("$job_id", &train);
+            let series = prometheus.query(&expr).await?;
+            ensure!(!series.is_empty(), "panel {:?}: {expr} has no series", panel["title"]);
+        }
+    }
 
     // eval's rank 1 gets stuck loading data (after its 60th step): the hang names it.
     let culprits = "ALERTS{alertname=\"RingsideHangCulprit\", alertstate=\"firing\"}";

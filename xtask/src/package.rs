@@ -25,7 +25,7 @@ pub fn build(root: &Path) -> Result<PathBuf> {
     }
     let deploy = root.join("deploy");
     let doc = tree.join("usr/share/doc/ringside");
-    let files: [(PathBuf, PathBuf, u32); 11] = [
+    let files: [(PathBuf, PathBuf, u32); 12] = [
         (root.join("target/release/ringsided"), tree.join("usr/bin/ringsided"), 0o755),
         (deploy.join("debian/ringsided.service"), tree.join("lib/systemd/system/ringsided.service"), 0o644),
         (deploy.join("debian/ringsided.toml"), tree.join("etc/ringside/ringsided.toml"), 0o644),
@@ -33,6 +33,7 @@ pub fn build(root: &Path) -> Result<PathBuf> {
         (deploy.join("prometheus/prometheus.yml"), doc.join("prometheus/prometheus.yml"), 0o644),
         (deploy.join("prometheus/ringside.rules.yml"), doc.join("prometheus/ringside.rules.yml"), 0o644),
         (deploy.join("grafana/ringside-fleet.json"), doc.join("grafana/ringside-fleet.json"), 0o644),
+        (deploy.join("grafana/ringside-job.json"), doc.join("grafana/ringside-job.json"), 0o644),
         (deploy.join("alertmanager/alertmanager.yml"), doc.join("alertmanager/alertmanager.yml"), 0o644),
         (deploy.join("debian/postinst"), tree.join("DEBIAN/postinst"), 0o755),
         (deploy.join("debian/prerm"), tree.join("DEBIAN/prerm"), 0o755),
