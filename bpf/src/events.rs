@@ -10,8 +10,11 @@ pub enum EventKind {
         inherited: bool,
     },
     Exec,
-    /// A process's leader exited.
-    Exit,
+    /// A process's leader exited, with its exit status as `wait` reports it (a signal number
+    /// in the low 7 bits, else the exit code in bits 8-15), where the attach mode can read it.
+    Exit {
+        status: Option<i32>,
+    },
     /// A tracked thread went on a CPU after waiting this long in the run queue.
     RunqWait {
         ns: u64,
@@ -49,7 +52,9 @@ pub(crate) fn decode_event(bytes: &[u8]) -> Option<Event> {
     let kind = match raw.kind {
         RawEventKind::EVENT_FORK => EventKind::Fork { parent_tgid: raw.parent_tgid, inherited: raw.value != 0 },
         RawEventKind::EVENT_EXEC => EventKind::Exec,
-        RawEventKind::EVENT_EXIT => EventKind::Exit,
+        RawEventKind::EVENT_EXIT => {
+            EventKind::Exit { status: (raw.value >> 32 != 0).then_some(raw.value as u32 as i32) }
+        }
         RawEventKind::EVENT_RUNQ => EventKind::RunqWait { ns: raw.value },
         _ => return None,
     };

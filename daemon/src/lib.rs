@@ -227,6 +227,7 @@ fn app(
         max_ws_sessions: config.server.max_ws_sessions,
         sessions,
         auth_failures: server::throttle::AuthFailures::new(config.server.auth_failures_per_address),
+        fleet_job_url: config.server.fleet_job_url.clone(),
     })
 }
 

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use ringside_shared::{
     Alert, ComponentHealth, ComponentStatus, GpuDevice, GpuIdleAttribution, GpuTelemetry, HostMetrics, KernelBackend,
-    KernelWindow, MetricSummary, MlProcessInfo, Phase, PhaseValues, ProcessRole, Readings, RingKernelMetrics,
+    KernelWindow, MetricSummary, MlProcessInfo, Phase, PhaseValues, Rank, Readings, RingKernelMetrics,
     SchedulerTelemetry, Severity, StatsInput, ThrottleReason, WindowAggregates,
 };
 
@@ -485,45 +485,15 @@ pub fn jobs<'a>(v: &View<'a>) -> Vec<Job<'a>> {
         .collect()
 }
 
-/// One rank of a job across nodes, on this node: the listed process with that job id and rank
-/// that makes the most collective calls (a DataLoader worker inherits its rank's environment
-/// and makes none), else the job's main process, else the lowest pid.
-pub struct Rank<'a> {
-    pub job_id: String,
-    pub rank: u32,
-    pub process: &'a MlProcessInfo,
-}
-
-impl Rank<'_> {
-    fn labels(&self, extra: &[&str]) -> Vec<String> {
-        let mut labels = vec![self.job_id.clone(), self.rank.to_string()];
-        labels.extend(extra.iter().map(|l| l.to_string()));
-        labels
-    }
-
-    /// How long it has been inside a collective now (s), 0 when it is not.
-    pub fn in_collective_s(&self, now_ms: u64) -> f64 {
-        self.process.collective_waiting_since_ms.map_or(0.0, |since| now_ms.saturating_sub(since) as f64 / 1000.0)
-    }
-}
-
-/// The ranks on this node: at most one per (job id, rank), so at most as many as the processes
-/// listed ([`SchedulerTelemetry::MAX_PROCESSES`]).
-pub fn ranks<'a>(v: &View<'a>) -> Vec<Rank<'a>> {
-    let mut ranks: std::collections::BTreeMap<(String, u32), &'a MlProcessInfo> = std::collections::BTreeMap::new();
-    for p in v.scheduler().map(|s| s.processes.as_slice()).unwrap_or_default() {
-        let (Some(job_id), Some(rank)) = (p.identity.job_id(), p.identity.rank) else { continue };
-        let key = |p: &MlProcessInfo| (p.collective_calls, p.role == ProcessRole::Main, std::cmp::Reverse(p.pid));
-        let slot = ranks.entry((job_id, rank)).or_insert(p);
-        if key(p) > key(slot) {
-            *slot = p;
-        }
-    }
-    ranks.into_iter().map(|((job_id, rank), process)| Rank { job_id, rank, process }).collect()
+/// The ranks of jobs across nodes on this node ([`SchedulerTelemetry::ranks`]).
+fn ranks<'a>(v: &View<'a>) -> Vec<Rank<'a>> {
+    v.scheduler().map(|s| s.ranks()).unwrap_or_default()
 }
 
 fn rank_point(out: &mut Vec<Point>, rank: &Rank, extra: &[&str], value: f64) {
-    point(out, Source::Job(rank.process.job), rank.labels(extra), value);
+    let mut labels = vec![rank.job_id.clone(), rank.rank.to_string()];
+    labels.extend(extra.iter().map(|l| l.to_string()));
+    point(out, Source::Job(rank.process.job), labels, value);
 }
 
 fn job_point(out: &mut Vec<Point>, job: &Job, extra: &[&str], value: f64) {
@@ -1547,7 +1517,7 @@ pub static ALL: &[Def] = &[
         rules: &[],
         read: |v, out| {
             for rank in ranks(v) {
-                rank_point(out, &rank, &[], rank.in_collective_s(v.now_ms));
+                rank_point(out, &rank, &[], rank.in_collective_ms(v.now_ms) as f64 / 1000.0);
             }
         },
     },
@@ -1583,6 +1553,20 @@ pub static ALL: &[Def] = &[
                         rank_point(out, &rank, &[&a.gpu.to_string(), reason.as_str()], value);
                     }
                 }
+            }
+        },
+    },
+    Def {
+        name: "ringside_rank_exited_timestamp_seconds",
+        kind: Kind::Gauge,
+        unit: Unit::Seconds,
+        help: "When a rank's process ended on this node (kept 10 minutes), and how: its exit code or the signal that killed it.",
+        labels: &["job_id", "rank", "how"],
+        rules: &[],
+        read: |v, out| {
+            for e in v.scheduler().map(|s| s.exited_ranks.as_slice()).unwrap_or_default() {
+                let labels = vec![e.job_id.clone(), e.rank.to_string(), e.how()];
+                point(out, Source::Scheduler, labels, e.at_ms as f64 / 1000.0);
             }
         },
     },
@@ -1733,7 +1717,7 @@ pub static ALL: &[Def] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ringside_shared::{GpuStepIdle, KernelStatsOutput, NumaNodeMetrics, PressureMetrics, ScxStatus};
+    use ringside_shared::{GpuStepIdle, KernelStatsOutput, NumaNodeMetrics, PressureMetrics, ProcessRole, ScxStatus};
 
     /// A view in which every family has values.
     /// A GPU with every field reported, and job 7's idle attribution on it.
@@ -1827,6 +1811,13 @@ mod tests {
             ml_tasks: 3,
             threads_capacity: 65_536,
             processes: vec![process],
+            exited_ranks: vec![ringside_shared::ExitedRank {
+                job_id: "4242".into(),
+                rank: 5,
+                pid: 99,
+                at_ms: 1_800_000_000_000,
+                status: Some(9),
+            }],
             scx: Some(ScxStatus::default()),
             ..Default::default()
         };

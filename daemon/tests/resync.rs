@@ -75,6 +75,7 @@ async fn a_lagging_client_is_resynchronised_with_a_snapshot() {
         max_ws_sessions: 8,
         sessions: server::session::Sessions::load(None, 0, 0),
         auth_failures: server::throttle::AuthFailures::new(30),
+        fleet_job_url: None,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

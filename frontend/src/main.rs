@@ -7,6 +7,7 @@ mod chart;
 mod connection;
 mod format;
 mod gpus;
+mod jobs;
 mod kernels;
 mod scheduler;
 mod store;

@@ -318,10 +318,16 @@ pub fn SchedulerPanel() -> impl IntoView {
                 .unwrap_or_else(|| "the scheduler is disabled in this daemon's config".into())
         })
     };
+    // Each rank's recent figures, for its own work and wait per step.
+    let windows = StoredValue::new_local(crate::jobs::RankWindows::default());
     let body = move || {
         let now_ms = store.server_time_ms.get();
+        let fleet_url = store.fleet_job_url.get();
         let (scheduler, gpus) = store.readings.with(|r| (r.scheduler.clone(), r.gpus.clone()));
         scheduler.map(|s| {
+            windows.update_value(|w| w.observe(now_ms, &s.ranks()));
+            let jobs =
+                windows.with_value(|w| crate::jobs::jobs_view(&s, gpus.as_ref(), w, fleet_url.as_deref(), now_ms));
             let processes = s
                 .processes
                 .iter()
@@ -341,6 +347,7 @@ pub fn SchedulerPanel() -> impl IntoView {
                     view! { <div class="ml-processes">{processes}</div> }.into_any()
                 }}
                 {bounds_note(&s)}
+                {jobs}
                 <h3>"Threads"</h3>
                 {if s.tasks.is_empty() { ().into_any() } else { tasks_table(&s).into_any() }}
                 <h3>"Recent decisions"</h3>

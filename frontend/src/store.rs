@@ -29,6 +29,8 @@ pub struct Store {
     pub connection: RwSignal<Connection>,
     /// The token's name and role, from `hello`.
     pub identity: RwSignal<Option<(String, Role)>>,
+    /// `[server] fleet_job_url`, from the hello.
+    pub fleet_job_url: RwSignal<Option<String>>,
     pub node: RwSignal<Option<NodeIdentity>>,
     pub interval_ms: RwSignal<u64>,
     pub seq: RwSignal<u64>,
@@ -58,6 +60,7 @@ impl Store {
         Store {
             connection: RwSignal::new(Connection::Connecting { attempt: 1 }),
             identity: RwSignal::new(None),
+            fleet_job_url: RwSignal::new(None),
             node: RwSignal::new(None),
             interval_ms: RwSignal::new(1000),
             seq: RwSignal::new(0),
@@ -85,6 +88,7 @@ impl Store {
                 self.node.set(Some(hello.node));
                 self.interval_ms.set(hello.interval_ms);
                 self.server_time_ms.set(hello.server_time_ms);
+                self.fleet_job_url.set(hello.fleet_job_url);
             }
             ServerMessage::Snapshot(snapshot) => {
                 let snapshot = *snapshot;

@@ -16,7 +16,8 @@ pub mod snapshot;
 pub use alert::{Acknowledgement, Alert, AlertTransition, AlertType, Role, Severity, TransitionKind};
 pub use incident::{IncidentBundle, IncidentSummary};
 pub use protocol::{
-    ClientCommand, CommandError, ErrorCode, Hello, KernelStateChange, ServerMessage, Update, PROTOCOL_VERSION,
+    fleet_job_link, ClientCommand, CommandError, ErrorCode, Hello, KernelStateChange, ServerMessage, Update,
+    PROTOCOL_VERSION,
 };
 pub use readings::Readings;
 pub use silence::{Matcher, NewSilence, Notification, NotifiedAlert, Silence, Silenced};

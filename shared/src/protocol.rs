@@ -71,6 +71,25 @@ pub struct Hello {
     pub node: NodeIdentity,
     pub server_time_ms: UnixMillis,
     pub interval_ms: u64,
+    /// `[server] fleet_job_url`: the fleet dashboard of a job, `{job_id}` standing for the job's
+    /// id ([`fleet_job_link`]); absent when not configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet_job_url: Option<String>,
+}
+
+/// `template` with each `{job_id}` replaced by `job_id` percent-encoded (all but ASCII letters,
+/// digits and `-._~`): a job id is written by the job's owner, so it can neither end the URL's
+/// query value nor add a parameter.
+pub fn fleet_job_link(template: &str, job_id: &str) -> String {
+    let mut encoded = String::with_capacity(job_id.len() * 3);
+    for byte in job_id.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            encoded.push(byte as char);
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    template.replace("{job_id}", &encoded)
 }
 
 /// What changed in one collection tick.

@@ -635,6 +635,11 @@ pub struct SchedulerTelemetry {
     /// Libraries not taken as evidence of ML work, and why (newest first, at most 16).
     #[serde(default)]
     pub refused_evidence: Vec<RefusedEvidence>,
+    /// Ranks of jobs across nodes whose process ended here in the last 10 minutes (at most
+    /// [`SchedulerTelemetry::MAX_EXITED_RANKS`], oldest first): a hung job's other ranks may be
+    /// waiting for one of them.
+    #[serde(default)]
+    pub exited_ranks: Vec<ExitedRank>,
     /// Why `enforce` changes nothing, where it does not (no process admitted).
     #[serde(default)]
     pub enforcement_inactive: Option<String>,
@@ -728,6 +733,9 @@ impl SchedulerTelemetry {
     /// Shorter texts of the daemon's own making, with a user's detail in them (a thread's last
     /// decision, a process's paging reason), clipped the same way.
     pub const MAX_SHORT_TEXT: usize = 96;
+    /// Exited ranks kept, and for how long.
+    pub const MAX_EXITED_RANKS: usize = 64;
+    pub const EXITED_RANK_MS: u64 = 600_000;
     /// A process's command line is clipped to this many characters (keeping its start).
     pub const MAX_CMDLINE: usize = 256;
     /// What the scheduler's part of an update may take, serialized, with every list at its
@@ -738,6 +746,89 @@ impl SchedulerTelemetry {
 /// What a viewer sees in place of the command line of a process not admitted for alerting,
 /// unless `[server] viewers_see_untrusted` (operators always see it).
 pub const HIDDEN_FROM_VIEWERS: &str = "(hidden from viewers)";
+
+/// A rank of a job across nodes whose process ended on this node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ExitedRank {
+    pub job_id: String,
+    pub rank: u32,
+    pub pid: u32,
+    pub at_ms: UnixMillis,
+    /// As `wait` reports it (a signal number in the low 7 bits, else the exit code in bits
+    /// 8-15); absent where the probe's attach mode cannot read it.
+    pub status: Option<i32>,
+}
+
+impl ExitedRank {
+    /// `exit code 1`, `killed by signal 9 (SIGKILL)`, `exit status unknown`.
+    pub fn how(&self) -> String {
+        let Some(status) = self.status else { return "exit status unknown".into() };
+        let signal = status & 0x7f;
+        if signal == 0 {
+            return format!("exit code {}", (status >> 8) & 0xff);
+        }
+        let name = match signal {
+            1 => "SIGHUP",
+            2 => "SIGINT",
+            3 => "SIGQUIT",
+            4 => "SIGILL",
+            6 => "SIGABRT",
+            7 => "SIGBUS",
+            8 => "SIGFPE",
+            9 => "SIGKILL",
+            11 => "SIGSEGV",
+            13 => "SIGPIPE",
+            14 => "SIGALRM",
+            15 => "SIGTERM",
+            _ => "",
+        };
+        let core = if status & 0x80 != 0 { ", core dumped" } else { "" };
+        if name.is_empty() {
+            format!("killed by signal {signal}{core}")
+        } else {
+            format!("killed by signal {signal} ({name}){core}")
+        }
+    }
+}
+
+/// One rank of a job across nodes, on this node ([`SchedulerTelemetry::ranks`]).
+#[derive(Debug, Clone)]
+pub struct Rank<'a> {
+    pub job_id: String,
+    pub rank: u32,
+    pub process: &'a MlProcessInfo,
+}
+
+impl Rank<'_> {
+    /// How long it has been inside a collective at `now_ms` (ms), 0 when it is not in one.
+    pub fn in_collective_ms(&self, now_ms: UnixMillis) -> u64 {
+        self.process.collective_waiting_since_ms.map_or(0, |since| now_ms.saturating_sub(since))
+    }
+
+    /// Its time observed (the sum of its phase times), ms.
+    pub fn observed_ms(&self) -> u64 {
+        Phase::ALL.iter().map(|p| self.process.phase_ms.get(*p)).sum()
+    }
+}
+
+impl SchedulerTelemetry {
+    /// The ranks of jobs across nodes listed here: one per (job id, rank), the listed process
+    /// with that identity making the most NCCL calls (a DataLoader worker inherits its rank's
+    /// environment and makes none), else the job's main process, else the lowest pid. So at
+    /// most [`SchedulerTelemetry::MAX_PROCESSES`], sorted by job id and rank.
+    pub fn ranks(&self) -> Vec<Rank<'_>> {
+        let mut ranks: std::collections::BTreeMap<(String, u32), &MlProcessInfo> = std::collections::BTreeMap::new();
+        for p in &self.processes {
+            let (Some(job_id), Some(rank)) = (p.identity.job_id(), p.identity.rank) else { continue };
+            let key = |p: &MlProcessInfo| (p.collective_calls, p.role == ProcessRole::Main, std::cmp::Reverse(p.pid));
+            let slot = ranks.entry((job_id, rank)).or_insert(p);
+            if key(p) > key(slot) {
+                *slot = p;
+            }
+        }
+        ranks.into_iter().map(|((job_id, rank), process)| Rank { job_id, rank, process }).collect()
+    }
+}
 
 impl SchedulerTelemetry {
     /// What a viewer is given unless `[server] viewers_see_untrusted`: each process not admitted

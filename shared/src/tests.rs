@@ -118,6 +118,20 @@ fn silence() -> crate::Silence {
 }
 
 #[test]
+fn a_job_id_is_percent_encoded_into_the_fleet_link() {
+    let template = "https://grafana.example/d/ringside-job?orgId=1&var-job_id={job_id}";
+    assert_eq!(
+        crate::fleet_job_link(template, "4242.0"),
+        "https://grafana.example/d/ringside-job?orgId=1&var-job_id=4242.0"
+    );
+    // What the owner wrote cannot end the value nor add a parameter.
+    assert_eq!(
+        crate::fleet_job_link(template, "x&var-other=1#é"),
+        "https://grafana.example/d/ringside-job?orgId=1&var-job_id=x%26var-other%3D1%23%C3%A9"
+    );
+}
+
+#[test]
 fn silence_commands_parse_and_silences_match() {
     let command = ClientCommand::parse(
         r#"{"type":"create_silence","matchers":[{"name":"alert_id","value":"7"}],"duration_ms":3600000,"comment":"c"}"#,
@@ -355,6 +369,13 @@ pub(crate) fn snapshot() -> Snapshot {
                     path: "/tmp/libtorch_x.so".into(),
                     why: "/tmp is writable by everyone".into(),
                 }],
+                exited_ranks: vec![crate::ExitedRank {
+                    job_id: "4242.0".into(),
+                    rank: 3,
+                    pid: 4300,
+                    at_ms: 1_699_999_990_000,
+                    status: Some(9),
+                }],
                 enforcement_inactive: None,
                 tasks: vec![MlTaskInfo {
                     pid: 4242,
@@ -474,6 +495,7 @@ fn every_server_message_round_trips() {
         node: node(),
         server_time_ms: 5,
         interval_ms: 1000,
+        fleet_job_url: Some("https://grafana.example/d/ringside-job?var-job_id={job_id}".into()),
     }));
     round_trip(ServerMessage::Snapshot(Box::new(snapshot())));
     round_trip(ServerMessage::Update(Box::new(Update {
@@ -698,6 +720,16 @@ fn worst_case_scheduler_telemetry_fits_the_frame_budget() {
         ],
         programs: vec![base.programs[0].clone(); 24],
         enforcement_inactive: Some(long('i')),
+        exited_ranks: vec![
+            crate::ExitedRank {
+                job_id: "j".repeat(JobIdentity::MAX_VALUE),
+                rank: 1_000_000,
+                pid: u32::MAX,
+                at_ms: 1_800_000_000_000,
+                status: Some(i32::MIN),
+            };
+            SchedulerTelemetry::MAX_EXITED_RANKS
+        ],
         ..base
     };
     let bytes = serde_json::to_string(&worst).unwrap().len();

@@ -562,6 +562,88 @@ async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
 }
 
 #[tokio::test]
+async fn the_jobs_view_shows_the_ranks_here_with_their_work_and_wait_and_links_to_the_fleet() -> Result<()> {
+    const WAIT: Duration = Duration::from_secs(30);
+    let template = "https://grafana.example/d/ringside-job?orgId=1&var-job_id={job_id}";
+    let daemon = Daemon::start(DaemonOptions {
+        token: None,
+        interval_ms: 500,
+        config: format!(
+            "[server]\nfleet_job_url = \"{template}\"\n[scheduler]\nwindow_ms = 100\nscan_interval_ms = 200\n"
+        ),
+        ..DaemonOptions::default()
+    })?;
+    // Two ranks of a torchrun job on this node (the world is 2); rank 1 loads data 150 ms
+    // longer each step, so rank 0 waits for it in the all-reduce.
+    let scratch = Scratch::new("jobs-view");
+    let run = format!("console-run-{}", std::process::id());
+    let barrier = scratch.0.join("barrier");
+    let rank = |r: u32, load: &str| -> Result<Reaped> {
+        let ready = scratch.0.join(format!("ready-{r}"));
+        let mut command = Command::new(ringside_tests::ddp_rank_binary());
+        command
+            .args(["--rank", &r.to_string(), "--world", "2", "--barrier"])
+            .arg(&barrier)
+            .args(["--load-ms", load, "--compute-ms", "200", "--optimizer-ms", "20", "--transfer-ms", "100", "--ready"])
+            .arg(&ready)
+            .env("TORCHELASTIC_RUN_ID", &run)
+            .env("RANK", r.to_string())
+            .env("WORLD_SIZE", "2");
+        Reaped::start(&mut command, &ready)
+    };
+    let (rank0, rank1) = (rank(0, "100")?, rank(1, "250")?);
+    let driver = Driver::start()?;
+    let profile = Scratch::new("chromium-profile");
+    let downloads = Scratch::new("downloads");
+    let client = browser(&driver, &profile.0, &downloads.0).await?;
+    let outcome = async {
+        client.goto(&daemon.console_url).await?;
+        let card = format!("#scheduler-panel .fleet-job[data-job-id='{run}']");
+        let count = eventually("the job with both ranks", WAIT, || async {
+            Ok(text_of(&client, &format!("{card} .rank-count")).await?.filter(|t| t.contains("0, 1")))
+        })
+        .await?;
+        assert_eq!(count, "· ranks 0, 1 here, of 2");
+        let link = client.find(Locator::Css(&format!("{card} a.fleet-link"))).await?;
+        let href = link.attr("href").await?.unwrap_or_default();
+        assert_eq!(href, template.replace("{job_id}", &run));
+        assert_eq!(link.attr("rel").await?.as_deref(), Some("noopener noreferrer"));
+        // Own work and wait per step: rank 1 has the more work, rank 0 the longer wait.
+        let ms = |text: Option<String>| -> Option<f64> {
+            let text = text?;
+            let value: f64 = text.split_whitespace().next()?.parse().ok()?;
+            Some(if text.ends_with(" s") { value * 1000.0 } else { value })
+        };
+        let (own, wait) = eventually("both ranks' work and wait per step", WAIT, || async {
+            let mut figures = Vec::new();
+            for r in ["0", "1"] {
+                let row = format!("{card} tr[data-rank='{r}']");
+                figures.push((
+                    ms(text_of(&client, &format!("{row} .rank-own")).await?),
+                    ms(text_of(&client, &format!("{row} .rank-wait")).await?),
+                ));
+            }
+            Ok(match figures.as_slice() {
+                [(Some(o0), Some(w0)), (Some(o1), Some(w1))] if o1 > o0 && w0 > w1 => Some(((*o0, *o1), (*w0, *w1))),
+                _ => None,
+            })
+        })
+        .await?;
+        println!("own work per step {own:?} ms, wait per step {wait:?} ms");
+        anyhow::Ok(())
+    }
+    .await;
+    if outcome.is_err() {
+        if let Ok(png) = client.screenshot().await {
+            let _ = std::fs::write(artifacts().join("jobs-failure.png"), png);
+        }
+    }
+    let _ = client.close().await;
+    drop((rank0, rank1));
+    outcome
+}
+
+#[tokio::test]
 async fn an_alert_silenced_from_its_row_shows_silenced_leaves_the_badge_and_comes_back_when_expired() -> Result<()> {
     let daemon = Daemon::start(DaemonOptions {
         token: None,

@@ -7,7 +7,7 @@
 //! - `train` (ranks 0-1 on node-a, 2-3 on node-b): rank 3's data loading is slower, making its
 //!   step 10% longer. `RingsideStraggler` names it (node, rank, cause: data loading) within 30 s
 //!   of its series appearing, and names no other rank. Then it is killed: the others hang in
-//!   the all-reduce and `RingsideHangCulprit` names rank 3 as exited.
+//!   the all-reduce and `RingsideHangCulprit` names rank 3 as exited, killed by SIGKILL.
 //! - `eval` (rank 0 on node-a, rank 1 on node-b): balanced, so never a straggler; then rank 1
 //!   gets stuck loading data, and `RingsideHangCulprit` names it, in `data_loading`, within the
 //!   hang threshold and two scrape intervals (plus the second its peer needs to reach the
@@ -193,6 +193,11 @@ async fn the_fleet_rules_name_the_straggler_and_the_ranks_a_hung_job_waits_for()
             .iter()
             .all(|a| (label(a, "instance"), label(a, "rank"), label(a, "phase")) == (b.addr.as_str(), "3", "exited")),
         "only the killed rank, as exited: {train_culprits:?}"
+    );
+    // Its node saw how it ended (the probe reads the exit status).
+    ensure!(
+        train_culprits.iter().all(|a| label(a, "how") == "killed by signal 9 (SIGKILL)"),
+        "how it ended: {train_culprits:?}"
     );
     println!("killed rank named {:.1} s after it was killed", now_ms().saturating_sub(killed_ms) as f64 / 1000.0);
     Ok(())

@@ -103,7 +103,8 @@ struct event {
 	__u32 tgid;
 	__u32 parent_tgid;      /* EVENT_FORK: the parent process */
 	__u64 at_ns;            /* CLOCK_MONOTONIC */
-	__u64 value;
+	__u64 value;            /* EVENT_FORK: inherited; EVENT_RUNQ: the wait (ns); EVENT_EXIT:
+				 * (1 << 32) | exit code, or 0 where unknown */
 	char comm[16];
 };
 

@@ -364,7 +364,9 @@ static __always_inline void on_fork(__u32 parent_tgid, __u32 child_tid, __u32 ch
 	emit(EVENT_FORK, child_tid, child_tgid, parent_tgid, inherited, comm);
 }
 
-static __always_inline void on_exit(__u32 tid, __u32 tgid, const char *comm)
+/* `status`: (1 << 32) | the task's exit code (as wait() reports it: a signal in the low 7
+ * bits, else the code << 8), or 0 where the attach mode cannot read it. */
+static __always_inline void on_exit(__u32 tid, __u32 tgid, const char *comm, __u64 status)
 {
 	bpf_map_delete_elem(&threads, &tid);
 	bpf_map_delete_elem(&ml_threads, &tid);
@@ -372,7 +374,7 @@ static __always_inline void on_exit(__u32 tid, __u32 tgid, const char *comm)
 		bpf_map_delete_elem(&gpu_text, &tgid);
 		if (bpf_map_delete_elem(&tracked, &tgid) == 0)
 			__sync_fetch_and_add(&tracked_generation, 1);
-		emit(EVENT_EXIT, tid, tgid, 0, 0, comm);
+		emit(EVENT_EXIT, tid, tgid, 0, status, comm);
 	}
 }
 
@@ -432,7 +434,8 @@ static __always_inline void on_exit(__u32 tid, __u32 tgid, const char *comm)
 	SEC(kind "/sched_process_exit")                                                            \
 	int BPF_PROG(prefix##_exit, struct task_struct *task)                                      \
 	{                                                                                          \
-		on_exit(TASK_TID(task), TASK_TGID(task), task->comm);                              \
+		on_exit(TASK_TID(task), TASK_TGID(task), task->comm,                               \
+			(1ULL << 32) | (__u32)READ_##prefix(task, exit_code));                     \
 		return 0;                                                                          \
 	}
 
@@ -525,7 +528,7 @@ int tp_exit(void *ctx)
 	char comm[16];
 	bpf_get_current_comm(comm, sizeof(comm));
 	__u64 id = bpf_get_current_pid_tgid();
-	on_exit((__u32)id, id >> 32, comm);
+	on_exit((__u32)id, id >> 32, comm, 0);
 	return 0;
 }
 

@@ -32,6 +32,9 @@ pub struct ServerConfig {
     /// Viewers also see the command lines and library paths of processes whose users are not
     /// admitted for alerting (`[scheduler.alerting]`); operators always do.
     pub viewers_see_untrusted: bool,
+    /// The fleet dashboard of a job (Grafana's `ringside-job`, say), `{job_id}` standing for
+    /// the job's id: the console links each job to it.
+    pub fleet_job_url: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -44,6 +47,7 @@ impl Default for ServerConfig {
             auth_failures_per_address: 30,
             session_idle_hours: 12,
             viewers_see_untrusted: false,
+            fleet_job_url: None,
         }
     }
 }
@@ -62,7 +66,20 @@ impl ServerConfig {
         Invalid::range("server.max_ws_sessions", self.max_ws_sessions, 1, 4096)?;
         // 30 days at most.
         Invalid::range("server.session_idle_hours", self.session_idle_hours, 1, 720)?;
-        Invalid::range("server.auth_failures_per_address", self.auth_failures_per_address, 1, 1_000_000)
+        Invalid::range("server.auth_failures_per_address", self.auth_failures_per_address, 1, 1_000_000)?;
+        if let Some(url) = &self.fleet_job_url {
+            let scheme = url.starts_with("https://") || url.starts_with("http://");
+            let odd =
+                url.chars().any(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '\'' | '<' | '>' | '`'));
+            if !scheme || odd || !url.contains("{job_id}") || url.len() > 2048 {
+                return Err(Invalid::new(
+                    "server.fleet_job_url",
+                    format!("{url:?}"),
+                    "must be an http(s) URL holding {job_id}, at most 2048 characters, without spaces or quotes",
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -96,4 +113,26 @@ pub fn check_exposure(listen: SocketAddr, tls: bool, allow_plain_http: bool) -> 
         port = listen.port()
     );
     Err(Invalid::new("listen", listen, why))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fleet_link_must_be_an_http_url_holding_the_job_id() {
+        let with = |url: &str| ServerConfig { fleet_job_url: Some(url.into()), ..ServerConfig::default() }.check();
+        assert!(with("https://grafana.example/d/ringside-job?var-job_id={job_id}").is_ok());
+        assert!(with("http://grafana:3000/d/ringside-job?var-job_id={job_id}").is_ok());
+        for bad in [
+            "javascript:alert(1)//{job_id}",
+            "https://grafana.example/d/ringside-job",
+            "https://grafana.example/d/x?a=\"{job_id}\"",
+            "https://grafana.example/d/x?a={job_id} b",
+        ] {
+            let err = with(bad).unwrap_err().to_string();
+            assert!(err.contains("server.fleet_job_url"), "{bad}: {err}");
+        }
+        assert!(with(&format!("https://g.example/{}{{job_id}}", "x".repeat(2048))).is_err());
+    }
 }

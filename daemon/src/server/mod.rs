@@ -41,6 +41,8 @@ pub struct App {
     pub sessions: session::Sessions,
     /// Failed authentications per client address.
     pub auth_failures: throttle::AuthFailures,
+    /// `[server] fleet_job_url`, told to the console.
+    pub fleet_job_url: Option<String>,
 }
 
 pub type SharedApp = Arc<App>;

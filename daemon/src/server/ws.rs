@@ -144,6 +144,7 @@ async fn run_session(
         node: state.node().clone(),
         server_time_ms: crate::clock::now_ms(),
         interval_ms: state.interval_ms(),
+        fleet_job_url: app.fleet_job_url.clone(),
     });
     send(socket, encode(&hello)).await?;
     send(socket, encode(&ServerMessage::Snapshot(Box::new(state.snapshot_for(identity.role))))).await?;

@@ -21,7 +21,8 @@
 //! `--steps 0` (the default) runs until killed. `--stuck-after S`: after S steps the rank waits
 //! for a batch that never comes (stuck in data loading), so the others wait in the all-reduce.
 //! `--cpu K`: runs on CPU K only. `--log`: one JSON line per step, `{"rank","step","start_ms",
-//! "end_ms","collective_ms"}`. `--hog PERCENT` instead keeps a CPU busy PERCENT of every 10 ms
+//! "end_ms","load_ms","compute_ms","collective_ms","optimizer_ms"}` (the ground truth: each
+//! part's wall-clock time). `--hog PERCENT` instead keeps a CPU busy PERCENT of every 10 ms
 //! (another tenant's task), to make a rank pinned to the same CPU wait for it.
 
 // Each binary uses part of it.
@@ -260,18 +261,24 @@ fn run(args: Args) -> Result<(), String> {
             return Err("the DataLoader worker went away".into());
         }
         read_batch(batch_read, &mut batch)?;
+        let load_ms = now_ms() - start_ms;
+        let computing = Instant::now();
         for _ in 0..LAUNCHES {
             doubles.launch(device_us);
         }
         doubles.synchronize();
+        let compute_ms = computing.elapsed().as_secs_f64() * 1000.0;
         let called = Instant::now();
         doubles.shared_all_reduce(floats, comm);
         let collective_ms = called.elapsed().as_secs_f64() * 1000.0;
+        let optimizing = Instant::now();
         arithmetic(args.optimizer_ms * units_per_ms, &mut buffer);
+        let optimizer_ms = optimizing.elapsed().as_secs_f64() * 1000.0;
         if let Some(log) = log.as_mut() {
             let line = serde_json::json!({
                 "rank": args.rank, "step": step, "start_ms": start_ms, "end_ms": now_ms(),
-                "collective_ms": collective_ms,
+                "load_ms": load_ms, "compute_ms": compute_ms, "collective_ms": collective_ms,
+                "optimizer_ms": optimizer_ms,
             });
             writeln!(log, "{line}").map_err(|e| format!("--log: {e}"))?;
         }

@@ -5,7 +5,7 @@
 use std::collections::{HashSet, VecDeque};
 
 use ringside_bpf::{is_probed_library, EventKind, GpuLibrary, MAX_TEXT_RANGES};
-use ringside_shared::{PhaseValues, ProcessRole, SchedulerBackend, SchedulerTelemetry};
+use ringside_shared::{ExitedRank, PhaseValues, ProcessRole, SchedulerBackend, SchedulerTelemetry};
 
 use super::super::jobs::{RecentPhases, Steps};
 use super::super::journal::thread_start_time;
@@ -87,7 +87,10 @@ impl Observer {
                     // now: every exec on the node would trigger one.)
                     self.detector.forget(event.tgid);
                 }
-                EventKind::Exit => self.remove_process(event.tgid),
+                EventKind::Exit { status } => {
+                    self.note_exit(event.tgid, status);
+                    self.remove_process(event.tgid)
+                }
             }
         }
     }
@@ -165,6 +168,24 @@ impl Observer {
         let floor =
             if admission.is_ok() { self.config.admission.nice_floor(&self.config.proc_root, pid, creds) } else { 0 };
         (admission, floor)
+    }
+
+    /// A rank's process ended: kept for 10 minutes, so that a hung job can name it. A
+    /// DataLoader worker carries its rank's environment too, and is not a rank: only a process
+    /// that made collective calls, or a main process, counts.
+    fn note_exit(&mut self, pid: u32, status: Option<i32>) {
+        let Some(p) = self.processes.get(&pid) else { return };
+        let (Some(job_id), Some(rank)) = (p.identity.job_id(), p.identity.rank) else { return };
+        if p.collective_calls == 0 && p.role != ProcessRole::Main {
+            return;
+        }
+        let now = crate::clock::now_ms();
+        self.exited_ranks
+            .retain(|e| !(e.job_id == job_id && e.rank == rank) && e.at_ms + SchedulerTelemetry::EXITED_RANK_MS > now);
+        if self.exited_ranks.len() == SchedulerTelemetry::MAX_EXITED_RANKS {
+            self.exited_ranks.pop_front();
+        }
+        self.exited_ranks.push_back(ExitedRank { job_id, rank, pid, at_ms: now, status });
     }
 
     pub(super) fn remove_process(&mut self, pid: u32) {

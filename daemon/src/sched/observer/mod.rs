@@ -185,6 +185,8 @@ struct Task {
 pub struct Observer {
     probe: Box<dyn Probe>,
     detector: MlDetector,
+    /// Ranks whose process ended lately ([`SchedulerTelemetry::exited_ranks`]).
+    exited_ranks: VecDeque<ringside_shared::ExitedRank>,
     config: ObserverConfig,
     processes: HashMap<u32, Process>,
     tasks: HashMap<u32, Task>,
@@ -244,6 +246,7 @@ impl Observer {
         let libraries = DEFAULT_LIBRARIES.iter().map(|s| s.to_string()).collect();
         Observer {
             probe,
+            exited_ranks: VecDeque::new(),
             detector: MlDetector::new(libraries, config.ml_patterns.clone())
                 .with_proc_root(&config.proc_root)
                 .watching(config.watch.clone()),

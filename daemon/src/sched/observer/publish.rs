@@ -55,6 +55,7 @@ impl Observer {
                 .refused()
                 .map(|r| RefusedEvidence { path: clip(&r.path, TEXT), why: clip(&r.why, TEXT), ..r.clone() })
                 .collect(),
+            exited_ranks: self.exited_ranks.iter().cloned().collect(),
             enforcement_inactive: (backend != SchedulerBackend::Observe && self.config.admission.is_empty()).then(
                 || {
                     "enforce mode admits no process: list users, groups or cgroups under [scheduler.enforce]"

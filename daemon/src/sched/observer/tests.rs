@@ -636,7 +636,7 @@ fn an_exit_event_ends_a_process_at_once() {
     let mut h = training("observer-exit-event", SchedulerBackend::Setattr);
     h.calls();
     h.probe.lock().unwrap().events.push(Event {
-        kind: EventKind::Exit,
+        kind: EventKind::Exit { status: Some(9) },
         tid: 4001,
         tgid: 4001,
         at_ns: 0,
