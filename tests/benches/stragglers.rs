@@ -19,8 +19,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use ringside_tests::fleet::{Cgroups, Prometheus, Rank};
-use ringside_tests::{random_token, workspace_root, Daemon, DaemonOptions, Reaped, Scratch};
+use ringside_tests::fleet::{Prometheus, Rank, TwoNodes};
+use ringside_tests::{workspace_root, Reaped, Scratch};
 
 /// Time to name, at most: the target is 30 s, runs get 60.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -144,35 +144,17 @@ fn truth(log: &Path) -> [f64; 4] {
 }
 
 struct Fleet {
-    a: Daemon,
-    b: Daemon,
-    cgroup_a: std::path::PathBuf,
-    cgroup_b: std::path::PathBuf,
+    nodes: TwoNodes,
     prometheus: Prometheus,
     scratch: Scratch,
-    _cgroups: Cgroups,
 }
 
 impl Fleet {
     fn start() -> Result<Fleet> {
-        let mut cgroups = Cgroups::new("ringside-stragglers")?;
-        let (cgroup_a, cgroup_b) = (cgroups.make("node-a")?, cgroups.make("node-b")?);
-        let token = random_token();
-        let node = |cgroup: &Path| -> Result<Daemon> {
-            Daemon::start(DaemonOptions {
-                token: Some(token.clone()),
-                interval_ms: 1000,
-                config: format!(
-                    "[scheduler]\nwindow_ms = 100\nscan_interval_ms = 200\n[scheduler.watch]\ncgroups = [\"{}\"]\n",
-                    cgroups.path_of(cgroup)?
-                ),
-                ..DaemonOptions::default()
-            })
-        };
-        let (a, b) = (node(&cgroup_a)?, node(&cgroup_b)?);
+        let nodes = TwoNodes::start("ringside-stragglers", 1000)?;
         let rules = std::fs::read_to_string(workspace_root().join("deploy/prometheus/ringside.rules.yml"))?;
-        let prometheus = Prometheus::start(&rules, &[&a.addr, &b.addr], &token, None)?;
-        Ok(Fleet { a, b, cgroup_a, cgroup_b, prometheus, scratch: Scratch::new("stragglers"), _cgroups: cgroups })
+        let prometheus = Prometheus::start(&rules, &[&nodes.a.addr, &nodes.b.addr], &nodes.token, None)?;
+        Ok(Fleet { nodes, prometheus, scratch: Scratch::new("stragglers") })
     }
 
     /// Starts a four-rank job `run`, rank `slow` with its own step, the others with `step`;
@@ -188,7 +170,7 @@ impl Fleet {
             started.push(Reaped(hog.spawn().context("start a hog")?));
         }
         for rank in 0..4 {
-            let cgroup = if rank < 2 { &self.cgroup_a } else { &self.cgroup_b };
+            let cgroup = if rank < 2 { &self.nodes.cgroup_a } else { &self.nodes.cgroup_b };
             let spec = Rank { cgroup, run_id: run, rank, world: 4, barrier: &barrier, dir: &self.scratch.0 };
             let log = self.scratch.0.join(format!("{run}-{rank}.jsonl"));
             let mut args = match slow {
@@ -264,7 +246,7 @@ async fn main() -> Result<()> {
         };
         let own_ratio = logs[rank as usize][0] / peers(0).max(1.0);
         let more = |part: usize| logs[rank as usize][part] - peers(part);
-        let node = if rank < 2 { &fleet.a.addr } else { &fleet.b.addr };
+        let node = if rank < 2 { &fleet.nodes.a.addr } else { &fleet.nodes.b.addr };
         let outcome = Outcome {
             rank_right: named.as_ref().is_some_and(|(i, r, _, _)| i == node && *r == rank.to_string()),
             cause_right: named.as_ref().is_some_and(|(_, _, c, _)| c == cause.expected()),
@@ -273,7 +255,7 @@ async fn main() -> Result<()> {
         };
         let (who, said) = named
             .as_ref()
-            .map(|(i, r, c, _)| (format!("{}/{r}", if i == &fleet.a.addr { "a" } else { "b" }), c.clone()))
+            .map(|(i, r, c, _)| (format!("{}/{r}", if i == &fleet.nodes.a.addr { "a" } else { "b" }), c.clone()))
             .unwrap_or_else(|| ("nobody".into(), "-".into()));
         println!(
             "{i:>3}  {}/{rank}  {:<16} {pct:>3}%     {own_ratio:>5.2}      {who:<18} {said:<16} {:<7} ({:+.0} load, {:+.0} gpu, {:+.0} optimizer ms)",

@@ -66,6 +66,54 @@ impl Drop for Cgroups {
     }
 }
 
+/// Two daemons on this machine standing for two nodes, node-a and node-b: each watches its own
+/// cgroup (`[scheduler.watch]`), where the ranks of each "node" are started.
+pub struct TwoNodes {
+    pub a: crate::Daemon,
+    pub b: crate::Daemon,
+    pub cgroup_a: PathBuf,
+    pub cgroup_b: PathBuf,
+    pub token: String,
+    _cgroups: Cgroups,
+}
+
+impl TwoNodes {
+    /// Cgroups under `<cgroup2>/<label>-<pid>`, and the daemons (`ringsided`, or
+    /// `RINGSIDED_BIN`) collecting every `interval_ms`.
+    pub fn start(label: &str, interval_ms: u64) -> Result<TwoNodes> {
+        let mut cgroups = Cgroups::new(label)?;
+        let (cgroup_a, cgroup_b) = (cgroups.make("node-a")?, cgroups.make("node-b")?);
+        let token = crate::random_token();
+        let node = |cgroup: &Path| -> Result<crate::Daemon> {
+            crate::Daemon::start(crate::DaemonOptions {
+                token: Some(token.clone()),
+                interval_ms,
+                config: format!(
+                    "[scheduler]\nwindow_ms = 100\nscan_interval_ms = 200\n[scheduler.watch]\ncgroups = [\"{}\"]\n",
+                    cgroups.path_of(cgroup)?
+                ),
+                ..crate::DaemonOptions::default()
+            })
+        };
+        let (a, b) = (node(&cgroup_a)?, node(&cgroup_b)?);
+        Ok(TwoNodes { a, b, cgroup_a, cgroup_b, token, _cgroups: cgroups })
+    }
+}
+
+/// A Grafana dashboard in `deploy/grafana`, and the metric its variable `name` lists the
+/// values of (`label_values(METRIC, label)`).
+pub fn dashboard(file: &str, variable: &str) -> Result<(serde_json::Value, String)> {
+    let path = crate::workspace_root().join("deploy/grafana").join(file);
+    let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path)?)?;
+    let definition = dashboard["templating"]["list"]
+        .as_array()
+        .and_then(|l| l.iter().find(|v| v["name"] == variable))
+        .and_then(|v| v["definition"].as_str())
+        .with_context(|| format!("the {variable} variable of {file}"))?;
+    let metric = definition.trim_start_matches("label_values(").split(',').next().unwrap_or_default().to_string();
+    Ok((dashboard, metric))
+}
+
 /// A command run by `sh` after moving itself into `cgroup` (through `cgroup.procs`, before it
 /// execs, so the program is in the cgroup from its first instruction).
 pub fn in_cgroup(cgroup: &Path, program: &Path, args: &[String]) -> Command {

@@ -121,6 +121,16 @@ async fn draws_a_line(client: &Client, css: &str) -> Result<Option<()>> {
     Ok(None)
 }
 
+/// Closes the browser, with a screenshot `<name>.png` among the artifacts if the test failed.
+async fn close(client: Client, failed: bool, name: &str) {
+    if failed {
+        if let Ok(png) = client.screenshot().await {
+            let _ = std::fs::write(artifacts().join(format!("{name}.png")), png);
+        }
+    }
+    let _ = client.close().await;
+}
+
 fn artifacts() -> PathBuf {
     let dir = workspace_root().join("artifacts");
     let _ = std::fs::create_dir_all(&dir);
@@ -292,12 +302,7 @@ async fn console_shows_live_data_acknowledges_and_downloads() -> Result<()> {
     let downloads = Scratch::new("downloads");
     let client = browser(&driver, &profile.0, &downloads.0).await?;
     let outcome = console_flow(&client, &daemon, &downloads.0).await;
-    if outcome.is_err() {
-        if let Ok(png) = client.screenshot().await {
-            let _ = std::fs::write(artifacts().join("console-failure.png"), png);
-        }
-    }
-    let _ = client.close().await;
+    close(client, outcome.is_err(), "console-failure").await;
     outcome
 }
 
@@ -550,12 +555,7 @@ async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
         anyhow::Ok(())
     }
     .await;
-    if outcome.is_err() {
-        if let Ok(png) = client.screenshot().await {
-            let _ = std::fs::write(artifacts().join("scheduler-failure.png"), png);
-        }
-    }
-    let _ = client.close().await;
+    close(client, outcome.is_err(), "scheduler-failure").await;
     drop(workload);
     drop(mapper);
     outcome
@@ -633,12 +633,7 @@ async fn the_jobs_view_shows_the_ranks_here_with_their_work_and_wait_and_links_t
         anyhow::Ok(())
     }
     .await;
-    if outcome.is_err() {
-        if let Ok(png) = client.screenshot().await {
-            let _ = std::fs::write(artifacts().join("jobs-failure.png"), png);
-        }
-    }
-    let _ = client.close().await;
+    close(client, outcome.is_err(), "jobs-failure").await;
     drop((rank0, rank1));
     outcome
 }
@@ -714,11 +709,6 @@ async fn an_alert_silenced_from_its_row_shows_silenced_leaves_the_badge_and_come
         anyhow::Ok(())
     }
     .await;
-    if outcome.is_err() {
-        if let Ok(png) = client.screenshot().await {
-            let _ = std::fs::write(artifacts().join("silence-failure.png"), png);
-        }
-    }
-    let _ = client.close().await;
+    close(client, outcome.is_err(), "silence-failure").await;
     outcome
 }

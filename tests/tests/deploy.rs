@@ -95,15 +95,8 @@ async fn two_nodes_scraped_by_a_real_prometheus_with_the_fleet_rules() -> Result
     }
     // The Grafana dashboard: every panel's PromQL runs (the node variable set to all); those
     // about what these two nodes have (no scheduler, no GPU here) return series for both.
-    let dashboard: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(workspace_root().join("deploy/grafana/ringside-fleet.json"))?)?;
-    let variable = dashboard["templating"]["list"]
-        .as_array()
-        .and_then(|l| l.iter().find(|v| v["name"] == "instance"))
-        .and_then(|v| v["definition"].as_str())
-        .context("the node variable")?;
-    let metric = variable.trim_start_matches("label_values(").split(',').next().unwrap_or_default();
-    ensure!(prometheus.query(metric).await?.len() == 2, "the node variable lists both nodes ({variable})");
+    let (dashboard, metric) = ringside_tests::fleet::dashboard("ringside-fleet.json", "instance")?;
+    ensure!(prometheus.query(&metric).await?.len() == 2, "the node variable lists both nodes ({metric})");
     let (what, deadline) = wait("every panel's query answered");
     loop {
         let mut empty = Vec::new();

@@ -13,12 +13,11 @@
 //!   hang threshold and two scrape intervals (plus the second its peer needs to reach the
 //!   all-reduce).
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use ringside_tests::fleet::{Cgroups, Prometheus, Rank};
-use ringside_tests::{now_ms, random_token, workspace_root, Daemon, DaemonOptions, Scratch};
+use ringside_tests::fleet::{dashboard, Prometheus, Rank, TwoNodes};
+use ringside_tests::{now_ms, workspace_root, Scratch};
 
 /// The hang threshold the test gives the rules (shipped: 60 s).
 const HANG_S: u64 = 5;
@@ -39,27 +38,14 @@ fn who(series: &[serde_json::Value]) -> Vec<(String, String, String)> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_fleet_rules_name_the_straggler_and_the_ranks_a_hung_job_waits_for() -> Result<()> {
-    let mut cgroups = Cgroups::new("ringside-fleet")?;
-    let (cgroup_a, cgroup_b) = (cgroups.make("node-a")?, cgroups.make("node-b")?);
-    let token = random_token();
-    let node = |cgroup: &Path| -> Result<Daemon> {
-        Daemon::start(DaemonOptions {
-            token: Some(token.clone()),
-            interval_ms: 200,
-            config: format!(
-                "[scheduler]\nwindow_ms = 100\nscan_interval_ms = 200\n[scheduler.watch]\ncgroups = [\"{}\"]\n",
-                cgroups.path_of(cgroup)?
-            ),
-            ..DaemonOptions::default()
-        })
-    };
-    let (a, b) = (node(&cgroup_a)?, node(&cgroup_b)?);
+    let nodes = TwoNodes::start("ringside-fleet", 200)?;
+    let (a, b, cgroup_a, cgroup_b) = (&nodes.a, &nodes.b, &nodes.cgroup_a, &nodes.cgroup_b);
     let shipped = std::fs::read_to_string(workspace_root().join("deploy/prometheus/ringside.rules.yml"))?;
     let hang = "record: ringside:collective_hang_seconds\n        expr: vector(60)";
     ensure!(shipped.contains(hang), "the hang threshold's rule as the test expects");
     let rules =
         shipped.replacen(hang, &format!("record: ringside:collective_hang_seconds\n        expr: vector({HANG_S})"), 1);
-    let prometheus = Prometheus::start(&rules, &[&a.addr, &b.addr], &token, None)?;
+    let prometheus = Prometheus::start(&rules, &[&a.addr, &b.addr], &nodes.token, None)?;
 
     let scratch = Scratch::new("fleet");
     let (train, eval) = (format!("train-{}", std::process::id()), format!("eval-{}", std::process::id()));
@@ -74,14 +60,14 @@ async fn the_fleet_rules_name_the_straggler_and_the_ranks_a_hung_job_waits_for()
     let train_barrier = scratch.0.join("train.barrier");
     let mut train_ranks = Vec::new();
     for rank in 0..4 {
-        let cgroup = if rank < 2 { &cgroup_a } else { &cgroup_b };
+        let cgroup = if rank < 2 { cgroup_a } else { cgroup_b };
         let spec = Rank { cgroup, run_id: &train, rank, world: 4, barrier: &train_barrier, dir: &scratch.0 };
         train_ranks.push(spec.start(&step(if rank == 3 { 275 } else { 200 }))?);
     }
     let eval_barrier = scratch.0.join("eval.barrier");
     let stuck_log = scratch.0.join("eval-1.jsonl");
-    let eval_0 = Rank { cgroup: &cgroup_a, run_id: &eval, rank: 0, world: 2, barrier: &eval_barrier, dir: &scratch.0 };
-    let eval_1 = Rank { cgroup: &cgroup_b, run_id: &eval, rank: 1, world: 2, barrier: &eval_barrier, dir: &scratch.0 };
+    let eval_0 = Rank { cgroup: cgroup_a, run_id: &eval, rank: 0, world: 2, barrier: &eval_barrier, dir: &scratch.0 };
+    let eval_1 = Rank { cgroup: cgroup_b, run_id: &eval, rank: 1, world: 2, barrier: &eval_barrier, dir: &scratch.0 };
     let _eval_0 = eval_0.start(&step(200))?;
     let mut stuck_args = step(200);
     stuck_args.extend(["--stuck-after".into(), "60".into(), "--log".into(), stuck_log.display().to_string()]);
@@ -125,16 +111,9 @@ async fn the_fleet_rules_name_the_straggler_and_the_ranks_a_hung_job_waits_for()
 
     // The Grafana job dashboard, its variable set to train: every panel's query answers, and
     // the variable lists both jobs.
-    let dashboard: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(workspace_root().join("deploy/grafana/ringside-job.json"))?)?;
-    let variable = dashboard["templating"]["list"]
-        .as_array()
-        .and_then(|l| l.iter().find(|v| v["name"] == "job_id"))
-        .and_then(|v| v["definition"].as_str())
-        .context("the job variable")?;
-    let metric = variable.trim_start_matches("label_values(").split(',').next().unwrap_or_default();
+    let (dashboard, metric) = dashboard("ringside-job.json", "job_id")?;
     let jobs: std::collections::BTreeSet<String> =
-        prometheus.query(metric).await?.iter().map(|s| label(s, "job_id").to_string()).collect();
+        prometheus.query(&metric).await?.iter().map(|s| label(s, "job_id").to_string()).collect();
     ensure!(jobs == [eval.clone(), train.clone()].into(), "the job variable lists both jobs: {jobs:?}");
     for panel in dashboard["panels"].as_array().into_iter().flatten() {
         for target in panel["targets"].as_array().into_iter().flatten() {
