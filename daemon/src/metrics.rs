@@ -485,9 +485,14 @@ pub fn jobs<'a>(v: &View<'a>) -> Vec<Job<'a>> {
         .collect()
 }
 
-/// The ranks of jobs across nodes on this node ([`SchedulerTelemetry::ranks`]).
+/// The ranks of jobs across nodes on this node ([`SchedulerTelemetry::ranks`]) whose users may
+/// page: the fleet's rules page on-call from these series, and a user not admitted for
+/// alerting (`[scheduler.alerting]`) must not page it with a process that claims a rank and sits
+/// in an NCCL call of its own making.
 fn ranks<'a>(v: &View<'a>) -> Vec<Rank<'a>> {
-    v.scheduler().map(|s| s.ranks()).unwrap_or_default()
+    let mut ranks = v.scheduler().map(|s| s.ranks()).unwrap_or_default();
+    ranks.retain(|r| !r.process.untrusted);
+    ranks
 }
 
 fn rank_point(out: &mut Vec<Point>, rank: &Rank, extra: &[&str], value: f64) {
@@ -1919,10 +1924,13 @@ mod tests {
         };
         // Rank 0's DataLoader worker (lower pid, same environment, no calls), rank 0, rank 1,
         // and a process with no identity.
+        // A user not admitted for alerting claims rank 2 of the same job: not exported (the
+        // fleet's rules page from these series).
         let processes = vec![
             process(5, 0, 0, ProcessRole::Worker),
             process(10, 0, 40, ProcessRole::Main),
             process(11, 1, 40, ProcessRole::Main),
+            MlProcessInfo { untrusted: true, ..process(13, 2, 40, ProcessRole::Main) },
             MlProcessInfo { pid: 12, job: 12, ..Default::default() },
         ];
         let scheduler = SchedulerTelemetry { processes, ..Default::default() };

@@ -325,6 +325,13 @@ async fn a_hung_collective_of_a_user_not_admitted_for_alerting_pages_nobody() ->
     ensure!(job_alert(&alerts, pid, "collective_hang").is_none(), "paged for an untrusted job: {alerts}");
     let incidents = daemon.get_json("/api/incidents").await?;
     ensure!(incidents.as_array().is_some_and(Vec::is_empty), "no bundle: {incidents}");
+    // Nor can it page through the fleet's rules: its rank is shown, not exported as one.
+    let identity = ml_process(&shown, pid).map(|p| p["identity"]["rank"].clone()).unwrap_or_default();
+    ensure!(identity == 0, "its identity is shown: {identity}");
+    let metrics = daemon.get("/metrics").await?.text().await?;
+    let rank_series: Vec<&str> =
+        metrics.lines().filter(|l| l.starts_with("ringside_rank_") && l.contains("run-of-1000")).collect();
+    ensure!(rank_series.is_empty(), "no rank series for an untrusted job: {rank_series:?}");
     println!("uid 1000's hung collective: shown, {paging}; no alert, no bundle");
     drop(workload);
     drop(daemon);
@@ -345,6 +352,11 @@ async fn a_hung_collective_of_a_user_not_admitted_for_alerting_pages_nobody() ->
         .alerts_when("the admitted user's hang raised", 30, |a| job_alert(a, pid, "collective_hang").is_some())
         .await
         .map_err(|e| anyhow::anyhow!("{}", e.to_string().chars().take(300).collect::<String>()))?;
+    let metrics = admitted.get("/metrics").await?.text().await?;
+    ensure!(
+        metrics.contains("ringside_rank_in_collective_seconds{job_id=\"run-of-1000\",rank=\"0\"}"),
+        "an admitted user's rank is exported"
+    );
     Ok(())
 }
 
@@ -356,6 +368,9 @@ fn start_as_1000(dir: &std::path::Path, args: &[&str]) -> Result<ringside_tests:
         .args(["--reuid=1000", "--regid=1000", "--clear-groups"])
         .arg(ringside_tests::workload_binary())
         .args(args)
+        // It claims a rank of a job across nodes.
+        .env("TORCHELASTIC_RUN_ID", "run-of-1000")
+        .env("RANK", "0")
         .arg("--log")
         .arg(dir.join("truth.jsonl"))
         .arg("--ready")

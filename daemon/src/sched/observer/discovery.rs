@@ -176,7 +176,8 @@ impl Observer {
     fn note_exit(&mut self, pid: u32, status: Option<i32>) {
         let Some(p) = self.processes.get(&pid) else { return };
         let (Some(job_id), Some(rank)) = (p.identity.job_id(), p.identity.rank) else { return };
-        if p.collective_calls == 0 && p.role != ProcessRole::Main {
+        // Nor does the rank of a user who may not page: the fleet's rules page from these.
+        if (p.collective_calls == 0 && p.role != ProcessRole::Main) || p.pages.is_err() {
             return;
         }
         let now = crate::clock::now_ms();
