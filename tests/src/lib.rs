@@ -270,6 +270,45 @@ impl Default for DaemonOptions {
 pub const LOW_MEMORY_THRESHOLDS: &str =
     "[thresholds]\nmemory_used_pct_warning = 0.01\nmemory_used_pct_error = 0.02\nmemory_used_pct_critical = 100\n";
 
+/// `text`, cut to at most `limit` bytes (at a character boundary) with how long it was.
+pub fn clipped(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &text[..end], text.len())
+}
+
+/// What a failed wait on the snapshot shows: the scheduler's state and each listed process's
+/// pid, name, role, phase, trust and identity, not every timeline span and thread.
+fn scheduler_summary(snapshot: &serde_json::Value) -> String {
+    let s = &snapshot["scheduler"];
+    if s.is_null() {
+        return "no scheduler telemetry".into();
+    }
+    let processes: Vec<String> = s["processes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            format!(
+                "{} {} ({} of {}, {}, untrusted {}, identity {})",
+                p["pid"], p["comm"], p["role"], p["job"], p["phase"], p["untrusted"], p["identity"]
+            )
+        })
+        .collect();
+    format!(
+        "scheduler: mode {}, {} ML threads, lost {}; processes: [{}]",
+        s["mode"],
+        s["ml_tasks"],
+        s["lost"],
+        processes.join("; ")
+    )
+}
+
 /// Writes a secret (a token file) readable by its owner only, as the daemon demands.
 pub fn write_secret(path: &Path, contents: &str) -> Result<()> {
     use std::io::Write;
@@ -653,7 +692,7 @@ impl Daemon {
         secs: u64,
         ready: impl Fn(&serde_json::Value) -> bool,
     ) -> Result<serde_json::Value> {
-        self.poll("/api/snapshot", what, secs, ready, |s| format!("scheduler: {}", s["scheduler"])).await
+        self.poll("/api/snapshot", what, secs, ready, scheduler_summary).await
     }
 
     /// Polls `/api/alerts` until `ready` accepts the list, within `secs`.
@@ -722,7 +761,7 @@ impl Daemon {
                 return Ok(value);
             }
             if Instant::now() > deadline {
-                bail!("{what} not within {secs} s; {}", shown(&value));
+                bail!("{what} not within {secs} s; {}", clipped(&shown(&value), 4096));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
