@@ -9,6 +9,7 @@ use leptos::prelude::*;
 use ringside_shared::{fleet_job_link, ExitedRank, GpuTelemetry, Phase, Rank, SchedulerTelemetry, UnixMillis};
 
 use crate::format::age;
+use crate::scheduler::{phase_class, short};
 
 /// Per step figures are taken over this much of the recent past.
 const WINDOW_MS: u64 = 30_000;
@@ -95,13 +96,6 @@ fn shares(r: &Rank) -> String {
     if r.process.recent_observed_ms == 0 {
         return "–".into();
     }
-    let short = |p: Phase| match p {
-        Phase::DataLoading => "load",
-        Phase::GpuCompute => "gpu",
-        Phase::NcclCollective => "nccl",
-        Phase::OptimizerStep => "optim",
-        Phase::Unknown => "unknown",
-    };
     let parts: Vec<String> = Phase::ALL
         .iter()
         .map(|p| (*p, r.process.recent_phase_pct.get(*p)))
@@ -181,7 +175,7 @@ pub fn jobs_view(
                         <tr data-rank=r.rank.to_string()>
                             <td>{r.rank.to_string()}</td>
                             <td>{p.pid.to_string()}</td>
-                            <td><span class=format!("phase phase-{}", p.phase.as_str())>{p.phase.as_str()}</span></td>
+                            <td><span class=phase_class(p.phase)>{p.phase.as_str()}</span></td>
                             <td class="num rank-own" title=over>{own}</td>
                             <td class="num rank-wait" title=over>{wait}</td>
                             <td>{in_collective}</td>

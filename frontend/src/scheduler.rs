@@ -14,7 +14,7 @@ use crate::store::Store;
 /// How much of each process's timeline is drawn.
 const TIMELINE_SPAN_MS: u64 = 120_000;
 
-fn phase_class(phase: Phase) -> String {
+pub(crate) fn phase_class(phase: Phase) -> String {
     format!("phase phase-{}", phase.as_str())
 }
 
@@ -26,7 +26,7 @@ fn phase_times(values: &PhaseValues<u64>) -> String {
     parts.iter().map(|(p, ms)| format!("{} {:.1} s", short(*p), *ms as f64 / 1000.0)).collect::<Vec<_>>().join(" · ")
 }
 
-fn short(phase: Phase) -> &'static str {
+pub(crate) fn short(phase: Phase) -> &'static str {
     match phase {
         Phase::DataLoading => "load",
         Phase::GpuCompute => "gpu",
