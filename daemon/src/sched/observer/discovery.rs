@@ -181,8 +181,7 @@ impl Observer {
             return;
         }
         let now = crate::clock::now_ms();
-        self.exited_ranks
-            .retain(|e| !(e.job_id == job_id && e.rank == rank) && e.at_ms + SchedulerTelemetry::EXITED_RANK_MS > now);
+        self.exited_ranks.retain(|e| !(e.job_id == job_id && e.rank == rank));
         if self.exited_ranks.len() == SchedulerTelemetry::MAX_EXITED_RANKS {
             self.exited_ranks.pop_front();
         }

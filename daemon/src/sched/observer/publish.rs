@@ -32,6 +32,8 @@ impl Observer {
         let failed: Vec<String> =
             programs.iter().filter(|p| p.state == ProgramState::Failed).map(|p| p.name.clone()).collect();
         let lost = self.probe.lost();
+        // Ended ranks are kept 10 minutes, whether or not another ends meanwhile.
+        self.exited_ranks.retain(|e| e.at_ms + SchedulerTelemetry::EXITED_RANK_MS > now_ms);
         let telemetry = SchedulerTelemetry {
             total_tracked_tasks: self.thread_count as u64,
             threads_capacity: self.probe.threads_capacity() as u64,
