@@ -109,6 +109,7 @@ struct FileConfig {
     rules: Vec<RuleConfig>,
     maintenance: Vec<crate::alerts::silences::MaintenanceConfig>,
     incidents: crate::alerts::incidents::IncidentsConfig,
+    history: crate::history::HistoryConfig,
     alertmanager: Option<AlertmanagerConfig>,
     kernels: Option<Vec<KernelConfig>>,
     scheduler: SchedulerConfig,
@@ -140,6 +141,8 @@ pub struct Config {
     pub maintenance: Vec<crate::alerts::silences::Window>,
     /// `[incidents]`: the evidence kept when an alert fires.
     pub incidents: crate::alerts::incidents::IncidentsConfig,
+    /// `[history]`: what is kept of every series, in memory and under the data directory.
+    pub history: crate::history::HistoryConfig,
     pub alertmanager: Option<AlertmanagerConfig>,
     /// Ring kernels to run: the config's `[[kernels]]`, else one `echo` canary.
     pub kernels: Vec<KernelConfig>,
@@ -178,6 +181,7 @@ impl Config {
         let alerting = Alerting::resolve(&file, rules, (&file_text, &file_path), timing.interval_ms)?;
         let (kernels, scheduler) = workers(cli, &file)?;
         file.server.check()?;
+        file.history.check()?;
         let data_dir = cli.data_dir.clone().or(file.data_dir).unwrap_or_else(default_data_dir);
         let (tokens, token_origin) = tokens(cli, env_token, file.token_file)?;
         Ok(Config {
@@ -192,6 +196,7 @@ impl Config {
             rules: alerting.rules,
             maintenance: alerting.maintenance,
             incidents: file.incidents,
+            history: file.history,
             alertmanager: alerting.alertmanager,
             kernels,
             scheduler,

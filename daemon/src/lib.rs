@@ -8,7 +8,8 @@
 //! readings); the sources [`gpu`] (NVML), [`attribution`] (why each GPU an ML job uses sits
 //! idle), [`sched`] (the ML-aware scheduler: detection, phases, decisions, enforcement, its
 //! trust boundary, its metrics source), [`kernels`] (ring kernels as metrics sources) and
-//! [`host`]; the leaves [`pipeline`] (sources, samples, history, window aggregates),
+//! [`host`]; [`history`] (every series kept 24 h at 1 s and 7 days at 1 min, on disk, and
+//! downsampled for `/api/history`); the leaves [`pipeline`] (sources, samples, history, window aggregates),
 //! [`clock`], [`identity`] (tokens, who is asking, how secrets compare), [`descriptors`] (the
 //! daemon's open-file limit and what uprobes may take of it) and [`http_client`].
 //!
@@ -23,6 +24,7 @@ pub mod collector;
 pub mod config;
 pub mod descriptors;
 pub mod gpu;
+pub mod history;
 pub mod host;
 pub mod http_client;
 pub mod identity;
@@ -146,6 +148,17 @@ fn node_state(config: &Config, node: ringside_shared::NodeIdentity) -> Arc<NodeS
         let recorder = alerts::incidents::Recorder::new(c.clone(), state.node().clone(), config.interval_ms, store);
         state.set_incidents(recorder);
     }
+    if config.history.enabled {
+        let dir = config.data_dir.join("history");
+        match history::History::open(&config.history, &dir, clock::now_ms()) {
+            Ok((history, notes)) => state.set_history(history, notes),
+            Err(e) => {
+                let why = format!("history is not kept: cannot use {}: {e}", dir.display());
+                tracing::error!("{why}");
+                state.set_health(Component::History, ComponentStatus::Degraded, Some(why));
+            }
+        }
+    }
     if let Some(note) = store_note {
         tracing::error!("{note}");
         state.set_store_note(note);
@@ -239,6 +252,10 @@ async fn finish(state: Arc<NodeState>) {
         tokio::task::spawn_blocking(move || finishing.finish_incidents(std::time::Duration::from_secs(10))).await;
     if !matches!(finished, Ok(true)) {
         tracing::error!("incident bundles still recording could not all be written before stopping");
+    }
+    let closing = state.clone();
+    if tokio::task::spawn_blocking(move || closing.close_history()).await.is_err() {
+        tracing::error!("the history's last minute could not be written before stopping");
     }
     let flushed = tokio::task::spawn_blocking(move || state.flush_alert_store(std::time::Duration::from_secs(5))).await;
     if !matches!(flushed, Ok(true)) {

@@ -49,6 +49,11 @@ pub struct DaemonStats {
     pub incident_bundles: AtomicU64,
     pub incident_bundle_bytes: AtomicU64,
     pub incident_bundles_dropped_total: AtomicU64,
+    /// The history: series held, memory of its chunks, bytes of its directory, values not kept.
+    pub history_series: AtomicU64,
+    pub history_memory_bytes: AtomicU64,
+    pub history_disk_bytes: AtomicU64,
+    pub history_dropped_total: AtomicU64,
     /// File descriptors the daemon holds, and its soft open-file limit.
     pub open_fds: AtomicU64,
     pub fd_limit: AtomicU64,
@@ -667,6 +672,30 @@ pub static ALL: &[Def] = &[
         Kind::Gauge,
         "Bytes of the incident bundles kept in the data dir.",
         incident_bundle_bytes
+    ),
+    daemon_counter!(
+        "ringside_history_series",
+        Kind::Gauge,
+        "Series the history holds (every rule metric of every source, and the kernels' latency quantiles).",
+        history_series
+    ),
+    daemon_counter!(
+        "ringside_history_memory_bytes",
+        Kind::Gauge,
+        "Memory the history's compressed chunks take (bounded by [history] max_memory_bytes).",
+        history_memory_bytes
+    ),
+    daemon_counter!(
+        "ringside_history_disk_bytes",
+        Kind::Gauge,
+        "Bytes of the history directory (bounded by [history] max_disk_bytes).",
+        history_disk_bytes
+    ),
+    daemon_counter!(
+        "ringside_history_dropped_total",
+        Kind::Counter,
+        "Values the history did not keep (series past max_series, the clock gone back, not finite), plus one per fine chunk evicted early to stay within memory.",
+        history_dropped_total
     ),
     daemon_counter!(
         "ringside_open_fds",

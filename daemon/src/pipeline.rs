@@ -128,6 +128,7 @@ pub enum Component {
     Alertmanager,
     Descriptors,
     Incidents,
+    History,
     Tls,
 }
 
@@ -143,6 +144,7 @@ impl Component {
             Component::Alertmanager => "alertmanager",
             Component::Descriptors => "descriptors",
             Component::Incidents => "incidents",
+            Component::History => "history",
             Component::Tls => "tls",
         }
     }

@@ -95,6 +95,8 @@ pub struct NodeState {
     forward: Mutex<Option<mpsc::Sender<Alert>>>,
     /// Incident bundles, when `[incidents]` is enabled.
     incidents: Mutex<Option<Recorder>>,
+    /// The node's history, when `[history]` is enabled and its directory could be used.
+    history: std::sync::OnceLock<crate::history::History>,
     pub stats: DaemonStats,
 }
 
@@ -126,6 +128,7 @@ impl NodeState {
             alerting: Mutex::new(alerting),
             forward: Mutex::new(None),
             incidents: Mutex::new(None),
+            history: std::sync::OnceLock::new(),
             latest: RwLock::new(Latest {
                 seq: 0,
                 taken_at_ms: crate::clock::now_ms(),
@@ -171,6 +174,27 @@ impl NodeState {
     pub fn set_incidents(&self, recorder: Recorder) {
         *self.incidents.lock().unwrap_or_else(|e| e.into_inner()) = Some(recorder);
         self.note_incidents();
+    }
+
+    /// Keeps the node's history from now on; `notes` say what was set aside as it opened.
+    pub fn set_history(&self, history: crate::history::History, notes: Vec<String>) {
+        for note in &notes {
+            tracing::warn!("{note}");
+        }
+        let detail = (!notes.is_empty()).then(|| notes.join("; "));
+        self.set_health(Component::History, ComponentStatus::Up, detail);
+        let _ = self.history.set(history);
+    }
+
+    pub fn history(&self) -> Option<&crate::history::History> {
+        self.history.get()
+    }
+
+    /// Writes the history's open chunks and stops its writer (at a clean stop).
+    pub fn close_history(&self) {
+        if let Some(history) = self.history.get() {
+            history.close();
+        }
     }
 
     /// Incident bundles recording and kept, newest first.
@@ -281,6 +305,15 @@ impl NodeState {
             let point = pipeline::history_point(&sample);
             if let Some(point) = &point {
                 latest.history.push(point.clone());
+            }
+            if let Some(history) = self.history.get() {
+                history.record(&sample);
+                let (series, memory, dropped) = history.stats();
+                let dropped = dropped.series + dropped.late + dropped.invalid + dropped.evicted_chunks;
+                self.stats.history_series.store(series as u64, Ordering::Relaxed);
+                self.stats.history_memory_bytes.store(memory as u64, Ordering::Relaxed);
+                self.stats.history_disk_bytes.store(history.disk_bytes(), Ordering::Relaxed);
+                self.stats.history_dropped_total.store(dropped, Ordering::Relaxed);
             }
             latest.seq += 1;
             latest.taken_at_ms = sample.taken_at_ms;

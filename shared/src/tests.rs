@@ -886,6 +886,8 @@ fn the_wire_format_is_the_committed_one() {
         ("client-command.json", schema(serde_json::to_value(schemars::schema_for!(ClientCommand)).unwrap())),
         ("server-message.json", schema(serde_json::to_value(schemars::schema_for!(ServerMessage)).unwrap())),
         ("incident-bundle.json", schema(crate::incident::incident_schema())),
+        ("history.json", schema(crate::history::history_schema())),
+        ("history-series.json", schema(serde_json::to_value(schemars::schema_for!(crate::HistoryCatalog)).unwrap())),
     ];
     let bless = std::env::var_os("RINGSIDE_BLESS").is_some();
     let mut changed = Vec::new();

@@ -16,9 +16,9 @@
 //! - `package`: `target/debian/ringside_<version>_amd64.deb` (see [`package`]).
 //! - `vm-test`: the sched_ext scheduler in a guest kernel under qemu (see [`vm`]).
 //! - `vm-header`: refreshes `bpf/src/bpf/vmlinux_scx.h` from the guest kernel build.
-//! - `bench [ring|gpu|daemon|fanout|identity|stragglers|sched|launch|incidents|guest]`: the ring queue against rtrb
+//! - `bench [ring|gpu|daemon|fanout|history|identity|stragglers|sched|launch|incidents|guest]`: the ring queue against rtrb
 //!   and crossbeam-channel, the persistent CUDA kernel against launches per message (skipped
-//!   without a GPU), what the idle daemon costs, WebSocket fan-out to 100 clients, what reading a process's job
+//!   without a GPU), what the idle daemon costs, WebSocket fan-out to 100 clients, the history's memory, disk and query times, what reading a process's job
 //!   identity costs it, how well the fleet rules name stragglers (two daemons, a real Prometheus), the
 //!   scheduler's probe overhead and effect, what the probes add to a job's kernel launches
 //!   ([`launch_bench`]), the incident recorder's cost beside ML workloads, and the sched_ext
@@ -134,6 +134,10 @@ fn run() -> Result<()> {
                     bail!("the fan-out bench failed ({status})");
                 }
             }
+            if matches!(which, "all" | "history") {
+                // The history's memory, disk, tick cost and query times (daemon/benches/history.rs).
+                cargo(&["bench", "-p", "ringside-daemon", "--bench", "history"])?;
+            }
             if matches!(which, "all" | "identity") {
                 // What reading a process's job identity costs it (daemon/benches/identity.rs).
                 cargo(&["bench", "-p", "ringside-daemon", "--bench", "identity"])?;
@@ -177,7 +181,7 @@ fn run() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | package | miri | fuzz [SECONDS] | vm-test | vm-header | bench [ring|gpu|daemon|fanout|identity|stragglers|sched|launch|incidents|guest] | soak [MINUTES]>"
+                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | package | miri | fuzz [SECONDS] | vm-test | vm-header | bench [ring|gpu|daemon|fanout|history|identity|stragglers|sched|launch|incidents|guest] | soak [MINUTES]>"
             );
             std::process::exit(2);
         }

@@ -347,3 +347,56 @@ pub async fn metrics_dcgm(State(app): State<SharedApp>) -> Response {
     let body = crate::prometheus::render_dcgm(devices, &snapshot.node.hostname, processes);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
 }
+
+/// The parameters of `GET /api/history`, read as text so that a wrong one gets our message.
+#[derive(Deserialize)]
+pub struct HistoryParams {
+    series: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    points: Option<String>,
+}
+
+fn history_number<T: std::str::FromStr>(name: &str, text: Option<&str>) -> Result<Option<T>, ApiError> {
+    text.map(|t| {
+        t.parse()
+            .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, format!("{name} must be a whole number, got {t:?}")))
+    })
+    .transpose()
+}
+
+/// `GET /api/history?series=<metric>@<source>,...&from=<ms>&to=<ms>&points=<n>`: each series
+/// over the range, in `points` buckets of min/max/mean (see `HistoryResponse`).
+pub async fn history(
+    State(app): State<SharedApp>,
+    Query(params): Query<HistoryParams>,
+) -> Result<Json<ringside_shared::HistoryResponse>, ApiError> {
+    let from = history_number("from", params.from.as_deref())?;
+    let to = history_number("to", params.to.as_deref())?;
+    let points = history_number("points", params.points.as_deref())?;
+    let query = crate::history::Query::parse(params.series.as_deref(), from, to, points, crate::clock::now_ms())
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.0))?;
+    let state = app.state.clone();
+    tokio::task::spawn_blocking(move || {
+        let history = state.history().ok_or_else(history_off)?;
+        Ok(Json(history.query(&query)))
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+}
+
+fn history_off() -> ApiError {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "history is not kept on this node (see /healthz, component history)")
+}
+
+/// `GET /api/history/series`: every series held, with the time it covers.
+pub async fn history_series(State(app): State<SharedApp>) -> Result<Json<ringside_shared::HistoryCatalog>, ApiError> {
+    let state = app.state.clone();
+    tokio::task::spawn_blocking(move || Ok(Json(state.history().ok_or_else(history_off)?.catalog())))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+}
+
+pub async fn history_schema() -> Json<serde_json::Value> {
+    Json(ringside_shared::history::history_schema())
+}
