@@ -87,3 +87,44 @@ pub struct HistorySeriesInfo {
 pub fn history_schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(HistoryResponse)).unwrap_or_default()
 }
+
+/// Buckets per series in an export: one a second up to this many.
+pub const HISTORY_EXPORT_POINTS: usize = 1000;
+
+/// `GET /api/history/export`: a range of the node's history, every series asked for (all held,
+/// by default), with the alerts that were active in it. `?format=trace` gives it as a Chrome
+/// trace instead ([`HistoryExport::chrome_trace`]), as incident bundles are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HistoryExport {
+    pub hostname: String,
+    pub exported_at_ms: UnixMillis,
+    pub history: HistoryResponse,
+    /// Alerts the daemon still holds that were active at some time in the range.
+    pub alerts: Vec<crate::Alert>,
+}
+
+impl HistoryExport {
+    /// The export as Chrome trace events: one counter track per series (its min, mean and max
+    /// per bucket) and one span per alert, from raised to resolved (or the range's end).
+    pub fn chrome_trace(&self) -> serde_json::Value {
+        use serde_json::json;
+        let us = |ms: u64| ms.saturating_mul(1000);
+        let h = &self.history;
+        let mut events = vec![json!({"ph": "M", "name": "process_name", "pid": crate::incident::TRACE_NODE_PID,
+            "tid": 0, "args": {"name": format!("node {}", self.hostname)}})];
+        for s in &h.series {
+            for (t, min, max, mean) in s.buckets(h.from_ms, h.step_ms) {
+                events.push(json!({"ph": "C", "name": s.key, "pid": crate::incident::TRACE_NODE_PID, "tid": 0,
+                    "ts": us(t), "args": {"min": min, "mean": mean, "max": max}}));
+            }
+        }
+        for a in &self.alerts {
+            let start = a.raised_at_ms.max(h.from_ms);
+            let end = a.resolved_at_ms.unwrap_or(h.to_ms).min(h.to_ms);
+            events.push(json!({"ph": "X", "cat": "alert", "name": format!("{} ({})", a.name(), a.severity.as_str()),
+                "pid": crate::incident::TRACE_NODE_PID, "tid": 1, "ts": us(start), "dur": us(end.saturating_sub(start)),
+                "args": {"alert_id": a.id, "source": a.source, "message": a.message}}));
+        }
+        json!({"traceEvents": events, "displayTimeUnit": "ms"})
+    }
+}

@@ -15,7 +15,7 @@ pub mod silence;
 pub mod snapshot;
 
 pub use alert::{Acknowledgement, Alert, AlertTransition, AlertType, Role, Severity, TransitionKind};
-pub use history::{HistoryCatalog, HistoryResponse, HistorySeries, HistorySeriesInfo};
+pub use history::{HistoryCatalog, HistoryExport, HistoryResponse, HistorySeries, HistorySeriesInfo};
 pub use incident::{IncidentBundle, IncidentSummary};
 pub use protocol::{
     fleet_job_link, ClientCommand, CommandError, ErrorCode, Hello, KernelStateChange, ServerMessage, Update,

@@ -887,6 +887,7 @@ fn the_wire_format_is_the_committed_one() {
         ("server-message.json", schema(serde_json::to_value(schemars::schema_for!(ServerMessage)).unwrap())),
         ("incident-bundle.json", schema(crate::incident::incident_schema())),
         ("history.json", schema(crate::history::history_schema())),
+        ("history-export.json", schema(serde_json::to_value(schemars::schema_for!(crate::HistoryExport)).unwrap())),
         ("history-series.json", schema(serde_json::to_value(schemars::schema_for!(crate::HistoryCatalog)).unwrap())),
     ];
     let bless = std::env::var_os("RINGSIDE_BLESS").is_some();

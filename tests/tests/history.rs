@@ -94,6 +94,21 @@ async fn history_survives_a_clean_stop_and_a_kill_loses_at_most_the_flush_interv
     let lost: Vec<&u64> = held.iter().filter(|s| !after_kill.contains(s)).collect();
     ensure!(lost.len() <= 3, "kill -9 lost {} seconds: {lost:?} (held {held:?}, after {after_kill:?})", lost.len());
     ensure!(lost.iter().all(|s| **s + 4 >= restarted / 1000), "only the last seconds may be lost: {lost:?}");
+
+    // Export of the range: JSON as typed, and a Chrome trace with a counter track per series.
+    let range = format!("from={}&to={}", started, now_ms());
+    let export: ringside_shared::HistoryExport =
+        serde_json::from_value(daemon.get_json(&format!("/api/history/export?{range}")).await?)?;
+    let now_held: HistoryCatalog = serde_json::from_value(daemon.get_json("/api/history/series").await?)?;
+    ensure!(export.history.series.len() == now_held.series.len(), "every series held is exported");
+    let cpu = export.history.series.iter().find(|s| s.key == CPU).expect("cpu exported");
+    ensure!(cpu.mean.iter().filter(|m| m.is_some()).count() >= after_kill.len().saturating_sub(2));
+    let response = daemon.get(&format!("/api/history/export?{range}&format=trace&download=1")).await?;
+    let disposition = response.headers().get("content-disposition").map(|v| v.to_str().unwrap_or_default().to_string());
+    ensure!(disposition.as_deref().is_some_and(|d| d.contains("ringside-history-trace-")), "{disposition:?}");
+    let trace: serde_json::Value = response.json().await?;
+    let counters = trace["traceEvents"].as_array().into_iter().flatten().filter(|e| e["ph"] == "C" && e["name"] == CPU);
+    ensure!(counters.count() >= after_kill.len().saturating_sub(2), "a counter event a second for {CPU}");
     println!(
         "history: {} s kept across a clean stop, {} of {} s lost to kill -9 (flush every 2 s)",
         kept_before.len(),

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use ringside_shared::history::{HISTORY_MAX_POINTS, HISTORY_MAX_RANGE_MS, HISTORY_MAX_SERIES};
+use ringside_shared::history::{HISTORY_EXPORT_POINTS, HISTORY_MAX_POINTS, HISTORY_MAX_RANGE_MS, HISTORY_MAX_SERIES};
 use ringside_shared::{HistoryCatalog, HistoryResponse, HistorySeriesInfo};
 use serde::Deserialize;
 
@@ -143,6 +143,16 @@ impl Query {
         if let Some(long) = series.iter().find(|s| s.len() > disk::MAX_KEY) {
             return Err(BadQuery(format!("series name of {} bytes, at most {}", long.len(), disk::MAX_KEY)));
         }
+        let (from_ms, to_ms) = Query::range(from, to, now_ms)?;
+        let points = points.unwrap_or(ringside_shared::history::HISTORY_DEFAULT_POINTS);
+        if points == 0 || points > HISTORY_MAX_POINTS {
+            return Err(BadQuery(format!("points must be 1-{HISTORY_MAX_POINTS}, got {points}")));
+        }
+        Ok(Query { series, from_ms, to_ms, points })
+    }
+
+    /// `from`, `to` (default: the last 15 minutes to now), checked.
+    fn range(from: Option<u64>, to: Option<u64>, now_ms: u64) -> Result<(u64, u64), BadQuery> {
         let to_ms = to.unwrap_or(now_ms);
         let from_ms = from.unwrap_or(to_ms.saturating_sub(15 * 60 * 1000));
         if from_ms >= to_ms {
@@ -151,10 +161,26 @@ impl Query {
         if to_ms - from_ms > HISTORY_MAX_RANGE_MS {
             return Err(BadQuery(format!("a range of at most {} days", HISTORY_MAX_RANGE_MS / 86_400_000)));
         }
-        let points = points.unwrap_or(ringside_shared::history::HISTORY_DEFAULT_POINTS);
-        if points == 0 || points > HISTORY_MAX_POINTS {
-            return Err(BadQuery(format!("points must be 1-{HISTORY_MAX_POINTS}, got {points}")));
+        Ok((from_ms, to_ms))
+    }
+
+    /// An export of `[from, to)`: the series named (every one held where none is), one bucket
+    /// a second up to [`HISTORY_EXPORT_POINTS`].
+    pub fn export(
+        series: Option<&str>,
+        from: Option<u64>,
+        to: Option<u64>,
+        now_ms: u64,
+        held: Vec<String>,
+    ) -> Result<Query, BadQuery> {
+        let (from_ms, to_ms) = Query::range(from, to, now_ms)?;
+        let named: Vec<String> =
+            series.unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+        let series = if named.is_empty() { held } else { named };
+        if series.len() > 100_000 || series.iter().any(|s| s.len() > disk::MAX_KEY) {
+            return Err(BadQuery("too many series, or a name too long".into()));
         }
+        let points = ((to_ms - from_ms).div_ceil(1000) as usize).clamp(1, HISTORY_EXPORT_POINTS);
         Ok(Query { series, from_ms, to_ms, points })
     }
 }

@@ -400,3 +400,71 @@ pub async fn history_series(State(app): State<SharedApp>) -> Result<Json<ringsid
 pub async fn history_schema() -> Json<serde_json::Value> {
     Json(ringside_shared::history::history_schema())
 }
+
+#[derive(Deserialize)]
+pub struct ExportParams {
+    series: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    format: Option<String>,
+    download: Option<String>,
+}
+
+/// `GET /api/history/export?from=<ms>&to=<ms>[&series=...][&format=trace][&download=1]`: a range
+/// of every series (or those named) with the alerts active in it, as JSON (`HistoryExport`) or
+/// as a Chrome trace.
+pub async fn history_export(
+    State(app): State<SharedApp>,
+    Query(params): Query<ExportParams>,
+) -> Result<Response, ApiError> {
+    let from = history_number("from", params.from.as_deref())?;
+    let to = history_number("to", params.to.as_deref())?;
+    let trace = match params.format.as_deref() {
+        None | Some("json") => false,
+        Some("trace") => true,
+        Some(other) => {
+            return Err(ApiError::new(StatusCode::BAD_REQUEST, format!("format is json or trace, got {other:?}")));
+        }
+    };
+    let download = matches!(params.download.as_deref(), Some("1" | "true" | "yes"));
+    let state = app.state.clone();
+    let body = tokio::task::spawn_blocking(move || -> Result<(Vec<u8>, u64, u64), ApiError> {
+        let history = state.history().ok_or_else(history_off)?;
+        let held = history.catalog().series.into_iter().map(|s| s.key).collect();
+        let now = crate::clock::now_ms();
+        let query = crate::history::Query::export(params.series.as_deref(), from, to, now, held)
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.0))?;
+        let (from_ms, to_ms) = (query.from_ms, query.to_ms);
+        let alerts = state
+            .alerts()
+            .into_iter()
+            .filter(|a| a.raised_at_ms < to_ms && a.resolved_at_ms.is_none_or(|r| r >= from_ms))
+            .collect();
+        let export = ringside_shared::HistoryExport {
+            hostname: state.node().hostname.clone(),
+            exported_at_ms: now,
+            history: history.query(&query),
+            alerts,
+        };
+        let bytes = if trace { serde_json::to_vec(&export.chrome_trace()) } else { serde_json::to_vec(&export) };
+        let bytes = bytes.map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        Ok((bytes, from_ms, to_ms))
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    let (bytes, from_ms, to_ms) = body;
+    let mut response = ([(header::CONTENT_TYPE, "application/json")], bytes).into_response();
+    if download {
+        let what = if trace { "history-trace" } else { "history" };
+        let name = format!(
+            "ringside-{what}-{}-{}-{}.json",
+            file_name_safe(&app.state.node().hostname),
+            crate::clock::utc_compact(from_ms),
+            crate::clock::utc_compact(to_ms)
+        );
+        if let Ok(value) = HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
+            response.headers_mut().insert(header::CONTENT_DISPOSITION, value);
+        }
+    }
+    Ok(response)
+}

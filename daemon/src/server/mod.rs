@@ -63,6 +63,7 @@ pub fn router(app: SharedApp) -> Router {
         .route("/api/schema/incident", get(api::incident_schema))
         .route("/api/history", get(api::history))
         .route("/api/history/series", get(api::history_series))
+        .route("/api/history/export", get(api::history_export))
         .route("/api/schema/history", get(api::history_schema))
         .route("/metrics", get(api::metrics))
         .route("/metrics/dcgm", get(api::metrics_dcgm))
