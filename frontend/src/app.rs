@@ -16,10 +16,12 @@ pub fn App() -> impl IntoView {
     // The socket lives on the browser's one thread: stored locally, shared through a handle.
     let link: LinkHandle = StoredValue::new_local(Link::start(store));
     provide_context(link);
+    provide_context(crate::timeline::Timeline::start());
     view! {
         <Header />
         <ConnectionBanner />
         <ServerErrorBanner />
+        <crate::timeline::RangeBar />
         <main>
             <HostPanel />
             <crate::alerts::AlertsPanel />
@@ -35,8 +37,7 @@ pub fn App() -> impl IntoView {
 /// Auto follows the system; the choice is remembered in local storage.
 #[component]
 fn ThemeToggle() -> impl IntoView {
-    let saved = storage().and_then(|s| s.get_item("ringside-theme").ok().flatten()).unwrap_or_else(|| "auto".into());
-    let theme = RwSignal::new(saved);
+    let theme = expect_context::<crate::timeline::Timeline>().theme;
     Effect::new(move |_| {
         let value = theme.get();
         if let Some(root) = document().document_element() {
@@ -181,12 +182,19 @@ fn HostPanel() -> impl IntoView {
     let store = expect_context::<Store>();
     let interval = Signal::derive(move || store.interval_ms.get());
     let series = move |pick: fn(&ringside_shared::HistoryPoint) -> f64, name: &'static str, class: &'static str| {
-        Series { name, class, points: store.history.with(|h| h.iter().map(|p| (p.t_ms, pick(p))).collect()) }
+        Series::new(name, class, store.history.with(|h| h.iter().map(|p| (p.t_ms, pick(p))).collect()))
     };
-    let cpu =
-        Signal::derive(move || vec![series(|p| p.cpu_pct, "busy", "s1"), series(|p| p.iowait_pct, "iowait", "s2")]);
-    let memory = Signal::derive(move || vec![series(|p| p.mem_used_pct, "used", "s3")]);
-    let load = Signal::derive(move || vec![series(|p| p.load1, "1 min", "s4")]);
+    let cpu = Signal::derive(move || {
+        vec![
+            series(|p| p.cpu_pct, "busy", "s1").kept_as("host.cpu_utilization_pct@host", 1.0),
+            series(|p| p.iowait_pct, "iowait", "s2").kept_as("host.iowait_pct@host", 1.0),
+        ]
+    });
+    let memory =
+        Signal::derive(
+            move || vec![series(|p| p.mem_used_pct, "used", "s3").kept_as("host.memory_used_pct@host", 1.0)],
+        );
+    let load = Signal::derive(move || vec![series(|p| p.load1, "1 min", "s4").kept_as("host.load1@host", 1.0)]);
 
     let host = Memo::new(move |_| store.readings.with(|r| r.host.clone()));
     let cpu_now = Signal::derive(move || {
@@ -254,9 +262,9 @@ fn HostPanel() -> impl IntoView {
                 <Stat label="Pressure stalls (10 s)" value=pressure />
             </div>
             <div class="charts">
-                <TimeSeriesChart title="CPU utilisation" unit=" %" y_max=100.0 series=cpu interval_ms=interval />
-                <TimeSeriesChart title="Memory in use" unit=" %" y_max=100.0 series=memory interval_ms=interval />
-                <TimeSeriesChart title="Load average" unit="" series=load interval_ms=interval />
+                <TimeSeriesChart title="CPU utilisation" unit=" %" y_max=100.0 series=cpu interval_ms=interval source="host" />
+                <TimeSeriesChart title="Memory in use" unit=" %" y_max=100.0 series=memory interval_ms=interval source="host" />
+                <TimeSeriesChart title="Load average" unit="" series=load interval_ms=interval source="host" />
             </div>
             <div class="per-cpu">{per_cpu}</div>
         </section>

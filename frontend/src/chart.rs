@@ -17,7 +17,44 @@ pub struct Series {
     pub class: &'static str,
     /// (time in ms, value), oldest first.
     pub points: Vec<(u64, f64)>,
+    /// Its name in the daemon's history (`<metric>@<source>`), and what its values there are
+    /// multiplied by to be in this chart's unit.
+    pub history: Option<(String, f64)>,
 }
+
+impl Series {
+    pub fn new(name: &'static str, class: &'static str, points: Vec<(u64, f64)>) -> Self {
+        Series { name, class, points, history: None }
+    }
+
+    /// Kept in the daemon's history as `key`, in units `scale` times this chart's.
+    pub fn kept_as(mut self, key: impl Into<String>, scale: f64) -> Self {
+        self.history = Some((key.into(), scale));
+        self
+    }
+}
+
+/// One series of a range from the daemon's history: its mean per bucket and the band from the
+/// bucket's min to its max.
+#[derive(Debug, Clone, PartialEq)]
+struct Kept {
+    name: &'static str,
+    class: &'static str,
+    mean: Vec<(u64, f64)>,
+    band: Vec<(u64, f64, f64)>,
+}
+
+/// What a chart shows of a fixed range.
+#[derive(Debug, Clone, PartialEq)]
+struct Fetched {
+    from_ms: u64,
+    to_ms: u64,
+    step_ms: u64,
+    series: Vec<Kept>,
+}
+
+/// Buckets asked for: about one per unit of the plot's width.
+const POINTS: usize = 400;
 
 /// The shown span of time: the last `span_ms`, or less while history is short.
 fn time_range(series: &[Series], span_ms: u64) -> Option<(u64, u64)> {
@@ -49,6 +86,71 @@ pub fn nice_step(max: f64, ticks: f64) -> f64 {
 pub fn clock(ms: u64) -> String {
     let date = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms as f64));
     format!("{:02}:{:02}:{:02}", date.get_hours(), date.get_minutes(), date.get_seconds())
+}
+
+/// A time axis label fit for a span: seconds within ten minutes, the day beyond a day.
+fn axis_label(ms: u64, span_ms: u64) -> String {
+    let date = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms as f64));
+    if span_ms <= 600_000 {
+        clock(ms)
+    } else if span_ms <= 86_400_000 {
+        format!("{:02}:{:02}", date.get_hours(), date.get_minutes())
+    } else {
+        format!("{}/{} {:02}:{:02}", date.get_date(), date.get_month() + 1, date.get_hours(), date.get_minutes())
+    }
+}
+
+/// Time between axis labels: at most 5 over `span_ms`.
+fn time_step(span_ms: u64) -> u64 {
+    [
+        5_000u64, 10_000, 15_000, 30_000, 60_000, 120_000, 300_000, 600_000, 1_800_000, 3_600_000, 10_800_000,
+        21_600_000, 43_200_000, 86_400_000,
+    ]
+    .into_iter()
+    .find(|s| span_ms / s <= 5)
+    .unwrap_or(172_800_000)
+}
+
+fn x_of(t: u64, t0: u64, t1: u64) -> f64 {
+    LEFT + (t.saturating_sub(t0)) as f64 / (t1 - t0).max(1) as f64 * (W - LEFT - RIGHT)
+}
+
+fn y_of(v: f64, top: f64) -> f64 {
+    TOP + (1.0 - (v / top).clamp(0.0, 1.0)) * (H - TOP - BOTTOM)
+}
+
+/// Path data for the band of each run of buckets: along the max, back along the min.
+fn band_path(band: &[(u64, f64, f64)], t0: u64, t1: u64, top: f64, gap_ms: u64) -> String {
+    let mut d = String::new();
+    let mut run: Vec<(u64, f64, f64)> = Vec::new();
+    let flush = |run: &mut Vec<(u64, f64, f64)>, d: &mut String| {
+        if run.is_empty() {
+            return;
+        }
+        for (i, (t, _, max)) in run.iter().enumerate() {
+            d.push_str(&format!("{}{:.1},{:.1}", if i == 0 { 'M' } else { 'L' }, x_of(*t, t0, t1), y_of(*max, top)));
+        }
+        for (t, min, _) in run.iter().rev() {
+            d.push_str(&format!("L{:.1},{:.1}", x_of(*t, t0, t1), y_of(*min, top)));
+        }
+        d.push('Z');
+        run.clear();
+    };
+    for &p in band {
+        if run.last().is_some_and(|last| p.0.saturating_sub(last.0) > gap_ms) {
+            flush(&mut run, &mut d);
+        }
+        run.push(p);
+    }
+    flush(&mut run, &mut d);
+    d
+}
+
+/// The value of `points` at or just before `t` (within `gap_ms`).
+fn value_at(points: &[(u64, f64)], t: u64, gap_ms: u64) -> Option<f64> {
+    let i = points.partition_point(|p| p.0 <= t);
+    let p = points.get(i.checked_sub(1)?)?;
+    (t - p.0 <= gap_ms).then_some(p.1)
 }
 
 /// A value with its unit, short enough for an axis label: thousands as `k`, millions as `M`.
@@ -88,6 +190,49 @@ fn path(points: &[(u64, f64)], t0: u64, t1: u64, y_max: f64, gap_ms: u64) -> Str
     d
 }
 
+/// `(x in the viewBox)` of a mouse event over the chart's SVG.
+fn pointer_x(ev: &web_sys::MouseEvent) -> Option<f64> {
+    use wasm_bindgen::JsCast;
+    let svg: web_sys::Element = ev.current_target()?.dyn_into().ok()?;
+    let rect = svg.get_bounding_client_rect();
+    (rect.width() > 0.0).then(|| (ev.client_x() as f64 - rect.left()) / rect.width() * W)
+}
+
+/// The time at viewBox `x` over `[t0, t1]`.
+fn t_at(x: f64, t0: u64, t1: u64) -> u64 {
+    let f = ((x - LEFT) / (W - LEFT - RIGHT)).clamp(0.0, 1.0);
+    t0 + (f * (t1 - t0) as f64) as u64
+}
+
+/// Asks the daemon's history for the chart's series over a fixed range.
+fn fetch(series: &[Series], from_ms: u64, to_ms: u64, done: impl FnOnce(Result<Fetched, String>) + 'static) {
+    let kept: Vec<(&'static str, &'static str, String, f64)> =
+        series.iter().filter_map(|s| s.history.clone().map(|(key, scale)| (s.name, s.class, key, scale))).collect();
+    if kept.is_empty() {
+        return done(Err("this chart is not kept in the history".into()));
+    }
+    let keys: Vec<String> = kept.iter().map(|k| crate::timeline::encode(&k.2)).collect();
+    let url = format!("/api/history?series={}&from={from_ms}&to={to_ms}&points={POINTS}", keys.join(","));
+    crate::timeline::fetch_json(&url, move |answer: Result<ringside_shared::HistoryResponse, String>| {
+        done(answer.map(|r| {
+            let series = kept
+                .into_iter()
+                .zip(&r.series)
+                .map(|((name, class, _, scale), s)| Kept {
+                    name,
+                    class,
+                    mean: s.buckets(r.from_ms, r.step_ms).map(|(t, _, _, mean)| (t, mean * scale)).collect(),
+                    band: s
+                        .buckets(r.from_ms, r.step_ms)
+                        .map(|(t, min, max, _)| (t, min * scale, max * scale))
+                        .collect(),
+                })
+                .collect();
+            Fetched { from_ms: r.from_ms, to_ms: r.to_ms, step_ms: r.step_ms, series }
+        }))
+    });
+}
+
 #[component]
 pub fn TimeSeriesChart(
     title: &'static str,
@@ -98,18 +243,68 @@ pub fn TimeSeriesChart(
     y_max: Option<f64>,
     series: Signal<Vec<Series>>,
     interval_ms: Signal<u64>,
-    /// How much time the chart shows, in ms.
+    /// How much time the chart shows live, in ms.
     #[prop(default = 300_000)]
     span_ms: u64,
+    /// Alerts about this source (`host`, `gpu:0`, `kernel:<id>`) are drawn as bands.
+    #[prop(optional, into)]
+    source: Option<String>,
 ) -> impl IntoView {
-    let plot_w = W - LEFT - RIGHT;
+    let timeline = expect_context::<crate::timeline::Timeline>();
+    let store = expect_context::<crate::store::Store>();
     let plot_h = H - TOP - BOTTOM;
-    let body = move || {
-        let all = series.get();
-        let Some((t0, t1)) = time_range(&all, span_ms) else {
-            return view! { <p class="chart-empty">"Waiting for the first samples…"</p> }.into_any();
+    // A fixed range comes from the daemon's history; the answer to an older request is dropped.
+    let fetched = RwSignal::new(None::<Result<Fetched, String>>);
+    let request = StoredValue::new(0u64);
+    Effect::new(move |_| {
+        let crate::timeline::Range::Fixed { from_ms, to_ms } = timeline.range.get() else {
+            fetched.set(None);
+            return;
         };
-        let data_max = all.iter().flat_map(|s| s.points.iter().filter(|p| p.0 >= t0).map(|p| p.1)).fold(0.0, f64::max);
+        let id = request.get_value() + 1;
+        request.set_value(id);
+        fetched.set(None);
+        series.with_untracked(|s| {
+            fetch(s, from_ms, to_ms, move |answer| {
+                if request.get_value() == id {
+                    fetched.set(Some(answer));
+                }
+            })
+        });
+    });
+    // The range drawn last, and a drag in progress (viewBox x where it started, and now).
+    let drawn = StoredValue::new((0u64, 1u64));
+    let drag = RwSignal::new(None::<(f64, f64)>);
+
+    let body = move || {
+        let live = timeline.range.get() == crate::timeline::Range::Live;
+        // Each series' line (and band, from the history), the range, and the gap that breaks a line.
+        let (t0, t1, gap_ms, lines): (u64, u64, u64, Vec<Kept>) = if live {
+            let all = series.get();
+            let Some((t0, t1)) = time_range(&all, span_ms) else {
+                return view! { <p class="chart-empty">"Waiting for the first samples…"</p> }.into_any();
+            };
+            let gap = interval_ms.get().max(100) * 3;
+            let lines = all
+                .into_iter()
+                .map(|s| {
+                    let points: Vec<(u64, f64)> = s.points.into_iter().filter(|p| p.0 >= t0).collect();
+                    Kept { name: s.name, class: s.class, mean: points, band: Vec::new() }
+                })
+                .collect();
+            (t0, t1, gap, lines)
+        } else {
+            match fetched.get() {
+                None => return view! { <p class="chart-empty">"Loading history…"</p> }.into_any(),
+                Some(Err(why)) => {
+                    return view! { <p class="chart-empty">{format!("No history: {why}")}</p> }.into_any()
+                }
+                Some(Ok(f)) => (f.from_ms, f.to_ms, f.step_ms * 3 / 2, f.series),
+            }
+        };
+        drawn.set_value((t0, t1));
+        let data_max =
+            lines.iter().flat_map(|l| l.mean.iter().map(|p| p.1).chain(l.band.iter().map(|b| b.2))).fold(0.0, f64::max);
         let (top, step) = match y_max {
             Some(max) => (max, nice_step(max, 4.0)),
             None => {
@@ -117,7 +312,6 @@ pub fn TimeSeriesChart(
                 (((data_max * 1.15) / step).ceil().max(1.0) * step, step)
             }
         };
-        let gap_ms = interval_ms.get().max(100) * 3;
 
         let y_ticks = (0..=((top / step).round() as usize))
             .map(|i| {
@@ -131,62 +325,131 @@ pub fn TimeSeriesChart(
             .collect_view();
 
         let span = t1 - t0;
-        let t_step = [5_000u64, 10_000, 15_000, 30_000, 60_000, 120_000, 300_000, 600_000, 1_800_000]
-            .into_iter()
-            .find(|s| span / s <= 5)
-            .unwrap_or(3_600_000);
+        let t_step = time_step(span);
         let first_tick = t0.div_ceil(t_step) * t_step;
         let x_ticks = (0..)
             .map(|i| first_tick + i * t_step)
             .take_while(|t| *t <= t1)
             .map(|t| {
-                let x = LEFT + (t - t0) as f64 / span.max(1) as f64 * plot_w;
+                let x = x_of(t, t0, t1);
                 view! {
                     <line class="grid" x1=x x2=x y1=TOP y2=H - BOTTOM />
-                    <text class="tick" x=x y=H - 8.0 text-anchor="middle">{clock(t)}</text>
+                    <text class="tick" x=x y=H - 8.0 text-anchor="middle">{axis_label(t, span)}</text>
                 }
             })
             .collect_view();
 
-        let lines = all
+        let bands = source.clone().map(|source| {
+            let prefix = format!("{source}/");
+            store.alerts.with(|alerts| {
+                alerts
+                    .iter()
+                    .filter(|a| a.source == source || a.source.starts_with(&prefix))
+                    .filter(|a| a.raised_at_ms < t1 && a.resolved_at_ms.is_none_or(|r| r > t0))
+                    .map(|a| {
+                        let x0 = x_of(a.raised_at_ms.max(t0), t0, t1);
+                        let x1 = x_of(a.resolved_at_ms.unwrap_or(t1).min(t1), t0, t1);
+                        view! {
+                            <rect class=format!("alert-band sev-{}", a.severity.as_str()) x=x0 y=TOP
+                                width=(x1 - x0).max(1.5) height=plot_h>
+                                <title>{format!("{} ({}): {}", a.name(), a.severity.as_str(), a.message)}</title>
+                            </rect>
+                        }
+                    })
+                    .collect_view()
+            })
+        });
+
+        let drawn_lines = lines
             .iter()
-            .map(|s| {
-                let d = path(&s.points, t0, t1, top, gap_ms);
-                view! { <path class=format!("line {}", s.class) d=d /> }
+            .map(|Kept { class, mean, band, .. }| {
+                let band = (!band.is_empty()).then(|| {
+                    view! { <path class=format!("band {class}") d=band_path(band, t0, t1, top, gap_ms) /> }
+                });
+                view! {
+                    {band}
+                    <path class=format!("line {class}") d=path(mean, t0, t1, top, gap_ms) />
+                }
+            })
+            .collect_view();
+
+        let crosshair = timeline.hover_ms.get().filter(|t| (t0..=t1).contains(t)).map(|t| {
+            let x = x_of(t, t0, t1);
+            view! {
+                <line class="crosshair" x1=x x2=x y1=TOP y2=H - BOTTOM />
+                <text class="tick crosshair-label" x=x y=TOP - 2.0 text-anchor="middle">{axis_label(t, span.min(86_400_000))}</text>
+            }
+        });
+        let selection = drag.get().filter(|(a, b)| (a - b).abs() > 1.0).map(|(a, b)| {
+            view! { <rect class="selection" x=a.min(b) y=TOP width=(a - b).abs() height=plot_h /> }
+        });
+        let legend = lines
+            .iter()
+            .map(|Kept { name, class, mean, .. }| {
+                let shown = match timeline.hover_ms.get() {
+                    Some(t) if (t0..=t1).contains(&t) => value_at(mean, t, gap_ms),
+                    _ => mean.last().map(|p| p.1),
+                };
+                let text = shown.map(|v| format_value(v, unit)).unwrap_or_else(|| "–".into());
+                view! {
+                    <span class="legend-item">
+                        <span class=format!("swatch {class}")></span>
+                        {*name}" "<b>{text}</b>
+                    </span>
+                }
             })
             .collect_view();
 
         view! {
-            <svg class="chart" viewBox=format!("0 0 {W} {H}") role="img" aria-label=title>
+            <span class="legend">{legend}</span>
+            <svg
+                class="chart"
+                viewBox=format!("0 0 {W} {H}")
+                role="img"
+                aria-label=title
+                on:mousemove=move |ev| {
+                    let Some(x) = pointer_x(&ev) else { return };
+                    let (t0, t1) = drawn.get_value();
+                    timeline.hover_ms.set(Some(t_at(x, t0, t1)));
+                    if let Some((a, _)) = drag.get_untracked() {
+                        drag.set(Some((a, x)));
+                    }
+                }
+                on:mouseleave=move |_| {
+                    timeline.hover_ms.set(None);
+                    drag.set(None);
+                }
+                on:mousedown=move |ev| {
+                    ev.prevent_default();
+                    drag.set(pointer_x(&ev).map(|x| (x, x)));
+                }
+                on:mouseup=move |ev| {
+                    let started = drag.get_untracked();
+                    drag.set(None);
+                    if let (Some((a, _)), Some(b)) = (started, pointer_x(&ev)) {
+                        if (a - b).abs() > 4.0 {
+                            let (t0, t1) = drawn.get_value();
+                            timeline.show(t_at(a.min(b), t0, t1), t_at(a.max(b), t0, t1));
+                        }
+                    }
+                }
+            >
+                {bands}
                 {y_ticks}
                 {x_ticks}
                 <line class="axis" x1=LEFT x2=LEFT y1=TOP y2=H - BOTTOM />
                 <line class="axis" x1=LEFT x2=W - RIGHT y1=H - BOTTOM y2=H - BOTTOM />
-                {lines}
+                {drawn_lines}
+                {crosshair}
+                {selection}
             </svg>
         }
         .into_any()
     };
-    let legend = move || {
-        series
-            .get()
-            .into_iter()
-            .map(|s| {
-                let latest = s.points.last().map(|p| format_value(p.1, unit)).unwrap_or_else(|| "–".into());
-                view! {
-                    <span class="legend-item">
-                        <span class=format!("swatch {}", s.class)></span>
-                        {s.name}" "<b>{latest}</b>
-                    </span>
-                }
-            })
-            .collect_view()
-    };
     view! {
-        <figure class="chart-card">
+        <figure class="chart-card" data-chart=title>
             <figcaption>
                 <span class="chart-title">{title}</span>
-                <span class="legend">{legend}</span>
             </figcaption>
             {body}
         </figure>

@@ -23,11 +23,14 @@ fn history_chart(index: u32) -> impl IntoView {
             })
         };
         vec![
-            Series { name: "utilisation", class: "s1", points: pick(|g| g.utilization_pct) },
-            Series { name: "memory", class: "s2", points: pick(|g| g.memory_used_pct) },
+            Series::new("utilisation", "s1", pick(|g| g.utilization_pct))
+                .kept_as(format!("gpu.utilization_pct@gpu:{index}"), 1.0),
+            Series::new("memory", "s2", pick(|g| g.memory_used_pct))
+                .kept_as(format!("gpu.memory_used_pct@gpu:{index}"), 1.0),
         ]
     });
-    view! { <TimeSeriesChart title="Utilisation · memory in use" unit=" %" y_max=100.0 series interval_ms=interval /> }
+    let source = format!("gpu:{index}");
+    view! { <TimeSeriesChart title="Utilisation · memory in use" unit=" %" y_max=100.0 series interval_ms=interval source /> }
 }
 
 /// A figure, or "–" with why it is missing (from the device's `unsupported` map).

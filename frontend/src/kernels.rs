@@ -59,8 +59,10 @@ fn KernelCard(id: String) -> impl IntoView {
             })
         };
         vec![
-            Series { name: "p50", class: "s1", points: pick(|k| k.p50_ns) },
-            Series { name: "p99", class: "s2", points: pick(|k| k.p99_ns) },
+            Series::new("p50", "s1", pick(|k| k.p50_ns))
+                .kept_as(format!("kernel.latency_p50_ns@kernel:{chart_id}"), 1e-3),
+            Series::new("p99", "s2", pick(|k| k.p99_ns))
+                .kept_as(format!("kernel.latency_p99_ns@kernel:{chart_id}"), 1e-3),
         ]
     });
     let body = move || {
@@ -107,7 +109,7 @@ fn KernelCard(id: String) -> impl IntoView {
     view! {
         <article class="kernel-card" data-kernel-id=id.clone()>
             {body}
-            <TimeSeriesChart title="Latency, enqueue to completion" unit=" µs" series=latency interval_ms=interval />
+            <TimeSeriesChart title="Latency, enqueue to completion" unit=" µs" series=latency interval_ms=interval source=format!("kernel:{id}") />
         </article>
     }
 }

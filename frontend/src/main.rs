@@ -11,6 +11,7 @@ mod jobs;
 mod kernels;
 mod scheduler;
 mod store;
+mod timeline;
 
 fn main() {
     leptos::mount::mount_to_body(app::App);

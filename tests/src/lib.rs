@@ -1,6 +1,7 @@
 //! Helpers for the end-to-end tests: the real `ringsided` process on a free loopback port,
 //! WebSocket and HTTP clients aimed at it.
 
+pub mod browser;
 pub mod fleet;
 
 use std::io::{BufRead, BufReader};
