@@ -213,24 +213,45 @@ fn fetch(series: &[Series], from_ms: u64, to_ms: u64, done: impl FnOnce(Result<F
     }
     let keys: Vec<String> = kept.iter().map(|k| crate::timeline::encode(&k.2)).collect();
     let url = format!("/api/history?series={}&from={from_ms}&to={to_ms}&points={POINTS}", keys.join(","));
-    crate::timeline::fetch_json(&url, move |answer: Result<ringside_shared::HistoryResponse, String>| {
-        done(answer.map(|r| {
-            let series = kept
-                .into_iter()
-                .zip(&r.series)
-                .map(|((name, class, _, scale), s)| Kept {
-                    name,
-                    class,
-                    mean: s.buckets(r.from_ms, r.step_ms).map(|(t, _, _, mean)| (t, mean * scale)).collect(),
-                    band: s
-                        .buckets(r.from_ms, r.step_ms)
-                        .map(|(t, min, max, _)| (t, min * scale, max * scale))
-                        .collect(),
-                })
-                .collect();
-            Fetched { from_ms: r.from_ms, to_ms: r.to_ms, step_ms: r.step_ms, series }
-        }))
+    // A panel drawn again each tick (the GPUs') asks again for the same range: answered here.
+    if let Some(answer) = ANSWERS.with_borrow(|a| a.iter().find(|(u, _)| *u == url).map(|(_, r)| r.clone())) {
+        return done(Ok(kept_of(kept, &answer)));
+    }
+    let asked = url.clone();
+    crate::timeline::fetch_json(&asked, move |answer: Result<ringside_shared::HistoryResponse, String>| {
+        if let Ok(r) = &answer {
+            ANSWERS.with_borrow_mut(|a| {
+                if a.len() >= ANSWERS_KEPT {
+                    a.remove(0);
+                }
+                a.push((url, r.clone()));
+            });
+        }
+        done(answer.map(|r| kept_of(kept, &r)))
     });
+}
+
+/// History answers kept for a fixed range, newest last.
+const ANSWERS_KEPT: usize = 32;
+
+thread_local! {
+    static ANSWERS: std::cell::RefCell<Vec<(String, ringside_shared::HistoryResponse)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The chart's series of a history answer, in its units.
+fn kept_of(kept: Vec<(&'static str, &'static str, String, f64)>, r: &ringside_shared::HistoryResponse) -> Fetched {
+    let series = kept
+        .into_iter()
+        .zip(&r.series)
+        .map(|((name, class, _, scale), s)| Kept {
+            name,
+            class,
+            mean: s.buckets(r.from_ms, r.step_ms).map(|(t, _, _, mean)| (t, mean * scale)).collect(),
+            band: s.buckets(r.from_ms, r.step_ms).map(|(t, min, max, _)| (t, min * scale, max * scale)).collect(),
+        })
+        .collect();
+    Fetched { from_ms: r.from_ms, to_ms: r.to_ms, step_ms: r.step_ms, series }
 }
 
 #[component]

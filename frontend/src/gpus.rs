@@ -187,9 +187,115 @@ fn gpu_card(gpu: GpuDevice, idle: Vec<GpuIdleAttribution>) -> impl IntoView {
     }
 }
 
+/// The utilisation of GPU `index` over the live history, as a sparkline path in 100 x 20.
+fn sparkline(index: u32) -> impl IntoView {
+    let store = expect_context::<Store>();
+    let d = move || {
+        store.history.with(|h| {
+            let values: Vec<f64> = h
+                .iter()
+                .rev()
+                .take(120)
+                .filter_map(|p| p.gpus.iter().find(|g| g.index == index).and_then(|g| g.utilization_pct))
+                .collect();
+            let n = values.len().max(2) - 1;
+            values
+                .iter()
+                .rev()
+                .enumerate()
+                .map(|(i, v)| {
+                    let (x, y) = (i as f64 * 100.0 / n as f64, 20.0 - v.clamp(0.0, 100.0) / 5.0);
+                    format!("{}{x:.1},{y:.1}", if i == 0 { 'M' } else { 'L' })
+                })
+                .collect::<String>()
+        })
+    };
+    view! {
+        <svg class="sparkline" viewBox="0 0 100 20" preserveAspectRatio="none" aria-hidden="true">
+            <path class="line s1" d=d />
+        </svg>
+    }
+}
+
+/// One GPU in a row: what nvitop shows of it, and its details (the card) on demand.
+fn gpu_row(gpu: &GpuDevice, idle: &[GpuIdleAttribution], expanded: bool) -> impl IntoView {
+    let timeline = expect_context::<crate::timeline::Timeline>();
+    let index = gpu.index;
+    let util = gpu.utilization_gpu_pct;
+    let memory_pct = ratio(gpu.memory_used_bytes.map(|b| b as f64), gpu.memory_total_bytes.map(|b| b as f64));
+    let gib = |b: u64| format!("{:.1}", b as f64 / (1u64 << 30) as f64);
+    let memory = match (gpu.memory_used_bytes, gpu.memory_total_bytes) {
+        (Some(used), Some(total)) => format!("{}/{} GiB", gib(used), gib(total)),
+        _ => "–".into(),
+    };
+    let power = match (gpu.power_draw_w, gpu.power_limit_w) {
+        (Some(w), Some(l)) => format!("{w:.0}/{l:.0} W"),
+        (Some(w), None) => format!("{w:.0} W"),
+        _ => "–".into(),
+    };
+    let hot = matches!((gpu.temperature_gpu_c, gpu.temperature_slowdown_c), (Some(c), Some(s)) if c + 5 >= s);
+    let temperature = match (gpu.temperature_gpu_c, gpu.temperature_slowdown_c) {
+        (Some(c), Some(s)) => format!("{c} °C / {s}"),
+        (Some(c), None) => format!("{c} °C"),
+        _ => "–".into(),
+    };
+    let held: Vec<ThrottleReason> = gpu
+        .throttle_reasons
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| *r != ThrottleReason::GpuIdle)
+        .collect();
+    let clocks = if held.is_empty() { "free".to_string() } else { throttle_text(&held) };
+    let jobs: Vec<String> = idle.iter().map(|a| format!("{} ({}) idle {:.0}%", a.comm, a.job, a.idle_pct)).collect();
+    let jobs = if jobs.is_empty() {
+        let pids: Vec<String> = gpu.processes.iter().map(|p| p.pid.to_string()).collect();
+        if pids.is_empty() {
+            "–".to_string()
+        } else {
+            format!("pid {}", pids.join(", "))
+        }
+    } else {
+        jobs.join("; ")
+    };
+    let xid = gpu.xids.last().map(|x| {
+        view! { <span class="gpu-xid badge-critical" title=x.description.clone().unwrap_or_default()>{format!("XID {}", x.code)}</span> }
+    });
+    let lost = gpu.unsupported.contains_key("gpu");
+    let toggle = move |_| {
+        if expanded {
+            timeline.gpu.set(None);
+        } else {
+            timeline.panel.set(Some("gpus".into()));
+            timeline.gpu.set(Some(index));
+        }
+    };
+    view! {
+        <tr class=if lost { "gpu-row gpu-lost" } else { "gpu-row" } data-gpu-index=index.to_string()>
+            <th scope="row">
+                <b>{format!("GPU {index}")}</b>" "<span class="muted small">{gpu.name.clone()}</span>" "{xid}
+            </th>
+            <td class="num">{util.map(|u| format!("{u:.0} %")).unwrap_or_else(|| "–".into())}{bar(util)}</td>
+            <td class="num">{memory}{bar(memory_pct)}</td>
+            <td class="num">{power}</td>
+            <td class=if hot { "num gpu-hot" } else { "num" }>{temperature}</td>
+            <td class=if held.is_empty() { "" } else { "gpu-throttled" }>{clocks}</td>
+            <td class="small">{jobs}</td>
+            <td>{sparkline(index)}</td>
+            <td>
+                <button class="ghost gpu-details-toggle" aria-expanded=expanded.to_string()
+                    aria-label=format!("Details of GPU {index}") on:click=toggle>
+                    {if expanded { "Hide" } else { "Details" }}
+                </button>
+            </td>
+        </tr>
+    }
+}
+
 #[component]
 pub fn GpusPanel() -> impl IntoView {
     let store = expect_context::<Store>();
+    let timeline = expect_context::<crate::timeline::Timeline>();
     let body = move || {
         match store.readings.with(|r| r.gpus.clone()) {
         None => view! { <p class="empty">"The GPU source is off ([gpu] mode = \"off\")."</p> }.into_any(),
@@ -203,18 +309,31 @@ pub fn GpusPanel() -> impl IntoView {
                 t.driver_version.unwrap_or_else(|| "–".into()),
                 t.cuda_driver_version.unwrap_or_else(|| "–".into())
             );
+            let selected = timeline.gpu.get();
+            let rows = t
+                .devices
+                .into_iter()
+                .map(|gpu| {
+                    // Why this GPU sat idle, per job on it, from the daemon's attribution.
+                    let idle: Vec<GpuIdleAttribution> = t.idle.iter().filter(|a| a.uuid == gpu.uuid).cloned().collect();
+                    let expanded = selected == Some(gpu.index);
+                    let row = gpu_row(&gpu, &idle, expanded);
+                    let details = expanded.then(|| view! {
+                        <tr class="gpu-details"><td colspan="9">{gpu_card(gpu, idle)}</td></tr>
+                    });
+                    view! { {row}{details} }
+                })
+                .collect_view();
             view! {
                 <p class="muted">{versions}</p>
-                <div class="gpu-cards">
-                    {t.devices
-                        .into_iter()
-                        .map(|gpu| {
-                            // Why this GPU sat idle, per job on it, from the daemon's attribution.
-                            let idle = t.idle.iter().filter(|a| a.uuid == gpu.uuid).cloned().collect();
-                            gpu_card(gpu, idle)
-                        })
-                        .collect_view()}
-                </div>
+                <table class="gpu-rows">
+                    <thead><tr>
+                        <th scope="col">"GPU"</th><th scope="col">"Util"</th><th scope="col">"Memory"</th>
+                        <th scope="col">"Power"</th><th scope="col">"Temp / slowdown"</th><th scope="col">"Clocks held by"</th>
+                        <th scope="col">"Job · GPU idle"</th><th scope="col">"Last 2 min"</th><th scope="col"><span class="sr-only">"Details"</span></th>
+                    </tr></thead>
+                    <tbody>{rows}</tbody>
+                </table>
             }
             .into_any()
         }

@@ -15,6 +15,21 @@ const CRITICAL_RULE: &str = "[[rules]]\nname = \"memory_critical\"\nmetric = \"h
 /// The default canary and a `stats` kernel fed the host's per-CPU utilisation every tick.
 const KERNELS: &str = "[[kernels]]\nid = \"canary\"\nkernel = \"echo\"\n\n[[kernels]]\nid = \"cpu-stats\"\nkernel = \"stats\"\ninput = \"cpu_utilization\"\n";
 
+/// Opens GPU `index`'s card from its row (and waits for it).
+async fn open_gpu(client: &Client, index: u64) -> Result<()> {
+    let button = format!("#gpus-panel tr.gpu-row[data-gpu-index='{index}'] button.gpu-details-toggle");
+    eventually("the GPU's row", Duration::from_secs(30), || async {
+        Ok(client.find(Locator::Css(&button)).await.ok())
+    })
+    .await?
+    .click()
+    .await?;
+    let card = format!("#gpus-panel .gpu-card[data-gpu-index='{index}']");
+    eventually("the GPU's card", Duration::from_secs(30), || async { Ok(client.find(Locator::Css(&card)).await.ok()) })
+        .await?;
+    Ok(())
+}
+
 async fn console_flow(client: &Client, daemon: &Daemon, downloads: &Path) -> Result<()> {
     const WAIT: Duration = Duration::from_secs(30);
     client.goto(&daemon.console_url).await?;
@@ -61,19 +76,31 @@ async fn console_flow(client: &Client, daemon: &Daemon, downloads: &Path) -> Res
     })
     .await?;
     if gpus["available"] == true {
-        // A card per GPU, and the XID badge where the driver reported one, with its meaning.
+        // A compact row per GPU (8 on one screen), with the XID badge where the driver reported
+        // one; a GPU's card (its chart and every figure) opens from its row.
         let count = gpus["devices"].as_array().map_or(0, Vec::len);
-        eventually("a card per GPU", WAIT, || async {
-            Ok((client.find_all(Locator::Css("#gpus-panel .gpu-card")).await?.len() == count).then_some(()))
+        eventually("a row per GPU", WAIT, || async {
+            Ok((client.find_all(Locator::Css("#gpus-panel tr.gpu-row")).await?.len() == count).then_some(()))
         })
         .await?;
+        let rows = client.find(Locator::Css("#gpus-panel table.gpu-rows")).await?;
+        let (_, _, _, rows_height) = rows.rectangle().await?;
+        assert!(rows_height < 600.0, "{count} GPUs take {rows_height} px");
+        for gpu in gpus["devices"].as_array().into_iter().flatten().filter(|g| g["xid_count"].as_u64() > Some(0)) {
+            let badge = format!("#gpus-panel tr.gpu-row[data-gpu-index='{}'] .gpu-xid", gpu["index"]);
+            let shown = eventually("the XID badge", WAIT, || async { text_of(client, &badge).await }).await?;
+            let code = gpu["xids"].as_array().and_then(|x| x.last()).map(|x| x["code"].to_string()).unwrap_or_default();
+            assert_eq!(shown, format!("XID {code}"));
+        }
+        open_gpu(client, 0).await?;
         eventually("GPU 0's utilisation chart draws a line", WAIT, || {
             draws_a_line(client, "#gpus-panel .gpu-card[data-gpu-index='0'] svg.chart path.line")
         })
         .await?;
         for gpu in gpus["devices"].as_array().into_iter().flatten().filter(|g| g["xid_count"].as_u64() > Some(0)) {
+            open_gpu(client, gpu["index"].as_u64().unwrap_or_default()).await?;
             let badge = format!("#gpus-panel .gpu-card[data-gpu-index='{}'] .gpu-xid", gpu["index"]);
-            let shown = eventually("the XID badge", WAIT, || async { text_of(client, &badge).await }).await?;
+            let shown = eventually("the XID line in the card", WAIT, || async { text_of(client, &badge).await }).await?;
             let code = gpu["xids"].as_array().and_then(|x| x.last()).map(|x| x["code"].to_string()).unwrap_or_default();
             assert!(shown.starts_with(&format!("XID {code} (")), "{shown}");
         }
@@ -383,6 +410,7 @@ async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
         assert_eq!(gpu_use, "GPU 1: 1.0 GiB, SM 64 %");
         // Why GPU 1 sits idle (60 % of the time: it is 40 % busy), split by the job's phases:
         // within a few cycles the workload has loaded data, and that share shows.
+        open_gpu(&client, 1).await?;
         let idle_line = "#gpus-panel .gpu-card[data-gpu-index='1'] .gpu-idle";
         let idle = eventually("GPU 1's idle attribution with data loading in it", WAIT, || async {
             Ok(text_of(&client, idle_line).await?.filter(|t| t.contains("waiting for data")))
