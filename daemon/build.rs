@@ -1,6 +1,8 @@
 //! Embeds the built console (`frontend/dist`, made by `cargo xtask console`) into the binary,
-//! each file with a gzip copy made here, its content type and an ETag. Without a built console
-//! the table is empty and the daemon serves a page saying how to build it.
+//! each file with its content type, an ETag and its compressed copies: the brotli and gzip
+//! files `cargo xtask console` wrote beside it (`<file>.br`, `<file>.gz`), or a gzip copy made
+//! here where there is none. Without a built console the table is empty and the daemon serves a
+//! page saying how to build it.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -24,6 +26,12 @@ fn main() {
         println!("cargo:rerun-if-changed={}", parent.display());
     }
     files.sort();
+    // The compressed copies are served in place of their file, never under their own name.
+    let sibling = |path: &Path, ext: &str| {
+        let copy = PathBuf::from(format!("{}.{ext}", path.display()));
+        copy.is_file().then_some(copy)
+    };
+    files.retain(|(url, _)| !url.ends_with(".gz") && !url.ends_with(".br"));
 
     let gz_dir = out.join("console-gz");
     std::fs::create_dir_all(&gz_dir).expect("create OUT_DIR/console-gz");
@@ -31,7 +39,13 @@ fn main() {
     for (i, (url, path)) in files.iter().enumerate() {
         let body = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
         let mime = content_type(url);
-        let gzip = if compressible(mime) {
+        let brotli_expr = match sibling(path, "br") {
+            Some(br) => format!("Some(include_bytes!({:?}))", br.display().to_string()),
+            None => "None".to_string(),
+        };
+        let gzip = if let Some(gz) = sibling(path, "gz") {
+            Some(std::fs::read(&gz).unwrap_or_else(|e| panic!("read {}: {e}", gz.display())))
+        } else if compressible(mime) {
             let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
             encoder.write_all(&body).expect("gzip in memory");
             let gz = encoder.finish().expect("gzip in memory");
@@ -48,7 +62,7 @@ fn main() {
             None => "None".to_string(),
         };
         table.push_str(&format!(
-            "    Asset {{ path: {url:?}, content_type: {mime:?}, etag: \"\\\"{:016x}\\\"\", body: include_bytes!({:?}), gzip: {gzip_expr} }},\n",
+            "    Asset {{ path: {url:?}, content_type: {mime:?}, etag: \"\\\"{:016x}\\\"\", body: include_bytes!({:?}), gzip: {gzip_expr}, brotli: {brotli_expr} }},\n",
             fnv1a(&body),
             path.display().to_string(),
         ));

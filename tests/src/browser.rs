@@ -131,3 +131,20 @@ pub fn artifacts() -> PathBuf {
     let _ = std::fs::create_dir_all(&dir);
     dir
 }
+
+/// A Chrome DevTools Protocol command, sent through ChromeDriver (`goog/cdp/execute`).
+#[derive(Debug)]
+pub struct Cdp {
+    pub cmd: &'static str,
+    pub params: serde_json::Value,
+}
+
+impl fantoccini::wd::WebDriverCompatibleCommand for Cdp {
+    fn endpoint(&self, base_url: &url::Url, session_id: Option<&str>) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!("session/{}/goog/cdp/execute", session_id.unwrap_or_default()))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        (http::Method::POST, Some(serde_json::json!({ "cmd": self.cmd, "params": self.params }).to_string()))
+    }
+}

@@ -117,6 +117,34 @@ async fn console_files_are_served_typed_compressed_and_cached() -> anyhow::Resul
     flate2_decode(&gz, &mut raw)?;
     assert_eq!(&raw[..4], b"\0asm", "gzip body decodes to a wasm module");
 
+    // Brotli where the browser takes it (every current one does over HTTPS and on localhost),
+    // made at build time: smaller than the gzip copy, and the same module.
+    let br = http
+        .get(format!("{}/pkg/ringside_frontend_bg.wasm", daemon.base))
+        .bearer_auth(&daemon.token)
+        .header("accept-encoding", "gzip, deflate, br, zstd")
+        .send()
+        .await?;
+    assert_eq!(br.headers()["content-encoding"], "br");
+    let br = br.bytes().await?;
+    assert!(br.len() < gz.len(), "brotli {} bytes, gzip {}", br.len(), gz.len());
+    let mut unbrotli = Vec::new();
+    brotli::BrotliDecompress(&mut br.as_ref(), &mut unbrotli)?;
+    assert_eq!(unbrotli, raw, "the brotli body decodes to the same module");
+    let refused = http
+        .get(format!("{}/pkg/ringside_frontend_bg.wasm", daemon.base))
+        .bearer_auth(&daemon.token)
+        .header("accept-encoding", "br;q=0, gzip")
+        .send()
+        .await?;
+    assert_eq!(refused.headers()["content-encoding"], "gzip", "br;q=0 refuses brotli");
+    println!(
+        "console wasm: {} KiB raw, {} KiB gzip, {} KiB brotli",
+        raw.len() / 1024,
+        gz.len() / 1024,
+        br.len() / 1024
+    );
+
     let plain =
         http.get(format!("{}/pkg/ringside_frontend_bg.wasm", daemon.base)).bearer_auth(&daemon.token).send().await?;
     assert!(plain.headers().get("content-encoding").is_none(), "no gzip unless asked");

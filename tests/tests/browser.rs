@@ -100,7 +100,8 @@ async fn console_flow(client: &Client, daemon: &Daemon, downloads: &Path) -> Res
         for gpu in gpus["devices"].as_array().into_iter().flatten().filter(|g| g["xid_count"].as_u64() > Some(0)) {
             open_gpu(client, gpu["index"].as_u64().unwrap_or_default()).await?;
             let badge = format!("#gpus-panel .gpu-card[data-gpu-index='{}'] .gpu-xid", gpu["index"]);
-            let shown = eventually("the XID line in the card", WAIT, || async { text_of(client, &badge).await }).await?;
+            let shown =
+                eventually("the XID line in the card", WAIT, || async { text_of(client, &badge).await }).await?;
             let code = gpu["xids"].as_array().and_then(|x| x.last()).map(|x| x["code"].to_string()).unwrap_or_default();
             assert!(shown.starts_with(&format!("XID {code} (")), "{shown}");
         }
@@ -428,10 +429,11 @@ async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
         let step_line = "#gpus-panel .gpu-card[data-gpu-index='1'] .gpu-step-idle";
         let step =
             eventually("the last step's idle line", WAIT, || async { text_of(&client, step_line).await }).await?;
-        // 2.8 s as the workload sleeps it; a loaded machine stretches its sleeps a little.
+        // 2.8 s as the workload sleeps it; on a loaded machine the phase edges the probe sees
+        // move by a few hundred ms either way.
         let seconds: f64 =
             step.trim_start_matches("last step ").split(' ').next().and_then(|s| s.parse().ok()).unwrap_or(0.0);
-        assert!((2.6..=3.6).contains(&seconds) && step.contains("GPU idle 60%"), "{step}");
+        assert!((2.0..=3.6).contains(&seconds) && step.contains("GPU idle 60%"), "{step}");
         let (w, h) = client.get_window_size().await?;
         client.set_window_size(w as u32, 4000).await?;
         let card = client.find(Locator::Css("#gpus-panel .gpu-card[data-gpu-index='1']")).await?;

@@ -16,9 +16,10 @@
 //! - `package`: `target/debian/ringside_<version>_amd64.deb` (see [`package`]).
 //! - `vm-test`: the sched_ext scheduler in a guest kernel under qemu (see [`vm`]).
 //! - `vm-header`: refreshes `bpf/src/bpf/vmlinux_scx.h` from the guest kernel build.
-//! - `bench [ring|gpu|daemon|fanout|history|identity|stragglers|sched|launch|incidents|guest]`: the ring queue against rtrb
+//! - `bench [ring|gpu|daemon|fanout|history|identity|console|stragglers|sched|launch|incidents|guest]`: the ring queue against rtrb
 //!   and crossbeam-channel, the persistent CUDA kernel against launches per message (skipped
-//!   without a GPU), what the idle daemon costs, WebSocket fan-out to 100 clients, the history's memory, disk and query times, what reading a process's job
+//!   without a GPU), what the idle daemon costs, WebSocket fan-out to 100 clients, the history's memory, disk and query times, the console's first paint and live data over
+//!   loopback and a slow link, what reading a process's job
 //!   identity costs it, how well the fleet rules name stragglers (two daemons, a real Prometheus), the
 //!   scheduler's probe overhead and effect, what the probes add to a job's kernel launches
 //!   ([`launch_bench`]), the incident recorder's cost beside ML workloads, and the sched_ext
@@ -93,18 +94,8 @@ fn run() -> Result<()> {
                 None => 60,
             };
             setup(false)?;
-            cargo(&["build", "--release", "-p", "ringside-daemon"])?;
             cargo(&["build", "-p", "ringside-workload"])?;
-            let status = Command::new(env!("CARGO"))
-                .current_dir(&root)
-                .args(["bench", "-p", "ringside-tests", "--bench", "soak"])
-                .env("RINGSIDED_BIN", root.join("target/release/ringsided"))
-                .env("RINGSIDE_SOAK_MINUTES", minutes.to_string())
-                .status()?;
-            if !status.success() {
-                bail!("the soak failed ({status})");
-            }
-            Ok(())
+            daemon_bench(&root, "soak", &[("RINGSIDE_SOAK_MINUTES", &minutes.to_string())])
         }
         Some("bench") => {
             let which = args.get(1).map(String::as_str).unwrap_or("all");
@@ -123,16 +114,7 @@ fn run() -> Result<()> {
             }
             if matches!(which, "all" | "fanout") {
                 // 100 WebSocket clients and one that never reads (tests/benches/fanout.rs).
-                cargo(&["build", "--release", "-p", "ringside-daemon"])?;
-                let daemon = root.join("target/release/ringsided");
-                let status = Command::new(env!("CARGO"))
-                    .current_dir(&root)
-                    .args(["bench", "-p", "ringside-tests", "--bench", "fanout"])
-                    .env("RINGSIDED_BIN", &daemon)
-                    .status()?;
-                if !status.success() {
-                    bail!("the fan-out bench failed ({status})");
-                }
+                daemon_bench(&root, "fanout", &[])?;
             }
             if matches!(which, "all" | "history") {
                 // The history's memory, disk, tick cost and query times (daemon/benches/history.rs).
@@ -146,16 +128,15 @@ fn run() -> Result<()> {
                 // Straggler naming across two daemons and a real Prometheus, 30 runs and 10
                 // balanced ones (tests/benches/stragglers.rs).
                 setup(true)?;
-                cargo(&["build", "--release", "-p", "ringside-daemon"])?;
                 cargo(&["build", "-p", "ringside-workload"])?;
-                let status = Command::new(env!("CARGO"))
-                    .current_dir(&root)
-                    .args(["bench", "-p", "ringside-tests", "--bench", "stragglers"])
-                    .env("RINGSIDED_BIN", root.join("target/release/ringsided"))
-                    .status()?;
-                if !status.success() {
-                    bail!("the straggler bench failed ({status})");
-                }
+                daemon_bench(&root, "stragglers", &[])?;
+            }
+            if matches!(which, "all" | "console") {
+                // The console's first paint and live data, cold, on loopback and over a slow
+                // link, in headless Chromium (tests/benches/console.rs).
+                setup(true)?;
+                console(&root)?;
+                daemon_bench(&root, "console", &[])?;
             }
             if matches!(which, "all" | "sched") {
                 setup(false)?;
@@ -181,7 +162,7 @@ fn run() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | package | miri | fuzz [SECONDS] | vm-test | vm-header | bench [ring|gpu|daemon|fanout|history|identity|stragglers|sched|launch|incidents|guest] | soak [MINUTES]>"
+                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | package | miri | fuzz [SECONDS] | vm-test | vm-header | bench [ring|gpu|daemon|fanout|history|identity|console|stragglers|sched|launch|incidents|guest] | soak [MINUTES]>"
             );
             std::process::exit(2);
         }
@@ -354,6 +335,21 @@ fn install(wanted: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// Runs `tests/benches/<name>.rs` against the release daemon (built first), with `env`.
+fn daemon_bench(root: &Path, name: &str, env: &[(&str, &str)]) -> Result<()> {
+    cargo(&["build", "--release", "-p", "ringside-daemon"])?;
+    let status = Command::new(env!("CARGO"))
+        .current_dir(root)
+        .args(["bench", "-p", "ringside-tests", "--bench", name])
+        .env("RINGSIDED_BIN", root.join("target/release/ringsided"))
+        .envs(env.iter().copied())
+        .status()?;
+    if !status.success() {
+        bail!("the {name} bench failed ({status})");
+    }
+    Ok(())
+}
+
 /// Builds the console into `frontend/dist/` and returns the wasm file's path.
 fn console(root: &Path) -> Result<PathBuf> {
     let started = Instant::now();
@@ -381,6 +377,7 @@ fn console(root: &Path) -> Result<PathBuf> {
         std::fs::copy(entry.path(), staging.join(entry.file_name()))
             .with_context(|| format!("cannot copy {}", entry.path().display()))?;
     }
+    precompress(&staging)?;
     // Replace dist only when something changed, so the daemon's build does not rerun for nothing.
     if !same_tree(&staging, &dist) {
         if dist.exists() {
@@ -390,13 +387,47 @@ fn console(root: &Path) -> Result<PathBuf> {
     }
     let bundle = dist.join("pkg/ringside_frontend_bg.wasm");
     let raw = std::fs::read(&bundle).with_context(|| format!("cannot read {}", bundle.display()))?;
+    let size =
+        |ext: &str| std::fs::metadata(dist.join(format!("pkg/ringside_frontend_bg.wasm.{ext}"))).map_or(0, |m| m.len());
     eprintln!(
-        "console built in {:.0} s: wasm {} KiB raw, {} KiB gzip",
+        "console built in {:.0} s: wasm {} KiB raw, {} KiB gzip, {} KiB brotli",
         started.elapsed().as_secs_f64(),
         raw.len() / 1024,
-        gzip_len(&raw) / 1024
+        size("gz") / 1024,
+        size("br") / 1024
     );
     Ok(bundle)
+}
+
+/// Writes `<file>.gz` (gzip, best) and `<file>.br` (brotli, quality 11) beside each text and
+/// wasm file under `dir`, where smaller: the daemon serves them as they are, by the browser's
+/// Accept-Encoding.
+fn precompress(dir: &Path) -> Result<()> {
+    use std::io::Write;
+    for entry in std::fs::read_dir(dir)?.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            precompress(&path)?;
+            continue;
+        }
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default();
+        if !matches!(ext, "html" | "js" | "css" | "wasm" | "svg" | "json") {
+            continue;
+        }
+        let body = std::fs::read(&path)?;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(&body)?;
+        let gz = gz.finish()?;
+        let mut br = Vec::new();
+        let params = brotli::enc::BrotliEncoderParams { quality: 11, lgwin: 22, ..Default::default() };
+        brotli::BrotliCompress(&mut body.as_slice(), &mut br, &params)?;
+        for (encoded, suffix) in [(gz, "gz"), (br, "br")] {
+            if encoded.len() < body.len() {
+                std::fs::write(format!("{}.{suffix}", path.display()), encoded)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn read_leb128(bytes: &[u8], at: &mut usize) -> Result<usize> {

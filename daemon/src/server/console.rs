@@ -1,5 +1,6 @@
 //! The console's files, embedded at build time (see `build.rs`), served with their content
-//! type, an ETag, and the gzip copy when the browser accepts it.
+//! type, an ETag, and the brotli or gzip copy made at build time when the browser accepts it
+//! (brotli first: the wasm is a fifth smaller in it).
 
 use std::net::SocketAddr;
 
@@ -17,6 +18,7 @@ pub struct Asset {
     pub etag: &'static str,
     pub body: &'static [u8],
     pub gzip: Option<&'static [u8]>,
+    pub brotli: Option<&'static [u8]>,
 }
 
 include!(concat!(env!("OUT_DIR"), "/console_assets.rs"));
@@ -54,17 +56,23 @@ fn serve(asset: &Asset, request_headers: &HeaderMap) -> Response {
     if not_modified {
         return (StatusCode::NOT_MODIFIED, headers).into_response();
     }
-    let accepts_gzip = request_headers
-        .get(header::ACCEPT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|e| e.trim().split(';').next() == Some("gzip")));
-    match asset.gzip {
-        Some(gz) if accepts_gzip => {
-            headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-            (headers, gz).into_response()
-        }
-        _ => (headers, asset.body).into_response(),
-    }
+    let accepts = |coding: &str| {
+        request_headers.get_all(header::ACCEPT_ENCODING).iter().filter_map(|v| v.to_str().ok()).any(|v| {
+            v.split(',').any(|e| {
+                let mut parts = e.trim().split(';');
+                // `br;q=0` says no.
+                parts.next() == Some(coding)
+                    && !parts.any(|p| matches!(p.trim(), "q=0" | "q=0.0" | "q=0.00" | "q=0.000"))
+            })
+        })
+    };
+    let (coding, body) = match (asset.brotli, asset.gzip) {
+        (Some(br), _) if accepts("br") => ("br", br),
+        (_, Some(gz)) if accepts("gzip") => ("gzip", gz),
+        _ => return (headers, asset.body).into_response(),
+    };
+    headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static(coding));
+    (headers, body).into_response()
 }
 
 const PAGE_STYLE: &str = "body{font:16px/1.5 system-ui,sans-serif;max-width:40rem;margin:4rem auto;padding:0 1rem;color:#1d2430}\

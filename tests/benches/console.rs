@@ -1,0 +1,97 @@
+//! The console's load, cold, in headless Chromium: `cargo xtask bench console`.
+//!
+//! For each link, five cold loads of the signed-in console (cache disabled through DevTools):
+//! the time to first contentful paint and to live data (the first host figures on screen, the
+//! console's `ringside-live` performance mark), from the start of navigation. Links: loopback,
+//! and a slow link to a remote node as DevTools throttles it (40 ms latency, 1.5 Mbit/s down,
+//! 750 kbit/s up). The daemon runs for a while first, so that the snapshot carries history.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use ringside_tests::browser::{browser, eventually, Cdp, Driver};
+use ringside_tests::{Daemon, DaemonOptions, Scratch};
+
+const LOADS: usize = 5;
+
+/// (name, DevTools network conditions or none).
+fn links() -> [(&'static str, Option<serde_json::Value>); 2] {
+    [
+        ("loopback", None),
+        (
+            "slow link (40 ms, 1.5 Mbit/s)",
+            Some(serde_json::json!({
+                "offline": false, "latency": 40, "downloadThroughput": 1_500_000 / 8, "uploadThroughput": 750_000 / 8,
+            })),
+        ),
+    ]
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+async fn mark(client: &fantoccini::Client, script: &str) -> Result<Option<f64>> {
+    Ok(client.execute(script, vec![]).await?.as_f64())
+}
+
+/// One cold load: (first contentful paint, live data), ms from the start of navigation.
+async fn load(driver: &Driver, daemon: &Daemon, conditions: &Option<serde_json::Value>) -> Result<(f64, f64)> {
+    let (profile, downloads) = (Scratch::new("bench-console-profile"), Scratch::new("bench-console-downloads"));
+    let client = browser(driver, &profile.0, &downloads.0).await?;
+    let measured = async {
+        // Signed in (the cookie), then every file fetched again from the daemon.
+        client.goto(&daemon.console_url).await?;
+        client.issue_cmd(Cdp { cmd: "Network.enable", params: serde_json::json!({}) }).await?;
+        client.issue_cmd(Cdp { cmd: "Network.setCacheDisabled", params: serde_json::json!({"cacheDisabled": true}) }).await?;
+        if let Some(conditions) = conditions {
+            client.issue_cmd(Cdp { cmd: "Network.emulateNetworkConditions", params: conditions.clone() }).await?;
+        }
+        client.goto(&format!("{}/", daemon.base)).await?;
+        let live = eventually("the live mark", Duration::from_secs(30), || {
+            mark(&client, "const m = performance.getEntriesByName('ringside-live'); return m.length ? m[0].startTime : null;")
+        })
+        .await?;
+        let paint = mark(&client, "const p = performance.getEntriesByName('first-contentful-paint'); return p.length ? p[0].startTime : null;")
+            .await?
+            .context("no first-contentful-paint entry")?;
+        Ok::<_, anyhow::Error>((paint, live))
+    }
+    .await;
+    let _ = client.close().await;
+    measured
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    if std::env::args().any(|a| a == "--list") {
+        return Ok(());
+    }
+    let daemon = Daemon::start(DaemonOptions { token: None, interval_ms: 1000, ..DaemonOptions::default() })?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let wasm = daemon.http().get(format!("{}/pkg/ringside_frontend_bg.wasm", daemon.base)).bearer_auth(&daemon.token);
+    for coding in ["identity", "gzip", "br"] {
+        let bytes =
+            wasm.try_clone().context("request")?.header("accept-encoding", coding).send().await?.bytes().await?;
+        println!("console wasm as served ({coding}): {} KiB", bytes.len() / 1024);
+    }
+    let driver = Driver::start()?;
+    println!("{LOADS} cold loads per link, medians (ms from the start of navigation):");
+    for (name, conditions) in links() {
+        let (mut paints, mut lives) = (Vec::new(), Vec::new());
+        for _ in 0..LOADS {
+            let (paint, live) = load(&driver, &daemon, &conditions).await?;
+            paints.push(paint);
+            lives.push(live);
+        }
+        println!(
+            "  {name}: first paint {:.0} ms, live data {:.0} ms (each: paint {:?}, live {:?})",
+            median(paints.clone()),
+            median(lives.clone()),
+            paints.iter().map(|p| p.round() as u64).collect::<Vec<_>>(),
+            lives.iter().map(|l| l.round() as u64).collect::<Vec<_>>()
+        );
+    }
+    Ok(())
+}
