@@ -284,8 +284,8 @@ fn gpu_row(gpu: &GpuDevice, idle: &[GpuIdleAttribution], expanded: bool) -> impl
             <td>{sparkline(index)}</td>
             <td>
                 <button class="ghost gpu-details-toggle" aria-expanded=expanded.to_string()
-                    aria-label=format!("Details of GPU {index}") on:click=toggle>
-                    {if expanded { "Hide" } else { "Details" }}
+                    aria-label=format!("{} of GPU {index}", if expanded { "Hide details" } else { "Details" }) on:click=toggle>
+                    {if expanded { "Hide details" } else { "Details" }}
                 </button>
             </td>
         </tr>
@@ -361,7 +361,7 @@ fn idle_view(a: GpuIdleAttribution) -> impl IntoView {
     view! {
         <div class="gpu-idle small" title=method>{words}</div>
         {step}
-        <div class="phase-bar idle-bar" aria-label="idle time by what the job was doing">
+        <div class="phase-bar idle-bar" role="img" aria-label="idle time by what the job was doing">
             {parts
                 .into_iter()
                 .filter(|(_, _, pct)| *pct > 0.0)

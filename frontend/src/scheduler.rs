@@ -175,7 +175,7 @@ fn summary(s: &SchedulerTelemetry) -> impl IntoView {
             <div><span class="stat-label">"Decisions · transitions"</span><b>{format!("{} · {}", s.decisions_made, s.phase_transitions)}</b></div>
             <div><span class="stat-label">"Lost records"</span><b>{lost.to_string()}</b></div>
         </div>
-        <div class="phase-bar" aria-label="share of ML thread time per phase">{bar}</div>
+        <div class="phase-bar" role="img" aria-label="share of ML thread time per phase">{bar}</div>
         <div class="phase-legend">
             {Phase::ALL.iter().map(|p| view! { <span><span class=phase_class(*p)></span>{format!("{} {:.0} %", p.as_str(), pct(*p))}</span> }).collect_view()}
         </div>

@@ -42,7 +42,10 @@ use anyhow::{bail, Context, Result};
 /// Debian packages, by command: a build needs the first list (clang and libelf for the BPF
 /// programs), the tests the second too.
 const BUILD_PACKAGES: &[&str] = &["clang-19", "libelf-dev", "zlib1g-dev", "pkg-config"];
-const TEST_PACKAGES: &[&str] = &["chromium", "chromium-driver", "prometheus", "prometheus-alertmanager", "openssl"];
+const TEST_PACKAGES: &[&str] =
+    &["chromium", "chromium-driver", "prometheus", "prometheus-alertmanager", "openssl", "npm"];
+/// axe-core, which the browser tests run on every panel of the console (from npm, pinned).
+const AXE_CORE: &str = "axe-core@4.14.1";
 /// Miri ships with nightly toolchains only; a dated one keeps the check reproducible.
 const MIRI_TOOLCHAIN: &str = "nightly-2026-05-20";
 
@@ -243,6 +246,22 @@ fn setup(for_tests: bool) -> Result<()> {
     install(&wanted)?;
     if for_tests {
         nvidia::fetch()?;
+        axe_core()?;
+    }
+    Ok(())
+}
+
+/// Installs axe-core under `target/tools/axe` (where the browser tests read it) if missing.
+fn axe_core() -> Result<()> {
+    let root = workspace_root();
+    let prefix = root.join("target/tools/axe");
+    if prefix.join("node_modules/axe-core/axe.min.js").is_file() {
+        return Ok(());
+    }
+    let args = ["install", "--prefix", &prefix.to_string_lossy(), "--no-audit", "--no-fund", AXE_CORE];
+    step(&format!("npm {}", args.join(" ")));
+    if !succeeds("npm", &args) {
+        bail!("`npm {}` failed; run it by hand and retry", args.join(" "));
     }
     Ok(())
 }
