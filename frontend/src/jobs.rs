@@ -185,10 +185,20 @@ pub fn jobs_view(
                     }
                 })
                 .collect_view();
+            let timeline = expect_context::<crate::timeline::Timeline>();
+            let selected = timeline.job.get_untracked().as_deref() == Some(job_id.as_str());
+            let pick = job_id.clone();
             view! {
-                <div class="fleet-job" data-job-id=job_id.clone()>
+                <div class=if selected { "fleet-job selected" } else { "fleet-job" } data-job-id=job_id.clone()>
                     <div>
-                        <b>{format!("job {job_id}")}</b>
+                        <a class="job-link" href="#scheduler-panel" title="Link to this job (the address holds it)"
+                            on:click=move |ev| {
+                                ev.prevent_default();
+                                timeline.panel.set(Some("scheduler".into()));
+                                timeline.job.set(Some(pick.clone()));
+                            }>
+                            <b>{format!("job {job_id}")}</b>
+                        </a>
                         <span class="muted rank-count">{format!(" · {count}")}</span>
                         {(!names.is_empty()).then(|| view! { <span class="muted">{format!(" · {}", names.join(" · "))}</span> })}
                         " "

@@ -212,7 +212,9 @@ impl Timeline {
             Some((from_ms, to_ms)) => Range::Fixed { from_ms, to_ms },
             None => Range::Live,
         });
-        let moved = self.panel.get_untracked() != place.panel || self.gpu.get_untracked() != place.gpu;
+        let moved = self.panel.get_untracked() != place.panel
+            || self.gpu.get_untracked() != place.gpu
+            || self.job.get_untracked() != place.job;
         self.panel.set(place.panel);
         self.gpu.set(place.gpu);
         self.job.set(place.job);
@@ -232,9 +234,17 @@ impl Timeline {
 
     fn scroll(&self) {
         let Some(document) = web_sys::window().and_then(|w| w.document()) else { return };
-        let target = match (self.gpu.get_untracked(), self.panel.get_untracked()) {
-            (Some(gpu), _) => document.query_selector(&format!("[data-gpu-index=\"{gpu}\"]")).ok().flatten(),
-            (None, Some(panel)) => document.get_element_by_id(&format!("{panel}-panel")),
+        // A job id is the job's own (its scheduler's) text: compared, never put in a selector.
+        let job = self.job.get_untracked().and_then(|job| {
+            let jobs = document.get_elements_by_class_name("fleet-job");
+            (0..jobs.length())
+                .filter_map(|i| jobs.item(i))
+                .find(|e| e.get_attribute("data-job-id").as_deref() == Some(&job))
+        });
+        let target = match (job, self.gpu.get_untracked(), self.panel.get_untracked()) {
+            (Some(job), ..) => Some(job),
+            (None, Some(gpu), _) => document.query_selector(&format!("[data-gpu-index=\"{gpu}\"]")).ok().flatten(),
+            (None, None, Some(panel)) => document.get_element_by_id(&format!("{panel}-panel")),
             _ => None,
         };
         if let Some(element) = target {

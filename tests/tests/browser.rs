@@ -541,6 +541,19 @@ async fn the_jobs_view_shows_the_ranks_here_with_their_work_and_wait_and_links_t
         })
         .await?;
         println!("own work per step {own:?} ms, wait per step {wait:?} ms");
+        // The job's name links to it: the address holds the job, which is marked, and opening
+        // that address again marks it again.
+        client.find(Locator::Css(&format!("{card} a.job-link"))).await?.click().await?;
+        let address = eventually("the address holds the job", WAIT, || async {
+            let url = client.current_url().await?;
+            Ok(url.query_pairs().any(|(k, v)| k == "job" && v == run.as_str()).then_some(url))
+        })
+        .await?;
+        client.goto(address.as_str()).await?;
+        eventually("the job is marked", WAIT, || async {
+            Ok(client.find(Locator::Css(&format!("{card}.selected"))).await.ok())
+        })
+        .await?;
         anyhow::Ok(())
     }
     .await;

@@ -94,6 +94,21 @@ async fn history_flow(
     })
     .await?;
     ensure!(zoom_from >= from && zoom_to <= to + 1000, "the zoom is inside the range: {zoom_from}..{zoom_to}");
+    // The picker and the zoom each asked the daemon's history for their range.
+    let asked = |from: u64, to: u64| async move {
+        let script =
+            "return performance.getEntriesByType('resource').map(e => e.name).filter(n => n.includes('/api/history?'))";
+        let names: Vec<String> = serde_json::from_value(client.execute(script, vec![]).await?)?;
+        let wanted = format!("from={from}&to={to}");
+        Ok::<_, anyhow::Error>(
+            names.iter().any(|n| n.contains("host.cpu_utilization_pct%40host") && n.contains(&wanted)),
+        )
+    };
+    ensure!(asked(from, to).await?, "the 15 minutes were asked of /api/history");
+    eventually("the zoom was asked of /api/history", WAIT, || async {
+        Ok(asked(zoom_from, zoom_to).await?.then_some(()))
+    })
+    .await?;
     let zoomed_text = text_of(client, "#range-text").await?.unwrap_or_default();
     ensure!(zoomed_text != fifteen, "{zoomed_text}");
 
