@@ -4,7 +4,9 @@
 //! the time to first contentful paint and to live data (the first host figures on screen, the
 //! console's `ringside-live` performance mark), from the start of navigation. Links: loopback,
 //! and a slow link to a remote node as DevTools throttles it (40 ms latency, 1.5 Mbit/s down,
-//! 750 kbit/s up). The daemon runs for a while first, so that the snapshot carries history.
+//! 750 kbit/s up). Two daemons: one just started (a few points of history), and one with eight
+//! GPUs (the NVML test double) that has filled the console's 600 points of live history (at
+//! 100 ms ticks, in a minute), as a node that has run for ten minutes sends them.
 
 use std::time::Duration;
 
@@ -68,8 +70,18 @@ async fn main() -> Result<()> {
     if std::env::args().any(|a| a == "--list") {
         return Ok(());
     }
-    let daemon = Daemon::start(DaemonOptions { token: None, interval_ms: 1000, ..DaemonOptions::default() })?;
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    let nvml = Scratch::new("bench-console-nvml");
+    let control = nvml.0.join("nvml-double.conf");
+    std::fs::write(&control, "gpus 8\ngpu 0 util 97 60\n")?;
+    let fresh = Daemon::start(DaemonOptions { token: None, interval_ms: 1000, ..DaemonOptions::default() })?;
+    let full = Daemon::start(DaemonOptions {
+        token: None,
+        interval_ms: 100,
+        env: ringside_tests::nvml_double(&control),
+        ..DaemonOptions::default()
+    })?;
+    tokio::time::sleep(Duration::from_secs(65)).await;
+    let daemon = &fresh;
     let wasm = daemon.http().get(format!("{}/pkg/ringside_frontend_bg.wasm", daemon.base)).bearer_auth(&daemon.token);
     for coding in ["identity", "gzip", "br"] {
         let bytes =
@@ -77,21 +89,26 @@ async fn main() -> Result<()> {
         println!("console wasm as served ({coding}): {} KiB", bytes.len() / 1024);
     }
     let driver = Driver::start()?;
-    println!("{LOADS} cold loads per link, medians (ms from the start of navigation):");
-    for (name, conditions) in links() {
-        let (mut paints, mut lives) = (Vec::new(), Vec::new());
-        for _ in 0..LOADS {
-            let (paint, live) = load(&driver, &daemon, &conditions).await?;
-            paints.push(paint);
-            lives.push(live);
+    for (what, daemon) in [("just started", &fresh), ("8 GPUs, 600 points of history", &full)] {
+        let snapshot =
+            daemon.http().get(format!("{}/api/snapshot", daemon.base)).bearer_auth(&daemon.token).send().await?;
+        let snapshot = snapshot.bytes().await?;
+        println!("{what}: the snapshot is {} KiB of JSON; {LOADS} cold loads per link, medians (ms from the start of navigation):", snapshot.len() / 1024);
+        for (name, conditions) in links() {
+            let (mut paints, mut lives) = (Vec::new(), Vec::new());
+            for _ in 0..LOADS {
+                let (paint, live) = load(&driver, daemon, &conditions).await?;
+                paints.push(paint);
+                lives.push(live);
+            }
+            println!(
+                "  {name}: first paint {:.0} ms, live data {:.0} ms (each: paint {:?}, live {:?})",
+                median(paints.clone()),
+                median(lives.clone()),
+                paints.iter().map(|p| p.round() as u64).collect::<Vec<_>>(),
+                lives.iter().map(|l| l.round() as u64).collect::<Vec<_>>()
+            );
         }
-        println!(
-            "  {name}: first paint {:.0} ms, live data {:.0} ms (each: paint {:?}, live {:?})",
-            median(paints.clone()),
-            median(lives.clone()),
-            paints.iter().map(|p| p.round() as u64).collect::<Vec<_>>(),
-            lives.iter().map(|l| l.round() as u64).collect::<Vec<_>>()
-        );
     }
     Ok(())
 }

@@ -42,8 +42,7 @@ use anyhow::{bail, Context, Result};
 /// Debian packages, by command: a build needs the first list (clang and libelf for the BPF
 /// programs), the tests the second too.
 const BUILD_PACKAGES: &[&str] = &["clang-19", "libelf-dev", "zlib1g-dev", "pkg-config"];
-const TEST_PACKAGES: &[&str] =
-    &["chromium", "chromium-driver", "prometheus", "prometheus-alertmanager", "openssl", "npm"];
+const TEST_PACKAGES: &[&str] = &["chromium", "chromium-driver", "prometheus", "prometheus-alertmanager", "openssl"];
 /// axe-core, which the browser tests run on every panel of the console (from npm, pinned).
 const AXE_CORE: &str = "axe-core@4.14.1";
 /// Miri ships with nightly toolchains only; a dated one keeps the check reproducible.
@@ -257,6 +256,11 @@ fn axe_core() -> Result<()> {
     let prefix = root.join("target/tools/axe");
     if prefix.join("node_modules/axe-core/axe.min.js").is_file() {
         return Ok(());
+    }
+    // Debian's npm where there is none (a machine with Node.js from elsewhere has its own npm,
+    // which Debian's package would conflict with).
+    if !succeeds("npm", &["--version"]) {
+        install(&["npm"])?;
     }
     let args = ["install", "--prefix", &prefix.to_string_lossy(), "--no-audit", "--no-fund", AXE_CORE];
     step(&format!("npm {}", args.join(" ")));
