@@ -205,14 +205,18 @@ fn t_at(x: f64, t0: u64, t1: u64) -> u64 {
 }
 
 /// Asks the daemon's history for the chart's series over a fixed range.
-fn fetch(series: &[Series], from_ms: u64, to_ms: u64, done: impl FnOnce(Result<Fetched, String>) + 'static) {
+fn fetch(
+    series: &[Series],
+    (from_ms, to_ms, points): (u64, u64, usize),
+    done: impl FnOnce(Result<Fetched, String>) + 'static,
+) {
     let kept: Vec<(&'static str, &'static str, String, f64)> =
         series.iter().filter_map(|s| s.history.clone().map(|(key, scale)| (s.name, s.class, key, scale))).collect();
     if kept.is_empty() {
         return done(Err("this chart is not kept in the history".into()));
     }
     let keys: Vec<String> = kept.iter().map(|k| crate::timeline::encode(&k.2)).collect();
-    let url = format!("/api/history?series={}&from={from_ms}&to={to_ms}&points={POINTS}", keys.join(","));
+    let url = format!("/api/history?series={}&from={from_ms}&to={to_ms}&points={points}", keys.join(","));
     // A panel drawn again each tick (the GPUs') asks again for the same range: answered here.
     if let Some(answer) = ANSWERS.with_borrow(|a| a.iter().find(|(u, _)| *u == url).map(|(_, r)| r.clone())) {
         return done(Ok(kept_of(kept, &answer)));
@@ -275,18 +279,30 @@ pub fn TimeSeriesChart(
     let store = expect_context::<crate::store::Store>();
     let plot_h = H - TOP - BOTTOM;
     // A fixed range comes from the daemon's history; the answer to an older request is dropped.
+    // Live, the history fills the span before the points the snapshot brought (the span's end
+    // rounded up to 10 s, so that a chart drawn again soon asks the same).
     let fetched = RwSignal::new(None::<Result<Fetched, String>>);
+    let backfill = RwSignal::new(None::<Fetched>);
     let request = StoredValue::new(0u64);
     Effect::new(move |_| {
-        let crate::timeline::Range::Fixed { from_ms, to_ms } = timeline.range.get() else {
-            fetched.set(None);
-            return;
-        };
         let id = request.get_value() + 1;
         request.set_value(id);
+        let crate::timeline::Range::Fixed { from_ms, to_ms } = timeline.range.get() else {
+            fetched.set(None);
+            let end = crate::timeline::now_ms().div_ceil(10_000) * 10_000;
+            let range = (end.saturating_sub(span_ms), end, (span_ms / 1000).max(1) as usize);
+            series.with_untracked(|s| {
+                fetch(s, range, move |answer| {
+                    if request.get_value() == id {
+                        backfill.set(answer.ok());
+                    }
+                })
+            });
+            return;
+        };
         fetched.set(None);
         series.with_untracked(|s| {
-            fetch(s, from_ms, to_ms, move |answer| {
+            fetch(s, (from_ms, to_ms, POINTS), move |answer| {
                 if request.get_value() == id {
                     fetched.set(Some(answer));
                 }
@@ -301,11 +317,23 @@ pub fn TimeSeriesChart(
         let live = timeline.range.get() == crate::timeline::Range::Live;
         // Each series' line (and band, from the history), the range, and the gap that breaks a line.
         let (t0, t1, gap_ms, lines): (u64, u64, u64, Vec<Kept>) = if live {
-            let all = series.get();
+            let mut all = series.get();
+            // What the history holds from before the first live point, ahead of the live points.
+            backfill.with(|b| {
+                let Some(b) = b.as_ref().filter(|b| b.series.len() == all.len()) else { return };
+                for (s, kept) in all.iter_mut().zip(&b.series) {
+                    let first = s.points.first().map_or(u64::MAX, |p| p.0);
+                    let mut points: Vec<(u64, f64)> = kept.mean.iter().copied().filter(|p| p.0 < first).collect();
+                    points.append(&mut s.points);
+                    s.points = points;
+                }
+            });
             let Some((t0, t1)) = time_range(&all, span_ms) else {
                 return view! { <p class="chart-empty">"Waiting for the first samples…"</p> }.into_any();
             };
-            let gap = interval_ms.get().max(100) * 3;
+            // Points from the history are a second apart.
+            let step = if backfill.with(Option::is_some) { interval_ms.get().max(1000) } else { interval_ms.get() };
+            let gap = step.max(100) * 3;
             let lines = all
                 .into_iter()
                 .map(|s| {
@@ -425,6 +453,8 @@ pub fn TimeSeriesChart(
             <span class="legend">{legend}</span>
             <svg
                 class="chart"
+                data-from=t0
+                data-to=t1
                 viewBox=format!("0 0 {W} {H}")
                 role="img"
                 aria-label=title

@@ -102,7 +102,21 @@ impl Store {
                     point: None,
                 });
                 self.history_cap.set(snapshot.history.len().max(MIN_HISTORY));
-                self.history.set(snapshot.history);
+                // The snapshot holds the latest points only (the charts ask the daemon's history
+                // for the rest): what this console already holds from before them stays.
+                let first = snapshot.history.first().map(|p| p.t_ms);
+                self.history.update(|history| {
+                    match first {
+                        Some(first) => history.retain(|p| p.t_ms < first),
+                        None => history.clear(),
+                    }
+                    history.extend(snapshot.history);
+                    let cap = self.history_cap.get_untracked();
+                    if history.len() > cap {
+                        let excess = history.len() - cap;
+                        history.drain(..excess);
+                    }
+                });
                 self.alerts.set(snapshot.alerts);
                 self.silences.set(snapshot.silences);
                 self.notifications.set(snapshot.notifications);

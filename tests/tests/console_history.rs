@@ -191,6 +191,18 @@ async fn history_flow(
     eventually("back to live", WAIT, || async { Ok(address_range(client).await?.is_none().then_some(())) }).await?;
     let live = text_of(client, "#range-text").await?.unwrap_or_default();
     ensure!(live.starts_with("Live"), "{live}");
+
+    // A console opened now gets the last 30 points (7.5 s at 250 ms) with its snapshot, and its
+    // live charts reach back further, to the daemon's start (over 13 s before), from the history.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    client.goto(&format!("{}/", daemon.base)).await?;
+    let opened = ringside_tests::now_ms();
+    let reach = eventually("the live CPU chart reaches back past the snapshot's points", WAIT, || async {
+        let from = attribute(client, CPU_CHART, "data-from").await?.and_then(|f| f.parse::<u64>().ok());
+        Ok(from.filter(|f| *f + 10_000 < opened))
+    })
+    .await?;
+    println!("the live chart starts {} s before the console opened", (opened - reach) / 1000);
     Ok(())
 }
 

@@ -77,7 +77,10 @@ async fn history_survives_a_clean_stop_and_a_kill_loses_at_most_the_flush_interv
     let down_to = now_ms();
     let mut daemon = Daemon::start(options(&data))?;
     // The time the daemon was down has no values: a gap, not invented points.
-    let gap = seconds(&daemon, CPU, down_from + 1000, down_to - 500).await?;
+    // Whole seconds strictly between the stop and the start.
+    let (gap_from, gap_to) = (down_from.div_ceil(1000) * 1000, down_to / 1000 * 1000);
+    ensure!(gap_from < gap_to, "down {down_from}..{down_to}");
+    let gap = seconds(&daemon, CPU, gap_from, gap_to).await?;
     ensure!(gap.is_empty(), "values while the daemon was down: {gap:?}");
     let after_restart = seconds(&daemon, CPU, started, now_ms()).await?;
     for s in &kept_before[..kept_before.len() - 1] {
@@ -155,5 +158,25 @@ async fn a_corrupt_history_file_is_set_aside_and_bad_requests_are_told_why() -> 
     ensure!(anonymous.status().as_u16() == 401, "{}", anonymous.status());
     let schema = daemon.get_json("/api/schema/history").await?;
     ensure!(schema["title"] == "HistoryResponse", "{schema}");
+
+    // With the history kept, a WebSocket client's snapshot brings only the latest chart points
+    // (the console asks /api/history for the rest); /api/snapshot still has them all.
+    let full = loop {
+        let snapshot = daemon.get_json("/api/snapshot").await?;
+        let points = snapshot["history"].as_array().map_or(0, Vec::len);
+        if points > 40 {
+            break points;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let mut ws = daemon.ws(None).await?;
+    let first = loop {
+        if let ringside_shared::ServerMessage::Snapshot(s) = ws.next(Duration::from_secs(10)).await? {
+            break s.history;
+        }
+    };
+    ensure!(first.len() == 30, "the live snapshot's points: {} (the daemon holds {full})", first.len());
+    let newest = first.last().map(|p| p.t_ms).unwrap_or(0);
+    ensure!(newest + 2000 >= now_ms(), "they are the latest");
     Ok(())
 }

@@ -147,7 +147,7 @@ async fn run_session(
         fleet_job_url: app.fleet_job_url.clone(),
     });
     send(socket, encode(&hello)).await?;
-    send(socket, encode(&ServerMessage::Snapshot(Box::new(state.snapshot_for(identity.role))))).await?;
+    send(socket, encode(&ServerMessage::Snapshot(Box::new(state.live_snapshot_for(identity.role))))).await?;
     let mut budget = CommandBudget { tokens: COMMAND_BURST, at: Instant::now() };
 
     loop {
@@ -159,7 +159,7 @@ async fn run_session(
                     events = events.resubscribe();
                     state.stats.ws_resyncs_total.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(%peer, missed, "client lagged; resynchronising with a snapshot");
-                    send(socket, encode(&ServerMessage::Snapshot(Box::new(state.snapshot_for(identity.role))))).await?;
+                    send(socket, encode(&ServerMessage::Snapshot(Box::new(state.live_snapshot_for(identity.role))))).await?;
                 }
                 Err(RecvError::Closed) => return Ok(()),
             },
