@@ -93,7 +93,7 @@ async fn main() -> Result<()> {
         let snapshot =
             daemon.http().get(format!("{}/api/snapshot", daemon.base)).bearer_auth(&daemon.token).send().await?;
         let snapshot = snapshot.bytes().await?;
-        println!("{what}: the snapshot is {} KiB of JSON; {LOADS} cold loads per link, medians (ms from the start of navigation):", snapshot.len() / 1024);
+        println!("{what}: /api/snapshot is {} KiB of JSON (the WebSocket's first brings 30 of its chart points); {LOADS} cold loads per link, medians (ms from the start of navigation):", snapshot.len() / 1024);
         for (name, conditions) in links() {
             let (mut paints, mut lives) = (Vec::new(), Vec::new());
             for _ in 0..LOADS {
