@@ -406,7 +406,8 @@ impl Store {
         }
         let coarse_block = unit / 60 / Tier::Coarse.block_units();
         for (key, v) in values {
-            if !v.is_finite() {
+            // A name its file could not hold whole (the daemon's own are far shorter).
+            if !v.is_finite() || key.len() > super::disk::MAX_KEY {
                 self.dropped.invalid += 1;
                 continue;
             }

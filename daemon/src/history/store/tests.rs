@@ -140,10 +140,11 @@ fn the_clock_going_back_drops_values_never_reorders_them() {
     store.record(T0 + 10_000, [("a@host", 1.0)]);
     store.record(T0 + 11_000, [("a@host", 2.0)]);
     store.record(T0 + 5_000, [("a@host", 9.0)]);
-    store.record(T0 + 12_000, [("a@host", 3.0), ("b@host", f64::NAN)]);
+    let long = format!("{}@host", "x".repeat(600));
+    store.record(T0 + 12_000, [("a@host", 3.0), ("b@host", f64::NAN), (long.as_str(), 1.0)]);
     let got = series_values(&store, "a@host", T0, T0 + 20_000);
     assert_eq!(got.iter().map(|p| p.1).collect::<Vec<_>>(), vec![1.0, 2.0, 3.0]);
-    assert_eq!((store.dropped.late, store.dropped.invalid), (1, 1));
+    assert_eq!((store.dropped.late, store.dropped.invalid), (1, 2));
 }
 
 #[test]
