@@ -309,16 +309,19 @@ impl RuleMetric {
         self.rule.name
     }
 
+    /// Whether `p`, a point of this metric's family, is a series the name selects.
+    pub fn selects(&self, p: &Point) -> bool {
+        self.rule.select.iter().all(|(label, value)| {
+            let at = self.def.labels.iter().position(|l| l == label);
+            at.and_then(|i| p.labels.get(i)).is_some_and(|v| v == value)
+        })
+    }
+
     /// (source, value in the rule's scale) for every series the name selects. A job of a user
     /// not admitted for alerting (`[scheduler.alerting]`) has none: a rule on `job.*` raises
     /// nothing for it, as the built-in job alerts do not.
     pub fn values(&self, view: &View) -> Vec<(Source, f64)> {
-        let selected = |p: &Point| {
-            self.rule.select.iter().all(|(label, value)| {
-                let at = self.def.labels.iter().position(|l| l == label);
-                at.and_then(|i| p.labels.get(i)).is_some_and(|v| v == value)
-            })
-        };
+        let selected = |p: &Point| self.selects(p);
         let untrusted: Vec<u32> = jobs(view).iter().filter(|j| j.main.untrusted).map(|j| j.main.job).collect();
         let trusted = |p: &Point| p.source.job().is_none_or(|job| !untrusted.contains(&job));
         self.def

@@ -286,7 +286,12 @@ impl NodeState {
 
     /// [`snapshot`](Self::snapshot) as `role` may see it.
     pub fn snapshot_for(&self, role: Role) -> Snapshot {
-        let mut snapshot = self.snapshot();
+        self.snapshot_with(role, usize::MAX)
+    }
+
+    /// The snapshot as `role` may see it, with the last `points` chart points at most.
+    fn snapshot_with(&self, role: Role, points: usize) -> Snapshot {
+        let mut snapshot = self.snapshot_points(points);
         if self.hides_untrusted_from(role) {
             snapshot.readings.hide_untrusted_details();
         }
@@ -298,12 +303,8 @@ impl NodeState {
     /// console asks `/api/history` for the rest of what its charts show). Eight GPUs' 600 points
     /// are a megabyte of JSON: seconds over a slow link before the first figure shows.
     pub fn live_snapshot_for(&self, role: Role) -> Snapshot {
-        let mut snapshot = self.snapshot_for(role);
-        if self.history.get().is_some() {
-            let keep = snapshot.history.len().min(LIVE_SNAPSHOT_POINTS);
-            snapshot.history.drain(..snapshot.history.len() - keep);
-        }
-        snapshot
+        let points = if self.history.get().is_some() { LIVE_SNAPSHOT_POINTS } else { usize::MAX };
+        self.snapshot_with(role, points)
     }
 
     /// Folds one collection tick in: history, window, alerts; then tells every client.
@@ -322,15 +323,6 @@ impl NodeState {
             if let Some(point) = &point {
                 latest.history.push(point.clone());
             }
-            if let Some(history) = self.history.get() {
-                history.record(&sample);
-                let (series, memory, dropped) = history.stats();
-                let dropped = dropped.series + dropped.late + dropped.invalid + dropped.evicted_chunks;
-                self.stats.history_series.store(series as u64, Ordering::Relaxed);
-                self.stats.history_memory_bytes.store(memory as u64, Ordering::Relaxed);
-                self.stats.history_disk_bytes.store(history.disk_bytes(), Ordering::Relaxed);
-                self.stats.history_dropped_total.store(dropped, Ordering::Relaxed);
-            }
             latest.seq += 1;
             latest.taken_at_ms = sample.taken_at_ms;
             latest.components = components;
@@ -343,6 +335,15 @@ impl NodeState {
                 point,
             }
         };
+        // Under the history's own lock, not the latest values' (which every reader takes).
+        if let Some(history) = self.history.get() {
+            let (series, memory, dropped) = history.record(&sample);
+            let dropped = dropped.series + dropped.late + dropped.invalid + dropped.evicted_chunks;
+            self.stats.history_series.store(series as u64, Ordering::Relaxed);
+            self.stats.history_memory_bytes.store(memory as u64, Ordering::Relaxed);
+            self.stats.history_disk_bytes.store(history.disk_bytes(), Ordering::Relaxed);
+            self.stats.history_dropped_total.store(dropped, Ordering::Relaxed);
+        }
         let changes = {
             let mut alerting = self.alerting.lock().unwrap_or_else(|e| e.into_inner());
             let mut found = alerts::conditions(&self.thresholds, &sample, failures);
@@ -454,6 +455,11 @@ impl NodeState {
     }
 
     pub fn snapshot(&self) -> Snapshot {
+        self.snapshot_points(usize::MAX)
+    }
+
+    /// The snapshot with only the last `points` chart points (cloned, the rest not).
+    fn snapshot_points(&self, points: usize) -> Snapshot {
         let alerts = self.alerts();
         let latest = self.latest.read().unwrap_or_else(|e| e.into_inner());
         Snapshot {
@@ -469,7 +475,7 @@ impl NodeState {
             silences: self.silences(),
             notifications: self.notifications(None, 100),
             incidents: self.incidents(),
-            history: latest.history.iter().cloned().collect(),
+            history: latest.history.iter().skip(latest.history.len().saturating_sub(points)).cloned().collect(),
         }
     }
 

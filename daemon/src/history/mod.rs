@@ -22,7 +22,7 @@ use ringside_shared::history::{HISTORY_EXPORT_POINTS, HISTORY_MAX_POINTS, HISTOR
 use ringside_shared::{HistoryCatalog, HistoryResponse, HistorySeriesInfo};
 use serde::Deserialize;
 
-use crate::metrics::{View, ALL};
+use crate::metrics::{RuleMetric, View, ALL};
 use crate::pipeline::Sample;
 use disk::{Contents, DiskStats, Write, Writer};
 use store::{Block, Limits, Store};
@@ -79,15 +79,12 @@ pub fn tick_values(sample: &Sample) -> Vec<(String, f64)> {
         if def.rules.is_empty() {
             continue;
         }
+        // Once per family; each of its names then picks its series (as the rules do, but with
+        // jobs not admitted for alerting kept).
         let points = def.points(&view);
         for rule in def.rules {
-            let selected = points.iter().filter(|p| {
-                rule.select.iter().all(|(label, value)| {
-                    let at = def.labels.iter().position(|l| l == label);
-                    at.and_then(|i| p.labels.get(i)).is_some_and(|v| v == value)
-                })
-            });
-            for p in selected {
+            let metric = RuleMetric { def, rule };
+            for p in points.iter().filter(|p| metric.selects(p)) {
                 out.push((
                     ringside_shared::history::history_key(rule.name, &p.source.to_string()),
                     p.value * rule.scale,
@@ -249,13 +246,18 @@ impl History {
     }
 
     /// Keeps one tick's values; writes closed blocks, and the head every flush interval.
-    pub fn record(&self, sample: &Sample) {
+    /// Returns [`History::stats`] after it.
+    pub fn record(&self, sample: &Sample) -> (usize, usize, store::Dropped) {
         let values = tick_values(sample);
-        self.record_values(sample.taken_at_ms, values.iter().map(|(k, v)| (k.as_str(), *v)));
+        self.record_values(sample.taken_at_ms, values.iter().map(|(k, v)| (k.as_str(), *v)))
     }
 
     /// [`History::record`] of values already named.
-    pub fn record_values<'a>(&self, t: u64, values: impl IntoIterator<Item = (&'a str, f64)>) {
+    pub fn record_values<'a>(
+        &self,
+        t: u64,
+        values: impl IntoIterator<Item = (&'a str, f64)>,
+    ) -> (usize, usize, store::Dropped) {
         let mut inner = self.inner();
         let closed = inner.store.record(t, values);
         let changed_block = !closed.is_empty();
@@ -268,6 +270,7 @@ impl History {
             inner.last_flush_ms = t;
             inner.flush_head();
         }
+        inner.stats()
     }
 
     /// Writes everything held (at a clean stop) and waits for the writer.
@@ -305,8 +308,7 @@ impl History {
 
     /// `(series, memory bytes, dropped)` as of now.
     pub fn stats(&self) -> (usize, usize, store::Dropped) {
-        let inner = self.inner();
-        (inner.store.series_count(), inner.store.memory(), inner.store.dropped)
+        self.inner().stats()
     }
 
     pub fn disk_bytes(&self) -> u64 {
@@ -315,6 +317,10 @@ impl History {
 }
 
 impl Inner {
+    fn stats(&self) -> (usize, usize, store::Dropped) {
+        (self.store.series_count(), self.store.memory(), self.store.dropped)
+    }
+
     fn send_blocks(&mut self) {
         let mut left = Vec::new();
         for block in std::mem::take(&mut self.unsent) {
