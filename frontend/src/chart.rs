@@ -215,7 +215,7 @@ fn fetch(
     if kept.is_empty() {
         return done(Err("this chart is not kept in the history".into()));
     }
-    let keys: Vec<String> = kept.iter().map(|k| crate::timeline::encode(&k.2)).collect();
+    let keys: Vec<String> = kept.iter().map(|k| ringside_shared::percent_encode(&k.2)).collect();
     let url = format!("/api/history?series={}&from={from_ms}&to={to_ms}&points={points}", keys.join(","));
     // A panel drawn again each tick (the GPUs') asks again for the same range: answered here.
     if let Some(answer) = ANSWERS.with_borrow(|a| a.iter().find(|(u, _)| *u == url).map(|(_, r)| r.clone())) {

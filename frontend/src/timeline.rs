@@ -4,6 +4,7 @@
 //! forward move between views.
 
 use leptos::prelude::*;
+use ringside_shared::percent_encode;
 use serde::de::DeserializeOwned;
 use wasm_bindgen::{JsCast, JsValue};
 
@@ -79,13 +80,13 @@ impl Place {
             parts.push(format!("to={to}"));
         }
         if let Some(p) = &self.panel {
-            parts.push(format!("panel={}", encode(p)));
+            parts.push(format!("panel={}", percent_encode(p)));
         }
         if let Some(g) = self.gpu {
             parts.push(format!("gpu={g}"));
         }
         if let Some(j) = &self.job {
-            parts.push(format!("job={}", encode(j)));
+            parts.push(format!("job={}", percent_encode(j)));
         }
         if let Some(t) = self.theme.as_ref().filter(|t| *t != "auto") {
             parts.push(format!("theme={t}"));
@@ -120,16 +121,6 @@ fn decode(text: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Everything but letters, digits and `-_.~` as `%XX`.
-pub fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// The panels a view may name, by their section ids (`<name>-panel`).

@@ -18,8 +18,8 @@ pub use alert::{Acknowledgement, Alert, AlertTransition, AlertType, Role, Severi
 pub use history::{HistoryCatalog, HistoryExport, HistoryResponse, HistorySeries, HistorySeriesInfo};
 pub use incident::{IncidentBundle, IncidentSummary};
 pub use protocol::{
-    fleet_job_link, ClientCommand, CommandError, ErrorCode, Hello, KernelStateChange, ServerMessage, Update,
-    PROTOCOL_VERSION,
+    fleet_job_link, percent_encode, ClientCommand, CommandError, ErrorCode, Hello, KernelStateChange, ServerMessage,
+    Update, PROTOCOL_VERSION,
 };
 pub use readings::Readings;
 pub use silence::{Matcher, NewSilence, Notification, NotifiedAlert, Silence, Silenced};

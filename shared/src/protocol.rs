@@ -81,15 +81,21 @@ pub struct Hello {
 /// digits and `-._~`): a job id is written by the job's owner, so it can neither end the URL's
 /// query value nor add a parameter.
 pub fn fleet_job_link(template: &str, job_id: &str) -> String {
-    let mut encoded = String::with_capacity(job_id.len() * 3);
-    for byte in job_id.bytes() {
+    template.replace("{job_id}", &percent_encode(job_id))
+}
+
+/// `text` with every byte but letters, digits and `-._~` written `%XX`: safe in any part of a
+/// URL.
+pub fn percent_encode(text: &str) -> String {
+    let mut encoded = String::with_capacity(text.len() * 3);
+    for byte in text.bytes() {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
             encoded.push(byte as char);
         } else {
             encoded.push_str(&format!("%{byte:02X}"));
         }
     }
-    template.replace("{job_id}", &encoded)
+    encoded
 }
 
 /// What changed in one collection tick.
