@@ -487,13 +487,6 @@ fn strip_custom_sections(module: &[u8]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-pub fn gzip_len(bytes: &[u8]) -> usize {
-    use std::io::Write;
-    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-    let _ = encoder.write_all(bytes);
-    encoder.finish().map(|v| v.len()).unwrap_or(0)
-}
-
 fn same_tree(a: &Path, b: &Path) -> bool {
     fn files(dir: &Path, base: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
         let Ok(entries) = std::fs::read_dir(dir) else {
