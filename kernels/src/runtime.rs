@@ -430,7 +430,6 @@ struct Worker {
 
 impl Worker {
     fn run(mut self) {
-        let mut scratch = vec![0u8; self.message_size];
         let mut result = Vec::with_capacity(self.message_size);
         let mut idle = 0u32;
         let mut park = FIRST_PARK;
@@ -446,7 +445,7 @@ impl Worker {
             self.control.seen.store(word, Ordering::Release);
             let state = Control::decode(word);
             let running = state == KernelState::Active || (stop == 1 && state == KernelState::Terminating);
-            let done = if running { self.step(&mut scratch, &mut result) } else { 0 };
+            let done = if running { self.step(&mut result) } else { 0 };
             if stop == 1 && self.input.is_empty() {
                 return;
             }
@@ -473,9 +472,9 @@ impl Worker {
     }
 
     /// Processes one batch; returns how many messages it took.
-    fn step(&mut self, scratch: &mut [u8], result: &mut Vec<u8>) -> usize {
+    fn step(&mut self, result: &mut Vec<u8>) -> usize {
         let Worker { handler, input, output, telemetry, backpressure, message_size, .. } = self;
-        input.pop_batch(BATCH, scratch, |payload, received| {
+        input.pop_batch(BATCH, |payload, received| {
             result.clear();
             if let Err(e) = handler.process(payload, result) {
                 telemetry.failed.fetch_add(1, Ordering::Relaxed);
