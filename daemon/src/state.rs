@@ -458,6 +458,17 @@ impl NodeState {
         self.snapshot_points(usize::MAX)
     }
 
+    /// The host's figures of the latest tick (`GET /api/host`).
+    pub fn host_now(&self) -> ringside_shared::HostNow {
+        let latest = self.latest.read().unwrap_or_else(|e| e.into_inner());
+        ringside_shared::HostNow {
+            seq: latest.seq,
+            taken_at_ms: latest.taken_at_ms,
+            interval_ms: self.interval_ms,
+            host: latest.readings.host.clone(),
+        }
+    }
+
     /// The snapshot with only the last `points` chart points (cloned, the rest not).
     fn snapshot_points(&self, points: usize) -> Snapshot {
         let alerts = self.alerts();

@@ -180,6 +180,23 @@ pub struct ComponentHealth {
     pub detail: Option<String>,
 }
 
+/// `GET /api/host`: the host's figures of the latest tick, and nothing else — a few hundred
+/// bytes and a figure per CPU, where the snapshot is tens of kilobytes or more. The console's page shows them before
+/// its WebAssembly has arrived, which over a slow link takes seconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HostNow {
+    pub seq: u64,
+    pub taken_at_ms: UnixMillis,
+    pub interval_ms: u64,
+    /// Absent until the first successful collection.
+    pub host: Option<HostMetrics>,
+}
+
+/// The JSON Schema of [`HostNow`] (`GET /api/schema/host`).
+pub fn host_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(HostNow)).unwrap_or_default()
+}
+
 /// Host metrics from `/proc` and `/sys`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HostMetrics {

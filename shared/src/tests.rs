@@ -889,6 +889,7 @@ fn the_wire_format_is_the_committed_one() {
         ("history.json", schema(crate::history::history_schema())),
         ("history-export.json", schema(serde_json::to_value(schemars::schema_for!(crate::HistoryExport)).unwrap())),
         ("history-series.json", schema(serde_json::to_value(schemars::schema_for!(crate::HistoryCatalog)).unwrap())),
+        ("host.json", schema(crate::host_schema())),
     ];
     let bless = std::env::var_os("RINGSIDE_BLESS").is_some();
     let mut changed = Vec::new();

@@ -1,8 +1,10 @@
 //! The console's load, cold, in headless Chromium: `cargo xtask bench console`.
 //!
 //! For each link, five cold loads of the signed-in console (cache disabled through DevTools):
-//! the time to first contentful paint and to live data (the first host figures on screen, the
-//! console's `ringside-live` performance mark), from the start of navigation. Links: loopback,
+//! the time to first contentful paint, to live data (the first host figures on screen, the
+//! page's first `ringside-live` performance mark: the shell's, where boot.js showed them before
+//! the WebAssembly ran) and to the console running with them (its `ringside-console` mark),
+//! from the start of navigation. Links: loopback,
 //! and a slow link to a remote node as DevTools throttles it (40 ms latency, 1.5 Mbit/s down,
 //! 750 kbit/s up). Two daemons: one just started (a few points of history), and one with eight
 //! GPUs (the NVML test double) that has filled the console's 600 points of live history (at
@@ -38,8 +40,8 @@ async fn mark(client: &fantoccini::Client, script: &str) -> Result<Option<f64>> 
     Ok(client.execute(script, vec![]).await?.as_f64())
 }
 
-/// One cold load: (first contentful paint, live data), ms from the start of navigation.
-async fn load(driver: &Driver, daemon: &Daemon, conditions: &Option<serde_json::Value>) -> Result<(f64, f64)> {
+/// One cold load: (first contentful paint, live data, console), ms from the start of navigation.
+async fn load(driver: &Driver, daemon: &Daemon, conditions: &Option<serde_json::Value>) -> Result<(f64, f64, f64)> {
     let (profile, downloads) = (Scratch::new("bench-console-profile"), Scratch::new("bench-console-downloads"));
     let client = browser(driver, &profile.0, &downloads.0).await?;
     let measured = async {
@@ -51,14 +53,18 @@ async fn load(driver: &Driver, daemon: &Daemon, conditions: &Option<serde_json::
             client.issue_cmd(Cdp { cmd: "Network.emulateNetworkConditions", params: conditions.clone() }).await?;
         }
         client.goto(&format!("{}/", daemon.base)).await?;
-        let live = eventually("the live mark", Duration::from_secs(30), || {
-            mark(&client, "const m = performance.getEntriesByName('ringside-live'); return m.length ? m[0].startTime : null;")
+        let console = eventually("the console's mark", Duration::from_secs(30), || {
+            mark(&client, "const m = performance.getEntriesByName('ringside-console'); return m.length ? m[0].startTime : null;")
         })
         .await?;
+        let live =
+            mark(&client, "const m = performance.getEntriesByName('ringside-live'); return m.length ? m[0].startTime : null;")
+                .await?
+                .context("no ringside-live mark")?;
         let paint = mark(&client, "const p = performance.getEntriesByName('first-contentful-paint'); return p.length ? p[0].startTime : null;")
             .await?
             .context("no first-contentful-paint entry")?;
-        Ok::<_, anyhow::Error>((paint, live))
+        Ok::<_, anyhow::Error>((paint, live, console))
     }
     .await;
     let _ = client.close().await;
@@ -95,18 +101,22 @@ async fn main() -> Result<()> {
         let snapshot = snapshot.bytes().await?;
         println!("{what}: /api/snapshot is {} KiB of JSON (the WebSocket's first brings 30 of its chart points); {LOADS} cold loads per link, medians (ms from the start of navigation):", snapshot.len() / 1024);
         for (name, conditions) in links() {
-            let (mut paints, mut lives) = (Vec::new(), Vec::new());
+            let (mut paints, mut lives, mut consoles) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..LOADS {
-                let (paint, live) = load(&driver, daemon, &conditions).await?;
+                let (paint, live, console) = load(&driver, daemon, &conditions).await?;
                 paints.push(paint);
                 lives.push(live);
+                consoles.push(console);
             }
+            let each = |v: &[f64]| v.iter().map(|x| x.round() as u64).collect::<Vec<_>>();
             println!(
-                "  {name}: first paint {:.0} ms, live data {:.0} ms (each: paint {:?}, live {:?})",
+                "  {name}: first paint {:.0} ms, live data {:.0} ms, console running {:.0} ms (each: paint {:?}, live {:?}, console {:?})",
                 median(paints.clone()),
                 median(lives.clone()),
-                paints.iter().map(|p| p.round() as u64).collect::<Vec<_>>(),
-                lives.iter().map(|l| l.round() as u64).collect::<Vec<_>>()
+                median(consoles.clone()),
+                each(&paints),
+                each(&lives),
+                each(&consoles)
             );
         }
     }

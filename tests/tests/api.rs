@@ -41,7 +41,9 @@ async fn healthz_needs_no_token_and_says_what_is_up() -> anyhow::Result<()> {
 async fn every_api_route_needs_the_token() -> anyhow::Result<()> {
     let daemon = Daemon::start(DaemonOptions::default())?;
     let http = daemon.http();
-    for path in ["/api/snapshot", "/api/schema/snapshot", "/api/alerts", "/metrics", "/pkg/ringside_frontend.js"] {
+    for path in
+        ["/api/snapshot", "/api/host", "/api/schema/snapshot", "/api/alerts", "/metrics", "/pkg/ringside_frontend.js"]
+    {
         let anonymous = http.get(format!("{}{path}", daemon.base)).send().await?;
         assert_eq!(anonymous.status(), 401, "{path} without token");
         let wrong = http.get(format!("{}{path}", daemon.base)).bearer_auth("wrong-token-0123456789").send().await?;
@@ -219,6 +221,30 @@ async fn snapshot_download_is_an_attachment_valid_against_the_schema() -> anyhow
     assert!(!validator.is_valid(&broken));
     // Without ?download it is plain JSON.
     assert!(daemon.get("/api/snapshot").await?.headers().get("content-disposition").is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn host_figures_alone_match_the_snapshot_and_their_schema() -> anyhow::Result<()> {
+    let daemon = Daemon::start(DaemonOptions::default())?;
+    wait_for_ticks(&daemon, 2).await?;
+    let response = daemon.get("/api/host").await?;
+    assert_eq!(response.headers()["cache-control"].to_str()?, "no-store");
+    let body = response.bytes().await?;
+    let now: ringside_shared::HostNow = serde_json::from_slice(&body)?;
+    let host = now.host.as_ref().expect("host figures after two ticks");
+    assert!(now.seq >= 2 && now.interval_ms > 0, "{now:?}");
+    assert!(host.memory.total_bytes > 0 && (0.0..=100.0).contains(&host.cpu_utilization_pct), "{host:?}");
+    // A few hundred bytes, where the snapshot is tens of kilobytes.
+    let snapshot = daemon.get("/api/snapshot").await?.bytes().await?;
+    let interval = serde_json::from_slice::<serde_json::Value>(&snapshot)?["interval_ms"].as_u64();
+    assert_eq!(interval, Some(now.interval_ms));
+    assert!(body.len() * 10 < snapshot.len(), "{} bytes against the snapshot's {}", body.len(), snapshot.len());
+    let schema = daemon.get_json("/api/schema/host").await?;
+    let validator = jsonschema::validator_for(&schema)?;
+    let value: serde_json::Value = serde_json::from_slice(&body)?;
+    assert!(validator.is_valid(&value), "{value}");
+    assert!(!validator.is_valid(&serde_json::json!({"seq": 1, "taken_at_ms": 2, "interval_ms": "x", "host": null})));
     Ok(())
 }
 

@@ -2,7 +2,8 @@
 //! and a drag on a chart ask the daemon's history for another range, every chart draws the
 //! crosshair at the same moment, the address holds the view (a fresh browser opened on it shows
 //! the same range, panel and theme; back and forward move between views), Live comes back in
-//! one click, and the range exports as JSON and as a Chrome trace.
+//! one click, and the range exports as JSON and as a Chrome trace. Over a slow link the page's
+//! shell shows the host's live figures before the WebAssembly runs.
 
 use std::path::Path;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use fantoccini::actions::{InputSource, MouseActions, PointerAction, MOUSE_BUTTON_LEFT};
 use fantoccini::{Client, Locator};
-use ringside_tests::browser::{artifacts, browser, close, eventually, text_of, Driver};
+use ringside_tests::browser::{artifacts, browser, close, eventually, text_of, Cdp, Driver};
 use ringside_tests::{Daemon, DaemonOptions, Scratch};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -41,6 +42,49 @@ async fn history_flow(
     })
     .await?;
     ensure!(address_range(client).await?.is_none(), "live has no range in the address");
+
+    // Over a slow link (cache off, DevTools throttling as `cargo xtask bench console`): the page
+    // paints its shell, and boot.js shows the host's figures there from `/api/host` while the
+    // module is still on its way; then the console replaces the shell.
+    let cdp = |cmd, params| client.issue_cmd(Cdp { cmd, params });
+    cdp("Network.enable", serde_json::json!({})).await?;
+    cdp("Network.setCacheDisabled", serde_json::json!({"cacheDisabled": true})).await?;
+    let slow = serde_json::json!({"offline": false, "latency": 40, "downloadThroughput": 1_500_000 / 8, "uploadThroughput": 750_000 / 8});
+    cdp("Network.emulateNetworkConditions", slow).await?;
+    client.goto(&format!("{}/", daemon.base)).await?;
+    let early = eventually("the shell shows the host's CPU before the console runs", WAIT, || async {
+        Ok(text_of(client, "#shell-cpu").await?.filter(|t| t.ends_with('%')))
+    })
+    .await?;
+    eventually("the console is live", WAIT, || async {
+        Ok(text_of(client, "#connection").await?.filter(|t| t.contains("Live")))
+    })
+    .await?;
+    ensure!(client.find_all(Locator::Css("#shell")).await?.is_empty(), "the console replaced the shell");
+    let marks = eventually("the console's own mark", WAIT, || async {
+        let marks = client
+            .execute(
+                "const at = (n) => performance.getEntriesByName(n).map((m) => m.startTime); \
+                 return [at('ringside-live'), at('ringside-console')];",
+                vec![],
+            )
+            .await?;
+        Ok(Some(marks).filter(|m| m[1].as_array().is_some_and(|a| !a.is_empty())))
+    })
+    .await?;
+    let marks: Vec<Vec<f64>> = serde_json::from_value(marks)?;
+    ensure!(
+        marks[0].len() == 2 && marks[1].len() == 1 && marks[0][0] < marks[1][0],
+        "the shell's live mark, then the console's: {marks:?}"
+    );
+    let cpu = text_of(client, "#host-panel .stat-value").await?.unwrap_or_default();
+    ensure!(cpu.ends_with('%'), "the console shows the host's CPU: {cpu:?}");
+    println!("slow link: the shell showed {early} at {:.0} ms, the console at {:.0} ms", marks[0][0], marks[1][0]);
+    cdp(
+        "Network.emulateNetworkConditions",
+        serde_json::json!({"offline": false, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}),
+    )
+    .await?;
 
     // A preset: the charts are drawn from the daemon's history, as bands of min..max.
     client.find(Locator::XPath("//nav[@id='rangebar']//button[text()='15 min']")).await?.click().await?;

@@ -397,6 +397,15 @@ pub async fn history_series(State(app): State<SharedApp>) -> Result<Json<ringsid
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
 }
 
+/// `GET /api/host`: the host's figures of the latest tick (see [`ringside_shared::HostNow`]).
+pub async fn host(State(app): State<SharedApp>) -> Json<ringside_shared::HostNow> {
+    Json(app.state.host_now())
+}
+
+pub async fn host_schema() -> Json<serde_json::Value> {
+    Json(ringside_shared::host_schema())
+}
+
 pub async fn history_schema() -> Json<serde_json::Value> {
     Json(ringside_shared::history::history_schema())
 }

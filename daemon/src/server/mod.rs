@@ -50,6 +50,8 @@ pub type SharedApp = Arc<App>;
 pub fn router(app: SharedApp) -> Router {
     let json_routes = Router::new()
         .route("/api/snapshot", get(api::snapshot))
+        .route("/api/host", get(api::host))
+        .route("/api/schema/host", get(api::host_schema))
         .route("/api/schema/snapshot", get(api::schema))
         .route("/api/alerts", get(api::alerts))
         .route("/api/alerts/{id}/ack", post(api::acknowledge))
