@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use leptos::prelude::*;
-use ringside_shared::{ClientCommand, ServerMessage};
+use ringside_shared::ClientCommand;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{CloseEvent, MessageEvent, WebSocket};
@@ -80,7 +80,7 @@ impl Link {
             let Some(text) = event.data().as_string() else {
                 return;
             };
-            match serde_json::from_str::<ServerMessage>(&text) {
+            match crate::frame::decode(&text) {
                 Ok(message) => store.apply(message),
                 Err(e) => store.server_error.set(Some(format!("could not read a message from the daemon: {e}"))),
             }

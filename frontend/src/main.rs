@@ -6,6 +6,7 @@ mod app;
 mod chart;
 mod connection;
 mod format;
+mod frame;
 mod gpus;
 mod jobs;
 mod kernels;
