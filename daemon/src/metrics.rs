@@ -54,6 +54,8 @@ pub struct DaemonStats {
     pub history_memory_bytes: AtomicU64,
     pub history_disk_bytes: AtomicU64,
     pub history_dropped_total: AtomicU64,
+    pub history_write_errors_total: AtomicU64,
+    pub history_trimmed_total: AtomicU64,
     /// File descriptors the daemon holds, and its soft open-file limit.
     pub open_fds: AtomicU64,
     pub fd_limit: AtomicU64,
@@ -699,6 +701,18 @@ pub static ALL: &[Def] = &[
         Kind::Counter,
         "Values the history did not keep (series past max_series, the clock gone back, not finite), plus one per fine chunk evicted early to stay within memory.",
         history_dropped_total
+    ),
+    daemon_counter!(
+        "ringside_history_write_errors_total",
+        Kind::Counter,
+        "History files that could not be written (the `history` component says why while it lasts).",
+        history_write_errors_total
+    ),
+    daemon_counter!(
+        "ringside_history_trimmed_total",
+        Kind::Counter,
+        "History files removed before their age to stay within [history] max_disk_bytes.",
+        history_trimmed_total
     ),
     daemon_counter!(
         "ringside_open_fds",

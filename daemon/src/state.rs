@@ -100,6 +100,8 @@ pub struct NodeState {
     incidents: Mutex<Option<Recorder>>,
     /// The node's history, when `[history]` is enabled and its directory could be used.
     history: std::sync::OnceLock<crate::history::History>,
+    /// Whether the history's last write failed, as the `history` component last said.
+    history_failing: std::sync::atomic::AtomicBool,
     pub stats: DaemonStats,
 }
 
@@ -132,6 +134,7 @@ impl NodeState {
             forward: Mutex::new(None),
             incidents: Mutex::new(None),
             history: std::sync::OnceLock::new(),
+            history_failing: std::sync::atomic::AtomicBool::new(false),
             latest: RwLock::new(Latest {
                 seq: 0,
                 taken_at_ms: crate::clock::now_ms(),
@@ -187,6 +190,32 @@ impl NodeState {
         let detail = (!notes.is_empty()).then(|| notes.join("; "));
         self.set_health(Component::History, ComponentStatus::Up, detail);
         let _ = self.history.set(history);
+    }
+
+    /// Says in the `history` component whether its files can be written (on a change only).
+    fn note_history_disk(&self, history: &crate::history::History) {
+        let (errors, trimmed) = history.disk_counts();
+        self.stats.history_write_errors_total.store(errors, Ordering::Relaxed);
+        self.stats.history_trimmed_total.store(trimmed, Ordering::Relaxed);
+        let failure = history.disk_failure();
+        if self.history_failing.swap(failure.is_some(), Ordering::Relaxed) == failure.is_some() {
+            return;
+        }
+        match failure {
+            Some(why) => self.set_health(
+                Component::History,
+                ComponentStatus::Degraded,
+                Some(format!(
+                    "cannot write the history's files ({why}): what is held in memory can still be asked for, \
+                     but a restart loses what was not written"
+                )),
+            ),
+            None => self.set_health(
+                Component::History,
+                ComponentStatus::Up,
+                Some(format!("writing again, after {errors} failed writes")),
+            ),
+        }
     }
 
     pub fn history(&self) -> Option<&crate::history::History> {
@@ -343,6 +372,7 @@ impl NodeState {
             self.stats.history_memory_bytes.store(memory as u64, Ordering::Relaxed);
             self.stats.history_disk_bytes.store(history.disk_bytes(), Ordering::Relaxed);
             self.stats.history_dropped_total.store(dropped, Ordering::Relaxed);
+            self.note_history_disk(history);
         }
         let changes = {
             let mut alerting = self.alerting.lock().unwrap_or_else(|e| e.into_inner());

@@ -1,6 +1,7 @@
 //! The node's history on the real daemon: `/api/history` answers what the ticks held, a clean
 //! stop keeps every second, a `kill -9` loses at most the flush interval, a corrupt file is set
-//! aside without keeping the daemon from starting, and bad requests get a clear 400.
+//! aside without keeping the daemon from starting, a directory that cannot be written degrades
+//! the `history` component until it can, and bad requests get a clear 400.
 
 use std::time::Duration;
 
@@ -178,5 +179,30 @@ async fn a_corrupt_history_file_is_set_aside_and_bad_requests_are_told_why() -> 
     ensure!(first.len() == 30, "the live snapshot's points: {} (the daemon holds {full})", first.len());
     let newest = first.last().map(|p| p.t_ms).unwrap_or(0);
     ensure!(newest + 2000 >= now_ms(), "they are the latest");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_history_directory_that_cannot_be_written_degrades_the_component_until_it_can() -> Result<()> {
+    let data = Scratch::new("history-unwritable");
+    let dir = data.0.join("history");
+    let daemon = Daemon::start(options(&data))?;
+    daemon.component_when("history", "up", 10).await?;
+    // Running as root, permissions would not stop the writer: a file where the directory was does.
+    std::fs::remove_dir_all(&dir)?;
+    std::fs::write(&dir, b"not a directory")?;
+    let health = daemon.component_when("history", "degraded", 10).await?;
+    let detail = health.to_string();
+    ensure!(detail.contains("cannot write the history's files") && detail.contains("history"), "{detail}");
+    let metrics = daemon.get("/metrics").await?.text().await?;
+    let errors = metrics.lines().find_map(|l| {
+        l.strip_prefix("ringside_history_write_errors_total ").and_then(|v| v.trim().parse::<f64>().ok())
+    });
+    ensure!(errors.is_some_and(|e| e >= 1.0), "write errors counted: {errors:?}");
+    ensure!(!seconds(&daemon, CPU, now_ms() - 2000, now_ms()).await?.is_empty(), "memory still answers");
+    std::fs::remove_file(&dir)?;
+    std::fs::create_dir_all(&dir)?;
+    let health = daemon.component_when("history", "up", 10).await?;
+    ensure!(health.to_string().contains("writing again"), "{health}");
     Ok(())
 }

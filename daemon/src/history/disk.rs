@@ -271,6 +271,8 @@ pub struct DiskStats {
     pub write_errors: AtomicU64,
     /// Files removed to stay within the size bound (not by age).
     pub trimmed: AtomicU64,
+    /// The last write's error while writes fail; cleared by the next write that succeeds.
+    pub failing: std::sync::Mutex<Option<String>>,
 }
 
 impl Writer {
@@ -319,13 +321,19 @@ fn run(dir: PathBuf, max_bytes: u64, stats: &DiskStats, rx: Receiver<Write>) {
             Write::Head { block, chunks } => write_atomic(&dir, HEAD, &encode_head(block, &chunks)),
             Write::Trim { now_ms } => {
                 trim(&dir, now_ms, max_bytes, stats);
-                Ok(())
+                stats.bytes.store(usage(&dir).iter().map(|f| f.bytes).sum(), Ordering::Relaxed);
+                continue;
             }
         };
-        if let Err(e) = result {
-            stats.write_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!("cannot write history under {}: {e}", dir.display());
-        }
+        let failing = match result {
+            Err(e) => {
+                stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("cannot write history under {}: {e}", dir.display());
+                Some(format!("{}: {e}", dir.display()))
+            }
+            Ok(()) => None,
+        };
+        *stats.failing.lock().unwrap_or_else(|e| e.into_inner()) = failing;
         stats.bytes.store(usage(&dir).iter().map(|f| f.bytes).sum(), Ordering::Relaxed);
     }
 }

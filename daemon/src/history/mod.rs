@@ -314,6 +314,16 @@ impl History {
     pub fn disk_bytes(&self) -> u64 {
         self.disk.bytes.load(Ordering::Relaxed)
     }
+
+    /// The writer's `(failed writes, files trimmed to the size bound)` so far.
+    pub fn disk_counts(&self) -> (u64, u64) {
+        (self.disk.write_errors.load(Ordering::Relaxed), self.disk.trimmed.load(Ordering::Relaxed))
+    }
+
+    /// Why the last write failed, while writes fail.
+    pub fn disk_failure(&self) -> Option<String> {
+        self.disk.failing.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 impl Inner {

@@ -158,3 +158,36 @@ fn the_fuzz_seeds_are_files_as_written() {
         assert_eq!(committed, bytes, "{name}: the format changed (RINGSIDE_BLESS=1 rewrites the seeds)");
     }
 }
+
+#[test]
+fn a_directory_that_cannot_be_written_is_said_and_so_is_its_recovery() {
+    let dir = temp_dir("unwritable");
+    let (history, _) = History::open(&config(), &dir, T0).unwrap();
+    // Running as root, permissions would not stop the writer: a file where the directory was does.
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::write(&dir, b"not a directory").unwrap();
+    feed(&history, 0, 6);
+    let settled = |want: bool| {
+        for _ in 0..200 {
+            if history.disk_failure().is_some() == want {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        false
+    };
+    assert!(settled(true), "the failure is reported");
+    let why = history.disk_failure().unwrap();
+    assert!(why.contains(&dir.display().to_string()), "{why}");
+    let (errors, _) = history.disk_counts();
+    assert!(errors >= 1);
+    assert_eq!(seconds(&history, 0, 6), 6, "what is in memory is still answered");
+    // The directory back: the next write succeeds and the failure is over.
+    std::fs::remove_file(&dir).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    feed(&history, 6, 11);
+    assert!(settled(false), "writing again");
+    assert_eq!(history.disk_counts().0, errors, "no new failure");
+    history.close();
+    let _ = std::fs::remove_dir_all(&dir);
+}
