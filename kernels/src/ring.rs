@@ -39,7 +39,7 @@
 //! When the producer is the faster side the ring stays full, and every slot the consumer
 //! frees is taken at once: the producer polls `tail` while the consumer stores it, so the
 //! `tail` line moves twice per message, and the producer writes into the lines the consumer
-//! is reading. On a flagged ring both sides therefore work in batches of [`refill`] slots
+//! is reading. On a flagged ring both sides therefore work in batches of `refill` slots
 //! (64, or an eighth of a smaller ring): the consumer stores `tail` when it has read a whole
 //! batch (and whenever it finds the ring empty, so a drained ring is all free), and a
 //! producer that found the ring full writes again only once a batch is free. The `tail` line
@@ -342,7 +342,8 @@ impl<M: RingMemory> Producer<M> {
         free
     }
 
-    /// Messages waiting (as the producer sees it).
+    /// Messages waiting (as the producer sees it: on a flagged ring, with those the consumer has
+    /// read but not released yet, at most a `refill` batch; see the module's "Batched release").
     #[inline]
     pub fn len(&self) -> usize {
         self.head.saturating_sub(self.shared.tail().load(Ordering::Acquire)) as usize
