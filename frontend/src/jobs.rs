@@ -1,13 +1,15 @@
 //! Jobs across nodes, on the node page: each job with ranks here (Slurm job, torchrun run or
 //! pod), the ranks on this node out of its world size, each rank's phase now and phase shares,
 //! its own work and its wait per step, whether it sits in a collective now, what its GPU idled
-//! on, and a link to the fleet dashboard of the job (`[server] fleet_job_url`).
+//! on, a chart of each rank's phase shares over time (live, and any range of the daemon's
+//! history), and a link to the fleet dashboard of the job (`[server] fleet_job_url`).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use leptos::prelude::*;
 use ringside_shared::{fleet_job_link, ExitedRank, GpuTelemetry, Phase, Rank, SchedulerTelemetry, UnixMillis};
 
+use crate::chart::{Series, TimeSeriesChart};
 use crate::format::age;
 use crate::scheduler::{phase_class, short};
 
@@ -17,16 +19,32 @@ const WINDOW_MS: u64 = 30_000;
 /// One look at a rank: (when, time observed, time in collectives, collective calls).
 type Sample = (UnixMillis, u64, u64, u64);
 
-/// What each rank's process showed over the last [`WINDOW_MS`], for its figures per step.
+/// The phases a rank's chart draws, with their series' colours.
+const CHARTED: [(Phase, &str); 4] = [
+    (Phase::DataLoading, "s1"),
+    (Phase::GpuCompute, "s2"),
+    (Phase::NcclCollective, "s3"),
+    (Phase::OptimizerStep, "s4"),
+];
+
+/// Phase shares kept per rank for its live chart: its five minutes at 1 s ticks.
+const SHARE_POINTS: usize = 300;
+
+/// What each rank's process showed: over the last [`WINDOW_MS`], for its figures per step, and
+/// its phase shares (as [`CHARTED`]) for its chart.
 #[derive(Default)]
-pub struct RankWindows(HashMap<u32, VecDeque<Sample>>);
+pub struct RankWindows {
+    samples: HashMap<u32, VecDeque<Sample>>,
+    shares: HashMap<u32, VecDeque<(UnixMillis, [f64; 4])>>,
+}
 
 impl RankWindows {
     /// Takes the ranks' latest figures; processes gone are forgotten.
     pub fn observe(&mut self, now_ms: UnixMillis, ranks: &[Rank]) {
-        self.0.retain(|pid, _| ranks.iter().any(|r| r.process.pid == *pid));
+        self.samples.retain(|pid, _| ranks.iter().any(|r| r.process.pid == *pid));
+        self.shares.retain(|pid, _| ranks.iter().any(|r| r.process.pid == *pid));
         for r in ranks {
-            let samples = self.0.entry(r.process.pid).or_default();
+            let samples = self.samples.entry(r.process.pid).or_default();
             if samples.back().is_some_and(|s| s.0 >= now_ms) {
                 continue;
             }
@@ -34,14 +52,35 @@ impl RankWindows {
             while samples.len() > 2 && samples.get(1).is_some_and(|s| s.0 + WINDOW_MS <= now_ms) {
                 samples.pop_front();
             }
+            if r.process.recent_observed_ms > 0 {
+                let shares = self.shares.entry(r.process.pid).or_default();
+                shares.push_back((now_ms, CHARTED.map(|(phase, _)| r.process.recent_phase_pct.get(phase))));
+                if shares.len() > SHARE_POINTS {
+                    shares.pop_front();
+                }
+            }
         }
+    }
+
+    /// A rank's phase shares over time, as the series of its chart (each kept in the daemon's
+    /// history as `job.<phase>_pct@job:<pid>`).
+    fn share_series(&self, pid: u32) -> Vec<Series> {
+        let points = self.shares.get(&pid);
+        CHARTED
+            .iter()
+            .enumerate()
+            .map(|(i, (phase, class))| {
+                let line = points.map(|p| p.iter().map(|(t, v)| (*t, v[i])).collect()).unwrap_or_default();
+                Series::new(short(*phase), class, line).kept_as(format!("job.{}_pct@job:{pid}", phase.as_str()), 1.0)
+            })
+            .collect()
     }
 
     /// Own work and wait per step (s): over the window where calls were made in it, else over
     /// the process's life.
     fn per_step(&self, r: &Rank) -> Option<(f64, f64, bool)> {
         let life = (r.observed_ms(), r.process.collective_ms, r.process.collective_calls);
-        let windowed = self.0.get(&r.process.pid).and_then(|s| {
+        let windowed = self.samples.get(&r.process.pid).and_then(|s| {
             let (first, last) = (s.front()?, s.back()?);
             let calls = last.3.saturating_sub(first.3);
             (calls > 0).then(|| (last.1.saturating_sub(first.1), last.2.saturating_sub(first.2), calls))
@@ -185,6 +224,23 @@ pub fn jobs_view(
                     }
                 })
                 .collect_view();
+            let store = expect_context::<crate::store::Store>();
+            let interval = Signal::derive(move || store.interval_ms.get());
+            let charts = members
+                .iter()
+                .map(|r| {
+                    let pid = r.process.pid;
+                    let series = windows.share_series(pid);
+                    view! {
+                        <div class="rank-phases" data-rank=r.rank.to_string()>
+                            <span class="small muted">{format!("rank {} (pid {pid})", r.rank)}</span>
+                            <TimeSeriesChart title="Phase shares" unit=" %" y_max=100.0
+                                series=Signal::derive(move || series.clone()) interval_ms=interval
+                                source=format!("job:{pid}") />
+                        </div>
+                    }
+                })
+                .collect_view();
             let timeline = expect_context::<crate::timeline::Timeline>();
             let selected = timeline.job.get_untracked().as_deref() == Some(job_id.as_str());
             let pick = job_id.clone();
@@ -214,6 +270,7 @@ pub fn jobs_view(
                         </tr></thead>
                         <tbody>{rows}</tbody>
                     </table>
+                    <div class="charts rank-charts">{charts}</div>
                 </div>
             }
         })

@@ -541,6 +541,17 @@ async fn the_jobs_view_shows_the_ranks_here_with_their_work_and_wait_and_links_t
         })
         .await?;
         println!("own work per step {own:?} ms, wait per step {wait:?} ms");
+        // Each rank's phase shares are charted over time (kept in the history as job.*@job:<pid>).
+        for r in ["0", "1"] {
+            let chart =
+                format!("{card} .rank-phases[data-rank='{r}'] figure[data-chart='Phase shares'] svg.chart path.line");
+            eventually("a rank's phase shares drawn over time", WAIT, || draws_a_line(&client, &chart)).await?;
+        }
+        // A range of the history: the same chart from the daemon's job.*@job:<pid> series.
+        client.find(Locator::XPath("//nav[@id='rangebar']//button[text()='15 min']")).await?.click().await?;
+        let bands = format!("{card} .rank-phases[data-rank='0'] svg.chart path.band");
+        eventually("a rank's phase shares from the history", WAIT, || draws_a_line(&client, &bands)).await?;
+        client.find(Locator::XPath("//nav[@id='rangebar']//button[text()='Live']")).await?.click().await?;
         // The job's name links to it: the address holds the job, which is marked, and opening
         // that address again marks it again.
         client.find(Locator::Css(&format!("{card} a.job-link"))).await?.click().await?;
