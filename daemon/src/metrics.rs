@@ -65,6 +65,9 @@ pub struct DaemonStats {
 pub enum Kind {
     Gauge,
     Counter,
+    /// Quantiles (a `quantile` label; no `_sum` or `_count`), as Prometheus types series with
+    /// that label: its linter refuses a `quantile` label on any other type.
+    Summary,
 }
 
 impl Kind {
@@ -72,6 +75,7 @@ impl Kind {
         match self {
             Kind::Gauge => "gauge",
             Kind::Counter => "counter",
+            Kind::Summary => "summary",
         }
     }
 }
@@ -1684,7 +1688,7 @@ pub static ALL: &[Def] = &[
     },
     Def {
         name: "ringside_job_step_time_seconds",
-        kind: Kind::Gauge,
+        kind: Kind::Summary,
         unit: Unit::Seconds,
         help: "An ML job's step time quantiles over its recent window and over the last hour, where steps are visible.",
         labels: &["job", "comm", "command", "quantile", "window"],
@@ -1935,8 +1939,12 @@ mod tests {
             for p in points {
                 assert_eq!(p.labels.len(), def.labels.len(), "{}: {p:?}", def.name);
             }
-            // Prometheus' own conventions: counters end in _total, nothing else does.
+            // Prometheus' own conventions: counters end in _total, nothing else does; a
+            // `quantile` label belongs to summaries alone (`promtool check metrics` refuses it
+            // elsewhere), and `le` to histograms, which there are none of.
             assert_eq!(def.kind == Kind::Counter, def.name.ends_with("_total"), "{}", def.name);
+            assert_eq!(def.kind == Kind::Summary, def.labels.contains(&"quantile"), "{}", def.name);
+            assert!(!def.labels.contains(&"le"), "{}", def.name);
             let suffix = match def.unit {
                 Unit::Ratio => Some("_ratio"),
                 Unit::Seconds => Some("seconds"),
