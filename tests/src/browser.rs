@@ -108,12 +108,16 @@ pub async fn text_of(client: &Client, css: &str) -> Result<Option<String>> {
 
 /// Whether one of the chart lines matching `css` joins at least three points.
 pub async fn draws_a_line(client: &Client, css: &str) -> Result<Option<()>> {
-    for path in client.find_all(Locator::Css(css)).await? {
-        if path.attr("d").await?.is_some_and(|d| d.matches('L').count() >= 2) {
-            return Ok(Some(()));
-        }
-    }
-    Ok(None)
+    Ok((segments(client, css).await? >= 2).then_some(()))
+}
+
+/// The most line segments (`L` commands) in the `d` of any path matching `css`. Read in one
+/// script: a view drawn again each tick replaces its elements, and one found, then read, could
+/// be gone by then.
+pub async fn segments(client: &Client, css: &str) -> Result<u64> {
+    let script = "return Math.max(0, ...Array.from(document.querySelectorAll(arguments[0])) \
+                  .map((p) => (p.getAttribute('d') || '').split('L').length - 1));";
+    Ok(client.execute(script, vec![css.into()]).await?.as_u64().unwrap_or(0))
 }
 
 /// Closes the browser, with a screenshot `<name>.png` among the artifacts if the test failed.

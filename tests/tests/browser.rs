@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use fantoccini::{Client, Locator};
-use ringside_tests::browser::{artifacts, browser, close, draws_a_line, eventually, text_of, Driver};
+use ringside_tests::browser::{artifacts, browser, close, draws_a_line, eventually, segments, text_of, Driver};
 use ringside_tests::{hostile_binary, Daemon, DaemonOptions, Reaped, Scratch, Workload, LOW_MEMORY_THRESHOLDS};
 
 /// A rule that raises a critical alert from the host's real memory use.
@@ -542,29 +542,16 @@ async fn the_jobs_view_shows_the_ranks_here_with_their_work_and_wait_and_links_t
         .await?;
         println!("own work per step {own:?} ms, wait per step {wait:?} ms");
         // Each rank's phase shares are charted over time (kept in the history as job.*@job:<pid>).
-        // The jobs view is drawn again each tick: the paths are read in one script, so none
-        // goes stale between finding it and reading it.
-        let segments = |css: String| {
-            let client = client.clone();
-            async move {
-                let script = "return Math.max(0, ...Array.from(document.querySelectorAll(arguments[0])) \
-                              .map((p) => (p.getAttribute('d') || '').split('L').length - 1));";
-                Ok::<u64, anyhow::Error>(client.execute(script, vec![css.into()]).await?.as_u64().unwrap_or(0))
-            }
-        };
         for r in ["0", "1"] {
             let lines =
                 format!("{card} .rank-phases[data-rank='{r}'] figure[data-chart='Phase shares'] svg.chart path.line");
-            eventually("a rank's phase shares drawn over time", WAIT, || async {
-                Ok((segments(lines.clone()).await? >= 2).then_some(()))
-            })
-            .await?;
+            eventually("a rank's phase shares drawn over time", WAIT, || draws_a_line(&client, &lines)).await?;
         }
         // A range of the history: the same chart from the daemon's job.*@job:<pid> series.
         client.find(Locator::XPath("//nav[@id='rangebar']//button[text()='15 min']")).await?.click().await?;
         let bands = format!("{card} .rank-phases[data-rank='0'] svg.chart path.band");
         eventually("a rank's phase shares from the history", WAIT, || async {
-            Ok((segments(bands.clone()).await? >= 1).then_some(()))
+            Ok((segments(&client, &bands).await? >= 1).then_some(()))
         })
         .await?;
         client.find(Locator::XPath("//nav[@id='rangebar']//button[text()='Live']")).await?.click().await?;
