@@ -316,24 +316,25 @@ impl Drop for Writer {
 
 fn run(dir: PathBuf, max_bytes: u64, stats: &DiskStats, rx: Receiver<Write>) {
     for w in rx {
-        let result = match w {
-            Write::Block(block) => write_atomic(&dir, &block_name(block.tier, block.index), &encode_block(&block)),
-            Write::Head { block, chunks } => write_atomic(&dir, HEAD, &encode_head(block, &chunks)),
+        let written = match w {
+            Write::Block(block) => {
+                Some(write_atomic(&dir, &block_name(block.tier, block.index), &encode_block(&block)))
+            }
+            Write::Head { block, chunks } => Some(write_atomic(&dir, HEAD, &encode_head(block, &chunks))),
+            // Not a write: whether writes fail stays as the last one said.
             Write::Trim { now_ms } => {
                 trim(&dir, now_ms, max_bytes, stats);
-                stats.bytes.store(usage(&dir).iter().map(|f| f.bytes).sum(), Ordering::Relaxed);
-                continue;
+                None
             }
         };
-        let failing = match result {
-            Err(e) => {
+        if let Some(result) = written {
+            let failing = result.err().map(|e| {
                 stats.write_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!("cannot write history under {}: {e}", dir.display());
-                Some(format!("{}: {e}", dir.display()))
-            }
-            Ok(()) => None,
-        };
-        *stats.failing.lock().unwrap_or_else(|e| e.into_inner()) = failing;
+                format!("{}: {e}", dir.display())
+            });
+            *stats.failing.lock().unwrap_or_else(|e| e.into_inner()) = failing;
+        }
         stats.bytes.store(usage(&dir).iter().map(|f| f.bytes).sum(), Ordering::Relaxed);
     }
 }
