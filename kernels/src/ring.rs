@@ -335,6 +335,7 @@ impl<M: RingMemory> Producer<M> {
             self.tail_cache = self.shared.tail().load(Ordering::Acquire);
             free = capacity - (self.head - self.tail_cache);
             if free < refill(capacity) {
+                // Cached as full again, so the next call loads `tail` anew.
                 self.tail_cache = self.head - capacity;
                 return 0;
             }

@@ -181,8 +181,8 @@ pub struct ComponentHealth {
 }
 
 /// `GET /api/host`: the host's figures of the latest tick, and nothing else — a few hundred
-/// bytes and a figure per CPU, where the snapshot is tens of kilobytes or more. The console's page shows them before
-/// its WebAssembly has arrived, which over a slow link takes seconds.
+/// bytes and a figure per CPU, where the snapshot is tens of kilobytes or more. The console's
+/// page shows them before its WebAssembly has arrived, which over a slow link takes seconds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HostNow {
     pub seq: u64,
