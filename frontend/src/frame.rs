@@ -1,86 +1,54 @@
 //! Reads the daemon's WebSocket frames, as `ServerMessage`'s own `Deserialize` would, in a
 //! fraction of the WebAssembly.
 //!
-//! `ServerMessage` is tagged by a field inside each frame (`"type"`), and `Snapshot` and
-//! `Update` flatten `Readings` into their top level. serde reads both through its generic
-//! buffered form (`Content`): the whole frame is parsed into it first, then every type of the
-//! protocol is read back from it — every type's deserialiser built once more, for that buffer.
-//! Here each frame is read straight from its text: first its `type` alone (the rest skipped),
-//! then the variant's fields, and for snapshots and updates the readings from the same text.
-//! Each type's deserialiser then exists once, for `serde_json` reading a string.
+//! `ServerMessage` is tagged by a field inside each frame (`"type"`): serde reads such an enum
+//! through its generic buffered form, and its derived readers cost kilobytes per type in
+//! WebAssembly. Here each frame's `type` is read alone (the rest skipped), then the variant's
+//! fields from the same text by the shared crate's small reader (`ringside_shared::decode`),
+//! derived from the same serde attributes.
 //!
 //! `frames_read_here_are_the_frames_serde_reads` checks every kind of frame against
-//! `ServerMessage`'s own `Deserialize`, and a field added to `Snapshot` or `Update` fails to
-//! compile here until it is read.
+//! `ServerMessage`'s own `Deserialize`.
 
+use ringside_shared::decode::{from_str, Decode};
 use ringside_shared::{
-    Alert, ComponentHealth, ConfigSummary, ErrorCode, Hello, HistoryPoint, IncidentSummary, KernelStateChange,
-    NodeIdentity, Notification, Readings, ServerMessage, Silence, Snapshot, UnixMillis, Update,
+    Alert, ErrorCode, Hello, IncidentSummary, KernelStateChange, Notification, ServerMessage, Silence, Snapshot,
+    UnixMillis, Update,
 };
-use serde::Deserialize;
 
-#[derive(Deserialize)]
+#[derive(Decode)]
 struct Tag {
     #[serde(rename = "type")]
     kind: String,
 }
 
-/// A snapshot frame but its readings (read from the same text).
-#[derive(Deserialize)]
-struct SnapshotFields {
-    schema_version: u32,
-    seq: u64,
-    taken_at_ms: UnixMillis,
-    interval_ms: u64,
-    node: NodeIdentity,
-    config: ConfigSummary,
-    components: Vec<ComponentHealth>,
-    alerts: Vec<Alert>,
-    #[serde(default)]
-    silences: Vec<Silence>,
-    #[serde(default)]
-    notifications: Vec<Notification>,
-    #[serde(default)]
-    incidents: Vec<IncidentSummary>,
-    history: Vec<HistoryPoint>,
-}
-
-/// An update frame but its readings.
-#[derive(Deserialize)]
-struct UpdateFields {
-    seq: u64,
-    taken_at_ms: UnixMillis,
-    components: Vec<ComponentHealth>,
-    point: Option<HistoryPoint>,
-}
-
-#[derive(Deserialize)]
+#[derive(Decode)]
 struct AlertFields {
     alert: Alert,
 }
 
-#[derive(Deserialize)]
+#[derive(Decode)]
 struct SilencesFields {
     silences: Vec<Silence>,
 }
 
-#[derive(Deserialize)]
+#[derive(Decode)]
 struct NotifiedFields {
     notification: Notification,
 }
 
-#[derive(Deserialize)]
+#[derive(Decode)]
 struct IncidentsFields {
     incidents: Vec<IncidentSummary>,
 }
 
-#[derive(Deserialize)]
+#[derive(Decode)]
 struct PongFields {
     nonce: Option<u64>,
     server_time_ms: UnixMillis,
 }
 
-#[derive(Deserialize)]
+#[derive(Decode)]
 struct ErrorFields {
     code: ErrorCode,
     message: String,
@@ -88,40 +56,14 @@ struct ErrorFields {
 
 /// One frame's text as a [`ServerMessage`].
 pub fn decode(text: &str) -> Result<ServerMessage, String> {
-    fn read<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T, String> {
-        serde_json::from_str(text).map_err(|e| e.to_string())
+    fn read<T: Decode>(text: &str) -> Result<T, String> {
+        from_str(text).map_err(|e| e.to_string())
     }
     let Tag { kind } = read(text)?;
     Ok(match kind.as_str() {
         "hello" => ServerMessage::Hello(read::<Hello>(text)?),
-        "snapshot" => {
-            let f: SnapshotFields = read(text)?;
-            ServerMessage::Snapshot(Box::new(Snapshot {
-                schema_version: f.schema_version,
-                seq: f.seq,
-                taken_at_ms: f.taken_at_ms,
-                interval_ms: f.interval_ms,
-                node: f.node,
-                config: f.config,
-                components: f.components,
-                readings: read::<Readings>(text)?,
-                alerts: f.alerts,
-                silences: f.silences,
-                notifications: f.notifications,
-                incidents: f.incidents,
-                history: f.history,
-            }))
-        }
-        "update" => {
-            let f: UpdateFields = read(text)?;
-            ServerMessage::Update(Box::new(Update {
-                seq: f.seq,
-                taken_at_ms: f.taken_at_ms,
-                components: f.components,
-                readings: read::<Readings>(text)?,
-                point: f.point,
-            }))
-        }
+        "snapshot" => ServerMessage::Snapshot(read::<Box<Snapshot>>(text)?),
+        "update" => ServerMessage::Update(read::<Box<Update>>(text)?),
         "alert_raised" => ServerMessage::AlertRaised { alert: read::<AlertFields>(text)?.alert },
         "alert_updated" => ServerMessage::AlertUpdated { alert: read::<AlertFields>(text)?.alert },
         "alert_resolved" => ServerMessage::AlertResolved { alert: read::<AlertFields>(text)?.alert },
@@ -204,10 +146,11 @@ mod tests {
     fn wrong_frames_are_refused_with_the_reason() {
         let cases = [
             ("", "EOF"),
+            ("[]", "expected an object"),
             ("{}", "missing field `type`"),
             (r#"{"type":"gossip"}"#, "unknown frame type \"gossip\""),
             (r#"{"type":"pong"}"#, "missing field `server_time_ms`"),
-            (r#"{"type":"update","seq":"x"}"#, "invalid type"),
+            (r#"{"type":"update","seq":"x"}"#, "invalid type: expected an unsigned integer"),
         ];
         for (text, why) in cases {
             let error = decode(text).unwrap_err();

@@ -5,7 +5,6 @@
 
 use leptos::prelude::*;
 use ringside_shared::percent_encode;
-use serde::de::DeserializeOwned;
 use wasm_bindgen::{JsCast, JsValue};
 
 /// What the charts show.
@@ -291,7 +290,10 @@ fn parse_input(value: &str) -> Option<u64> {
 }
 
 /// GETs `url` and hands its JSON (or why not) to `done`.
-pub fn fetch_json<T: DeserializeOwned + 'static>(url: &str, done: impl FnOnce(Result<T, String>) + 'static) {
+pub fn fetch_json<T: ringside_shared::decode::Decode + 'static>(
+    url: &str,
+    done: impl FnOnce(Result<T, String>) + 'static,
+) {
     use wasm_bindgen::closure::Closure;
     let Some(window) = web_sys::window() else { return done(Err("no window".into())) };
     let done = std::rc::Rc::new(std::cell::RefCell::new(Some(done)));
@@ -308,7 +310,7 @@ pub fn fetch_json<T: DeserializeOwned + 'static>(url: &str, done: impl FnOnce(Re
         move |text: JsValue| {
             let text = text.as_string().unwrap_or_default();
             if let Some(done) = done.borrow_mut().take() {
-                done(serde_json::from_str(&text).map_err(|e| format!("{e}: {}", &text[..text.len().min(200)])));
+                done(ringside_shared::decode::from_str(&text).map_err(|e| format!("{e}: {}", prefix(&text, 200))));
             }
         }
     };
@@ -442,9 +444,25 @@ pub fn RangeBar() -> impl IntoView {
     }
 }
 
+/// At most `max` bytes of `text`, cut at a character's boundary.
+fn prefix(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_quoted_in_an_error_is_cut_between_characters() {
+        assert_eq!(prefix("ééé", 3), "é");
+        assert_eq!(prefix("abc", 200), "abc");
+        assert_eq!(prefix("", 5), "");
+    }
 
     #[test]
     fn a_place_reads_back_what_it_wrote_and_ignores_the_rest() {

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::decode::Decode;
+
 use crate::UnixMillis;
 
 /// A unit-only enum declared with its wire names, from which `ALL`, `as_str` and `parse` derive:
@@ -15,7 +17,7 @@ macro_rules! named_enum {
         pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal,)+ }
     ) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Decode, JsonSchema)]
         pub enum $name {
             $($(#[$vmeta])* #[serde(rename = $text)] $variant,)+
         }
@@ -75,7 +77,7 @@ named_enum! {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct Alert {
     pub id: u64,
     pub alert_type: AlertType,
@@ -118,7 +120,7 @@ impl Alert {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct Acknowledgement {
     /// Who acknowledged: the name the person gave, else the name of their token.
     pub by: String,
@@ -128,7 +130,7 @@ pub struct Acknowledgement {
     pub note: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Decode, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TransitionKind {
     Raised,
@@ -166,7 +168,7 @@ impl TransitionKind {
 }
 
 /// One step in an alert's life, with the severity and value at that moment.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct AlertTransition {
     pub at_ms: UnixMillis,
     pub kind: TransitionKind,
@@ -178,7 +180,7 @@ pub struct AlertTransition {
 }
 
 /// What a token may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Decode, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// Watch the console and read the API.

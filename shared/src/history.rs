@@ -8,6 +8,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::decode::Decode;
+
 use crate::UnixMillis;
 
 /// At most this many series in one request.
@@ -33,7 +35,7 @@ pub fn split_history_key(key: &str) -> Option<(&str, &str)> {
 /// `points` buckets of `step_ms` from `from_ms`. Bucket `i` covers
 /// `[from_ms + i * step_ms, from_ms + (i + 1) * step_ms)`; a bucket without data is `null` in
 /// all three arrays (the daemon was down, the GPU was not there).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct HistoryResponse {
     pub from_ms: UnixMillis,
     pub to_ms: UnixMillis,
@@ -44,7 +46,7 @@ pub struct HistoryResponse {
 
 /// One series, downsampled: each bucket's lowest and highest value and its mean, so that a
 /// one-second spike still shows in a bucket of an hour.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct HistorySeries {
     pub key: String,
     /// The finest data the buckets were made from: 1000 (one value a second, kept 24 h) or
@@ -68,7 +70,7 @@ impl HistorySeries {
 }
 
 /// The answer to `GET /api/history/series`: every series held, with the time it covers.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct HistoryCatalog {
     pub series: Vec<HistorySeriesInfo>,
     /// Since when the fine (1 s) tier holds data, and the coarse (1 min) one.
@@ -76,7 +78,7 @@ pub struct HistoryCatalog {
     pub coarse_from_ms: Option<UnixMillis>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct HistorySeriesInfo {
     pub key: String,
     pub first_ms: UnixMillis,
@@ -94,7 +96,7 @@ pub const HISTORY_EXPORT_POINTS: usize = 1000;
 /// `GET /api/history/export`: a range of the node's history, every series asked for (all held,
 /// by default), with the alerts that were active in it. `?format=trace` gives it as a Chrome
 /// trace instead ([`HistoryExport::chrome_trace`]), as incident bundles are.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct HistoryExport {
     pub hostname: String,
     pub exported_at_ms: UnixMillis,

@@ -5,6 +5,8 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::decode::Decode;
 use serde_json::{json, Value};
 
 use crate::alert::{Alert, AlertType, Severity, TransitionKind};
@@ -15,7 +17,7 @@ use crate::UnixMillis;
 pub const INCIDENT_SCHEMA_VERSION: u32 = 1;
 
 /// Everything kept of one incident.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct IncidentBundle {
     pub schema_version: u32,
     pub id: u64,
@@ -50,7 +52,7 @@ pub struct IncidentBundle {
 }
 
 /// The scheduler at one tick.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct SchedulerPoint {
     pub t_ms: UnixMillis,
     pub ml_tasks: u64,
@@ -63,7 +65,7 @@ pub struct SchedulerPoint {
 }
 
 /// One ML process over the span.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct ProcessTimeline {
     pub pid: u32,
     /// The job's main process.
@@ -78,7 +80,7 @@ pub struct ProcessTimeline {
 }
 
 /// One ML thread over the span: its phase at each tick, runs of one phase merged.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct ThreadTimeline {
     pub pid: u32,
     pub tid: u32,
@@ -86,7 +88,7 @@ pub struct ThreadTimeline {
     pub spans: Vec<ThreadSpan>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct ThreadSpan {
     pub phase: Phase,
     pub start_ms: UnixMillis,
@@ -94,7 +96,7 @@ pub struct ThreadSpan {
 }
 
 /// A step in some alert's life during the span.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct AlertEvent {
     pub at_ms: UnixMillis,
     pub alert_id: u64,
@@ -107,7 +109,7 @@ pub struct AlertEvent {
 }
 
 /// A bundle as listed: on the alert in the console and at `/api/incidents`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct IncidentSummary {
     pub id: u64,
     pub alert_id: u64,

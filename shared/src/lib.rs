@@ -1,12 +1,16 @@
 //! Ringside's wire protocol and snapshot schema.
 //!
 //! Architecture invariant: this crate is used by the daemon (native) and by the console (wasm32),
-//! so it holds types and pure functions only: no tokio, no I/O, nothing of ours as a dependency.
+//! so it holds types and pure functions only: no tokio, no I/O, nothing of ours as a dependency but its own derive (`shared/derive`).
 
 /// Milliseconds since the Unix epoch (UTC).
 pub type UnixMillis = u64;
 
+// The derived `Decode` impls name `::ringside_shared`, here as in the console.
+extern crate self as ringside_shared;
+
 pub mod alert;
+pub mod decode;
 pub mod history;
 pub mod incident;
 pub mod protocol;

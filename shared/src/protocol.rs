@@ -7,6 +7,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::decode::Decode;
+
 use crate::alert::{Alert, Role};
 use crate::readings::Readings;
 use crate::snapshot::{ComponentHealth, HistoryPoint, KernelState, NodeIdentity, Snapshot};
@@ -61,7 +63,7 @@ pub enum ServerMessage {
     },
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct Hello {
     pub protocol_version: u32,
     /// Name of the token this connection authenticated with.
@@ -99,7 +101,7 @@ pub fn percent_encode(text: &str) -> String {
 }
 
 /// What changed in one collection tick.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct Update {
     pub seq: u64,
     pub taken_at_ms: UnixMillis,
@@ -111,7 +113,7 @@ pub struct Update {
     pub point: Option<HistoryPoint>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct KernelStateChange {
     pub kernel_id: String,
     pub from: KernelState,
@@ -120,7 +122,7 @@ pub struct KernelStateChange {
     pub reason: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Decode, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// The frame is not valid JSON, or not a JSON object.

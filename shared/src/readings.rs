@@ -12,9 +12,11 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::decode::Decode;
+
 use crate::{GpuTelemetry, HostMetrics, RingKernelMetrics, SchedulerTelemetry, WindowAggregates};
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct Readings {
     /// Host metrics of the tick; absent until the first successful collection.
     pub host: Option<HostMetrics>,

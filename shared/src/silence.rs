@@ -4,6 +4,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::decode::Decode;
+
 use crate::{Alert, UnixMillis};
 
 /// Most matchers one silence holds.
@@ -14,7 +16,7 @@ pub const MAX_TEXT: usize = 1024;
 /// `name = value`: what an alert must have to be silenced. `name` is one of `alertname` (the
 /// rule's name, else the alert type), `alert_type`, `severity`, `source`, `alert_id`, or a label
 /// of the alert (`job`, `pid`, `gpu`, a rule's own labels).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct Matcher {
     pub name: String,
     pub value: String,
@@ -44,7 +46,7 @@ impl Matcher {
 
 /// A silence: by matchers (all must hold), from a start to an end, or until nothing it matches
 /// is active any more (`ends_at_ms` absent).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct Silence {
     pub id: u64,
     pub matchers: Vec<Matcher>,
@@ -103,7 +105,7 @@ impl Silence {
 }
 
 /// What silences an alert, as the alert carries it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct Silenced {
     pub silence_id: u64,
     pub by: String,
@@ -127,7 +129,7 @@ impl From<&Silence> for Silenced {
 }
 
 /// `POST /api/silences`: what to silence, and for how long.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewSilence {
     pub matchers: Vec<Matcher>,
@@ -149,7 +151,7 @@ pub struct NewSilence {
 }
 
 /// One batch sent to Alertmanager (or that failed to be): the notification log.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct Notification {
     /// Order of sending, from 1.
     pub seq: u64,
@@ -163,7 +165,7 @@ pub struct Notification {
 }
 
 /// An alert as it was sent.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct NotifiedAlert {
     pub id: u64,
     pub name: String,

@@ -8,11 +8,13 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::decode::Decode;
+
 use crate::alert::Alert;
 use crate::UnixMillis;
 
 /// Everything the daemon knows about the node at one instant.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct Snapshot {
     /// Version of this schema; equal to the protocol version.
     pub schema_version: u32,
@@ -46,7 +48,7 @@ pub struct Snapshot {
 
 /// The configuration in force, as a snapshot reader needs it to interpret the rest; tokens are
 /// listed by name and role only.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct ConfigSummary {
     pub listen: String,
     pub interval_ms: u64,
@@ -68,7 +70,7 @@ pub struct ConfigSummary {
 
 /// A metric rules may name: the `/metrics` series it reads (those whose labels match
 /// `select`), times `scale` (a `_pct` name is the ratio times 100).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct MetricSummary {
     pub name: String,
     pub prometheus: String,
@@ -80,7 +82,7 @@ pub struct MetricSummary {
 }
 
 /// How a rule compares its metric with its threshold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Decode, JsonSchema)]
 pub enum RuleOp {
     #[serde(rename = ">")]
     Gt,
@@ -121,7 +123,7 @@ impl RuleOp {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct RuleSummary {
     pub name: String,
     pub metric: String,
@@ -133,7 +135,7 @@ pub struct RuleSummary {
 }
 
 /// Who this node is. Collected once at start-up.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct NodeIdentity {
     pub hostname: String,
     /// Kernel release (`uname -r`).
@@ -149,7 +151,7 @@ pub struct NodeIdentity {
 }
 
 /// A GPU found on the PCI bus.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct GpuInfo {
     pub index: u32,
     /// PCI address, e.g. `0000:17:00.0`.
@@ -161,7 +163,7 @@ pub struct GpuInfo {
     pub numa_node: Option<u32>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Decode, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ComponentStatus {
     Up,
@@ -172,7 +174,7 @@ pub enum ComponentStatus {
     Absent,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct ComponentHealth {
     pub name: String,
     pub status: ComponentStatus,
@@ -183,7 +185,7 @@ pub struct ComponentHealth {
 /// `GET /api/host`: the host's figures of the latest tick, and nothing else — a few hundred
 /// bytes and a figure per CPU, where the snapshot is tens of kilobytes or more. The console's
 /// page shows them before its WebAssembly has arrived, which over a slow link takes seconds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct HostNow {
     pub seq: u64,
     pub taken_at_ms: UnixMillis,
@@ -198,7 +200,7 @@ pub fn host_schema() -> serde_json::Value {
 }
 
 /// Host metrics from `/proc` and `/sys`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct HostMetrics {
     /// Busy share of all CPUs since the previous tick, 0-100.
     pub cpu_utilization_pct: f64,
@@ -220,7 +222,7 @@ pub struct HostMetrics {
     pub context_switches_total: u64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct MemoryMetrics {
     pub total_bytes: u64,
     pub available_bytes: u64,
@@ -233,7 +235,7 @@ pub struct MemoryMetrics {
 }
 
 /// `avg10` figures of `/proc/pressure/*`: share of the last 10 s some (or all) tasks stalled.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct PressureMetrics {
     pub cpu_some_avg10: f64,
     pub memory_some_avg10: f64,
@@ -241,7 +243,7 @@ pub struct PressureMetrics {
     pub io_some_avg10: f64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct NumaNodeMetrics {
     pub node: u32,
     pub cpus: Vec<u32>,
@@ -250,7 +252,7 @@ pub struct NumaNodeMetrics {
 }
 
 /// One point of the chart history.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct HistoryPoint {
     pub t_ms: UnixMillis,
     pub cpu_pct: f64,
@@ -266,7 +268,7 @@ pub struct HistoryPoint {
 }
 
 /// One GPU at one tick, for the console's charts; a figure the GPU does not report is absent.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct GpuPoint {
     pub index: u32,
     pub utilization_pct: Option<f64>,
@@ -275,7 +277,7 @@ pub struct GpuPoint {
     pub temperature_c: Option<u32>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct KernelPoint {
     pub id: String,
     pub p50_ns: Option<u64>,
@@ -288,7 +290,7 @@ pub struct KernelPoint {
 macro_rules! wire_enum {
     ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Decode, JsonSchema)]
         #[serde(rename_all = "snake_case")]
         pub enum $name {
             $($(#[$vmeta])* $variant),+
@@ -546,7 +548,9 @@ impl ScxExitKind {
 }
 
 /// A phase of ML work a thread can be in.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Decode, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     DataLoading,
@@ -573,7 +577,7 @@ impl Phase {
 }
 
 /// One value per phase, serialised as an object keyed by phase name.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct PhaseValues<T> {
     pub data_loading: T,
     pub gpu_compute: T,
@@ -605,7 +609,7 @@ impl<T: Copy> PhaseValues<T> {
 }
 
 /// The scheduler's telemetry, with the reference scheduler's field names.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct SchedulerTelemetry {
     pub total_tracked_tasks: u64,
     /// Threads the BPF probe can keep counters for (its `threads` map); past it a new thread
@@ -677,7 +681,7 @@ pub struct SchedulerTelemetry {
 }
 
 /// The sched_ext backend: the kernel's view and the scheduler's own counters.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct ScxStatus {
     pub state: ScxState,
     /// The registered scheduler's name (`/sys/kernel/sched_ext/root/ops`), if any.
@@ -697,7 +701,7 @@ pub struct ScxStatus {
 }
 
 /// Counters the sched_ext scheduler keeps per CPU.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct ScxCounters {
     /// Tasks queued on a node's dispatch queue.
     pub enqueued: u64,
@@ -725,7 +729,7 @@ pub struct ScxCounters {
 }
 
 /// How the sched_ext scheduler stopped.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct ScxExitInfo {
     pub at_ms: UnixMillis,
     pub kind: ScxExitKind,
@@ -765,7 +769,7 @@ impl SchedulerTelemetry {
 pub const HIDDEN_FROM_VIEWERS: &str = "(hidden from viewers)";
 
 /// A rank of a job across nodes whose process ended on this node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct ExitedRank {
     pub job_id: String,
     pub rank: u32,
@@ -908,7 +912,7 @@ pub fn clip(text: &str, max: usize) -> String {
 }
 
 /// One BPF program or attach point.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct ProbeProgram {
     /// What it observes, e.g. `sched_switch`, `sys_enter_read`, `libcuda.so.1 (pid 42)`.
     pub name: String,
@@ -918,7 +922,7 @@ pub struct ProbeProgram {
 }
 
 /// Counts of what the BPF side could not record.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct ProbeLosses {
     pub events: u64,
     pub runq_samples: u64,
@@ -931,7 +935,7 @@ pub struct ProbeLosses {
 }
 
 /// A stretch of time one process spent in one phase.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct PhaseSpan {
     pub phase: Phase,
     pub start_ms: UnixMillis,
@@ -947,7 +951,7 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// An ML process.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct MlProcessInfo {
     pub pid: u32,
     /// The job's main process (its own pid for a main process).
@@ -1031,7 +1035,7 @@ pub struct MlProcessInfo {
 /// What is known of a process's job across nodes. Every field is optional: each source (the
 /// cgroup v2 path, an allow-list of the environment) says what it can. Each text is at most
 /// [`JobIdentity::MAX_VALUE`] printable characters without spaces or quotes.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct JobIdentity {
     /// Slurm: `SLURM_JOB_ID`, or `job_<id>` in the cgroup path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1115,7 +1119,7 @@ impl JobIdentity {
 }
 
 /// A job's step times: over the recent window, and over the hour before it (the baseline).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct StepTimes {
     /// The phase whose runs start a step.
     pub anchor: Phase,
@@ -1129,7 +1133,7 @@ pub struct StepTimes {
 }
 
 /// A CUDA/NCCL library an ML process maps.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct LibraryStatus {
     /// As the process's `maps` names it.
     pub path: String,
@@ -1139,7 +1143,7 @@ pub struct LibraryStatus {
 }
 
 /// A library a process maps that was not taken as evidence of ML work.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct RefusedEvidence {
     pub pid: u32,
     pub comm: String,
@@ -1148,7 +1152,7 @@ pub struct RefusedEvidence {
 }
 
 /// A thread of an ML process.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct MlTaskInfo {
     pub pid: u32,
     pub tid: u32,
@@ -1172,7 +1176,7 @@ pub struct MlTaskInfo {
 }
 
 /// A thread's CUDA and NCCL calls, cumulative, by kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct CallCounts {
     /// Kernel and graph launches: counted only with `[scheduler] launch_probes` (0 otherwise).
     pub launches: u64,
@@ -1185,7 +1189,7 @@ pub struct CallCounts {
 }
 
 /// What the scheduler decided for a thread, and whether it was applied.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct Decision {
     pub at_ms: UnixMillis,
     pub pid: u32,
@@ -1207,7 +1211,7 @@ pub struct Decision {
     pub cpus: String,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, Decode, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum KernelBackend {
     #[default]
@@ -1216,7 +1220,7 @@ pub enum KernelBackend {
 }
 
 /// Lifecycle state of a ring kernel.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, Decode, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum KernelState {
     #[default]
@@ -1230,7 +1234,7 @@ pub enum KernelState {
 }
 
 /// Telemetry of one ring kernel, with the reference framework's field names.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct RingKernelMetrics {
     pub id: String,
     /// Which built-in kernel this is (`echo`, `stats`, ...).
@@ -1273,7 +1277,7 @@ pub struct RingKernelMetrics {
 }
 
 /// A `stats` kernel's streaming summary of the samples it was fed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct KernelStatsOutput {
     pub input: StatsInput,
     /// Unit of the figures below.
@@ -1289,7 +1293,7 @@ pub struct KernelStatsOutput {
 }
 
 /// Aggregates over the last `window_ms`, from deltas of cumulative counters.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct WindowAggregates {
     pub window_ms: u64,
     /// Time actually covered by the samples in the window (shorter just after start-up).
@@ -1301,7 +1305,7 @@ pub struct WindowAggregates {
     pub scheduler: Option<SchedulerWindow>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct KernelWindow {
     pub id: String,
     pub processed: u64,
@@ -1313,7 +1317,7 @@ pub struct KernelWindow {
     pub avg_latency_ns: Option<f64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct SchedulerWindow {
     pub decisions: u64,
     pub phase_transitions: u64,
@@ -1321,7 +1325,7 @@ pub struct SchedulerWindow {
 }
 
 /// The node's NVIDIA GPUs as NVML reports them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct GpuTelemetry {
     /// NVML answered at the latest tick. `false` with `reason` on a node without the NVIDIA
     /// driver (no `libnvidia-ml.so.1`), where NVML failed to start, or stopped answering.
@@ -1349,7 +1353,7 @@ pub struct GpuTelemetry {
 /// One GPU at one instant. A field the GPU or driver does not report is `null`, and
 /// `unsupported` says why under the field's name (`"not supported by this GPU or driver"`,
 /// `"needs root"`, ...): absent, never 0.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct GpuDevice {
     /// NVML's index (the order `nvidia-smi` lists them in).
     pub index: u32,
@@ -1434,7 +1438,7 @@ pub struct GpuDevice {
 }
 
 /// The idle time of one GPU one ML job uses, split by the job's phase at the time.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct GpuIdleAttribution {
     /// The job's main process.
     pub job: u32,
@@ -1481,7 +1485,7 @@ impl GpuIdleAttribution {
 /// A GPU's idle time over one training step of a job: from one start of the phase that begins
 /// each of its cycles (data loading, or GPU compute for a job whose data loading is hidden) to
 /// the next.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct GpuStepIdle {
     pub start_ms: UnixMillis,
     pub end_ms: UnixMillis,
@@ -1536,7 +1540,7 @@ pub struct GpuUtilizationSample {
 }
 
 /// An XID error: the driver's code for what went wrong with a GPU.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct GpuXid {
     pub code: u64,
     pub at_ms: UnixMillis,
@@ -1545,7 +1549,7 @@ pub struct GpuXid {
 }
 
 /// A process using a GPU, as NVML sees it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct GpuProcess {
     /// The pid NVML gives (the host's, for processes in containers too).
     pub pid: u32,

@@ -909,3 +909,175 @@ fn the_wire_format_is_the_committed_one() {
     }
     assert!(changed.is_empty(), "the wire format changed: {changed:?} (RINGSIDE_BLESS=1 rewrites them if meant)");
 }
+
+/// Reads `text` with serde and with `decode`, and requires the same value.
+fn reads_alike<T>(text: &str) -> T
+where
+    T: crate::decode::Decode + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+{
+    let theirs: T = serde_json::from_str(text).unwrap_or_else(|e| panic!("serde: {e}: {text}"));
+    let ours: T = crate::decode::from_str(text).unwrap_or_else(|e| panic!("decode: {e}: {text}"));
+    assert_eq!(ours, theirs, "{text}");
+    ours
+}
+
+/// Every type the console reads, from every fixture here, compact and pretty, reads as serde
+/// reads it: the names, defaults and flattening `Decode` derives from the serde attributes.
+#[test]
+fn decode_reads_what_serde_reads() {
+    let snapshot = snapshot();
+    for text in [serde_json::to_string(&snapshot).unwrap(), serde_json::to_string_pretty(&snapshot).unwrap()] {
+        reads_alike::<Snapshot>(&text);
+    }
+    let update = Update {
+        seq: 4,
+        taken_at_ms: 9,
+        components: snapshot.components.clone(),
+        readings: Readings { gpus: Some(gpus()), ..snapshot.readings.clone() },
+        point: snapshot.history.last().cloned(),
+    };
+    reads_alike::<Update>(&serde_json::to_string(&update).unwrap());
+    // The pinned frames, as the daemon sends them (a `type` the structs do not hold is skipped).
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas");
+    reads_alike::<Snapshot>(&std::fs::read_to_string(dir.join("example-snapshot-frame.json")).unwrap());
+    reads_alike::<Update>(&std::fs::read_to_string(dir.join("example-update-frame.json")).unwrap());
+    reads_alike::<Alert>(&serde_json::to_string(&Alert { resolved_at_ms: Some(10), ..alert() }).unwrap());
+    reads_alike::<crate::Silence>(&serde_json::to_string(&silence()).unwrap());
+    reads_alike::<crate::IncidentSummary>(&serde_json::to_string(&incident_summary()).unwrap());
+    reads_alike::<GpuTelemetry>(&serde_json::to_string(&gpus()).unwrap());
+    let history = crate::HistoryResponse {
+        from_ms: 1_000,
+        to_ms: 4_000,
+        step_ms: 1_000,
+        points: 3,
+        series: vec![crate::HistorySeries {
+            key: "gpu.utilization_pct@gpu0".into(),
+            resolution_ms: 1_000,
+            known: true,
+            min: vec![Some(1.5), None, Some(-0.25)],
+            max: vec![Some(1e300), None, Some(5e-324)],
+            mean: vec![Some(0.1), None, Some(2.0 / 3.0)],
+        }],
+    };
+    reads_alike::<crate::HistoryResponse>(&serde_json::to_string(&history).unwrap());
+    // An older daemon's snapshot, without the GPUs: absent `Option`s read as `None`.
+    let mut value = serde_json::to_value(&snapshot).unwrap();
+    value.as_object_mut().unwrap().remove("gpus");
+    value.as_object_mut().unwrap().remove("silences");
+    let read = reads_alike::<Snapshot>(&value.to_string());
+    assert_eq!((read.readings.gpus, read.silences.len()), (None, 0));
+    // Every name of every wire enum.
+    for severity in Severity::ALL {
+        reads_alike::<Severity>(&serde_json::to_string(&severity).unwrap());
+    }
+    for kind in AlertType::ALL {
+        reads_alike::<AlertType>(&serde_json::to_string(&kind).unwrap());
+    }
+    for phase in [Phase::DataLoading, Phase::GpuCompute, Phase::NcclCollective, Phase::OptimizerStep, Phase::Unknown] {
+        reads_alike::<Phase>(&serde_json::to_string(&phase).unwrap());
+    }
+}
+
+/// The scheduler's telemetry at its bounds: the longest texts (multi-byte ellipses included).
+#[test]
+fn decode_reads_the_largest_scheduler_telemetry() {
+    let mut telemetry = snapshot().readings.scheduler.unwrap();
+    telemetry.processes[0].cmdline = "ü\"\\/\u{8}\u{c}\n\r\t\u{1}😀".repeat(50);
+    reads_alike::<SchedulerTelemetry>(&serde_json::to_string(&telemetry).unwrap());
+}
+
+/// Strings and numbers at JSON's edges read as serde_json reads them, or are refused as it
+/// refuses them.
+#[test]
+fn decode_reads_json_edges_as_serde_json() {
+    for text in [
+        r#""""#,
+        r#""plain""#,
+        r#""\u00e9\u0041\n\t\"\\\/\b\f\r""#,
+        r#""\ud83d\ude00 and \uD83D\uDE00""#,
+        "\"ü and 😀 unescaped\"",
+    ] {
+        reads_alike::<String>(text);
+    }
+    for text in [r#""\ud83d""#, r#""\ud83d\u0041""#, r#""\x""#, r#""\u12""#, "\"tab\there\"", r#""open"#] {
+        assert!(serde_json::from_str::<String>(text).is_err(), "serde refuses {text}");
+        assert!(crate::decode::from_str::<String>(text).is_err(), "decode refuses {text}");
+    }
+    for text in ["0", "7", "18446744073709551615", " 42 "] {
+        reads_alike::<u64>(text);
+    }
+    for text in ["0", "-0", "1.5", "-2.5e3", "1E-7", "1e+2", "5e-324", "1.7976931348623157e308", "0.1", "123456789"] {
+        reads_alike::<f64>(text);
+    }
+    for text in ["-1", "-0", "1.0", "1e2", "18446744073709551616", "01", "", "x", "\"1\"", "1 2"] {
+        assert!(serde_json::from_str::<u64>(text).is_err(), "serde refuses {text}");
+        assert!(crate::decode::from_str::<u64>(text).is_err(), "decode refuses {text}");
+    }
+    for text in ["-0", "-0.0", "9223372036854775808"] {
+        assert!(serde_json::from_str::<i64>(text).is_err(), "serde refuses {text}");
+        assert!(crate::decode::from_str::<i64>(text).is_err(), "decode refuses {text}");
+    }
+    reads_alike::<i64>("-9223372036854775808");
+    for text in ["1.", ".5", "-", "1e", "+1", "NaN", "Infinity", "null", "1..2"] {
+        assert!(serde_json::from_str::<f64>(text).is_err(), "serde refuses {text}");
+        assert!(crate::decode::from_str::<f64>(text).is_err(), "decode refuses {text}");
+    }
+    for text in ["300", "-1", "4294967296"] {
+        assert!(crate::decode::from_str::<u8>(text).is_err(), "{text} is no u8");
+    }
+    reads_alike::<Vec<Option<i32>>>("[null, -3, 2147483647, -2147483648]");
+    reads_alike::<std::collections::BTreeMap<String, f64>>(r#"{"b": 1, "a": 2.5, "c\u0041": -0.5}"#);
+    reads_alike::<Vec<bool>>("[true,false , true]");
+}
+
+/// What serde refuses, decode refuses, with the reason and where.
+#[test]
+fn decode_says_what_is_wrong_and_where() {
+    let wrong = [
+        (r#"{"id": 1}"#, "missing field `key`"),
+        (r#"{"key": "k", "resolution_ms": "1000"}"#, "expected an unsigned integer, found `\"`"),
+        (
+            r#"{"key": "k", "resolution_ms": 1000, "known": true, "min": [], "max": [], "mean": [1,]}"#,
+            "expected a number, found `]`",
+        ),
+        (r#"{"key": "k" "resolution_ms": 1}"#, "expected `,` or the end"),
+        (r#"{"key": "k", "#, "EOF while expecting a key"),
+        (
+            r#"{"key": "k", "resolution_ms": 1, "known": true, "min": [], "max": [], "mean": []} x"#,
+            "trailing characters",
+        ),
+        (r#"["key"]"#, "expected an object, found `[`"),
+    ];
+    for (text, why) in wrong {
+        assert!(serde_json::from_str::<crate::HistorySeries>(text).is_err(), "serde refuses {text}");
+        let error = crate::decode::from_str::<crate::HistorySeries>(text).unwrap_err();
+        assert!(error.to_string().contains(why), "{text}: {error}");
+        assert!(error.at <= text.len(), "{text}: {error:?}");
+    }
+    let error = crate::decode::from_str::<Severity>(r#""catastrophic""#).unwrap_err();
+    assert_eq!(error.message, "unknown variant `catastrophic`");
+    // Deep nesting is refused, not followed down the stack, in values skipped too.
+    let deep = format!(r#"{{"key": "k", "extra": {}{}}}"#, "[".repeat(200), "]".repeat(200));
+    let error = crate::decode::from_str::<crate::HistorySeries>(&deep).unwrap_err();
+    assert_eq!(error.message, "recursion limit exceeded");
+    // 128 levels are read, as serde_json reads them; beyond, refused even in a value skipped
+    // (which serde_json skips without a limit).
+    let valid = r#""resolution_ms": 1, "known": true, "min": [], "max": [], "mean": []"#;
+    for (depth, read) in [(126, true), (127, true), (128, false)] {
+        let text = format!(r#"{{"key": "k", {valid}, "extra": {}{}}}"#, "[".repeat(depth), "]".repeat(depth));
+        assert!(serde_json::from_str::<crate::HistorySeries>(&text).is_ok(), "nesting {depth}");
+        assert_eq!(crate::decode::from_str::<crate::HistorySeries>(&text).is_ok(), read, "nesting {depth}");
+    }
+    // A key given twice is refused, as serde refuses it.
+    let twice = format!(r#"{{"key": "k", {valid}, "key": "j"}}"#);
+    assert!(serde_json::from_str::<crate::HistorySeries>(&twice).is_err());
+    let error = crate::decode::from_str::<crate::HistorySeries>(&twice).unwrap_err();
+    assert_eq!(error.message, "duplicate field `key`");
+    // A number no f64 holds.
+    let error = crate::decode::from_str::<f64>("1e400").unwrap_err();
+    assert_eq!(error.message, "number out of range");
+    assert!(serde_json::from_str::<f64>("1e400").is_err());
+    // A type that denies unknown keys names the key.
+    let error = crate::decode::from_str::<crate::NewSilence>(r#"{"matchers": [], "hours": 2}"#).unwrap_err();
+    assert_eq!(error.message, "unknown field `hours`");
+}

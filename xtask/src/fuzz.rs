@@ -16,7 +16,8 @@ use anyhow::{bail, Context, Result};
 use crate::{step, MIRI_TOOLCHAIN};
 
 /// The targets, as `fuzz/Cargo.toml` names them.
-pub const TARGETS: [&str; 6] = ["ws_command", "config", "token_file", "rules", "elf_symbols", "history_file"];
+pub const TARGETS: [&str; 7] =
+    ["ws_command", "config", "token_file", "rules", "elf_symbols", "history_file", "console_decode"];
 
 /// The cargo-fuzz release installed when missing.
 const CARGO_FUZZ: &str = "0.13.2";
