@@ -3,8 +3,10 @@
 //! and remapped rows, PCIe traffic, the compute processes on it). A figure the GPU does not
 //! report shows "–" with the reason on hover, never 0.
 
+use std::collections::{HashMap, VecDeque};
+
 use leptos::prelude::*;
-use ringside_shared::{GpuDevice, GpuIdleAttribution, GpuTelemetry, Phase, ThrottleReason};
+use ringside_shared::{GpuDevice, GpuIdleAttribution, GpuTelemetry, Phase, ThrottleReason, UnixMillis};
 
 use crate::chart::{Series, TimeSeriesChart};
 use crate::format::bytes;
@@ -31,6 +33,68 @@ fn history_chart(index: u32) -> impl IntoView {
     });
     let source = format!("gpu:{index}");
     view! { <TimeSeriesChart title="Utilisation · memory in use" unit=" %" y_max=100.0 series interval_ms=interval source /> }
+}
+
+/// What a job's GPU idled on, charted: the idle share and its causes, each with its series in the
+/// daemon's history (`job.gpu_idle_*@job:<pid>/gpu:<index>`) and its colour.
+const IDLE_CHARTED: [(&str, &str, &str); 5] = [
+    ("idle", "gpu_idle_pct", "s5"),
+    ("data loading", "gpu_idle_data_loading_pct", "s1"),
+    ("NCCL", "gpu_idle_nccl_collective_pct", "s3"),
+    ("optimizer", "gpu_idle_optimizer_step_pct", "s4"),
+    ("waiting for CPU", "gpu_idle_waiting_for_cpu_pct", "s2"),
+];
+
+/// Idle attributions kept per (job, GPU) for their live chart: five minutes at 1 s ticks.
+const IDLE_POINTS: usize = 300;
+
+/// One attribution as charted: (end of its window, the values of [`IDLE_CHARTED`]).
+type IdlePoint = (UnixMillis, [f64; 5]);
+
+/// Each (job, GPU)'s recent idle attributions for its live chart.
+#[derive(Default)]
+pub struct IdleWindows {
+    points: HashMap<(u32, u32), VecDeque<IdlePoint>>,
+}
+
+impl IdleWindows {
+    /// Takes the latest attributions (each at the end of its window); pairs gone are forgotten.
+    pub fn observe(&mut self, idle: &[GpuIdleAttribution]) {
+        self.points.retain(|(job, gpu), _| idle.iter().any(|a| a.job == *job && a.gpu == *gpu));
+        for a in idle {
+            let points = self.points.entry((a.job, a.gpu)).or_default();
+            if points.back().is_some_and(|p| p.0 >= a.until_ms) {
+                continue;
+            }
+            let by = &a.idle_by_phase_pct;
+            points.push_back((
+                a.until_ms,
+                [
+                    a.idle_pct,
+                    by.get(Phase::DataLoading),
+                    by.get(Phase::NcclCollective),
+                    by.get(Phase::OptimizerStep),
+                    a.idle_waiting_for_cpu_pct,
+                ],
+            ));
+            if points.len() > IDLE_POINTS {
+                points.pop_front();
+            }
+        }
+    }
+
+    /// The chart's series of `job` on `gpu`.
+    fn series(&self, job: u32, gpu: u32) -> Vec<Series> {
+        let points = self.points.get(&(job, gpu));
+        IDLE_CHARTED
+            .iter()
+            .enumerate()
+            .map(|(i, (name, metric, class))| {
+                let line = points.map(|p| p.iter().map(|(t, v)| (*t, v[i])).collect()).unwrap_or_default();
+                Series::new(name, class, line).kept_as(format!("job.{metric}@job:{job}/gpu:{gpu}"), 1.0)
+            })
+            .collect()
+    }
 }
 
 /// A figure, or "–" with why it is missing (from the device's `unsupported` map).
@@ -81,7 +145,22 @@ pub fn gpu_use_of(pid: u32, gpus: &GpuTelemetry) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 
-fn gpu_card(gpu: GpuDevice, idle: Vec<GpuIdleAttribution>) -> impl IntoView {
+fn gpu_card(gpu: GpuDevice, idle: Vec<GpuIdleAttribution>, windows: &IdleWindows) -> impl IntoView {
+    let store = expect_context::<Store>();
+    let interval = Signal::derive(move || store.interval_ms.get());
+    let idle_charts = idle
+        .iter()
+        .map(|a| {
+            let series = windows.series(a.job, a.gpu);
+            let source = format!("job:{}/gpu:{}", a.job, a.gpu);
+            view! {
+                <div class="gpu-idle-chart" data-job=a.job.to_string()>
+                    <TimeSeriesChart title="Idle, by what the job was doing" unit=" %" y_max=100.0
+                        series=Signal::derive(move || series.clone()) interval_ms=interval source />
+                </div>
+            }
+        })
+        .collect_view();
     let memory_pct = ratio(gpu.memory_used_bytes.map(|b| b as f64), gpu.memory_total_bytes.map(|b| b as f64));
     let power_pct = ratio(gpu.power_draw_w, gpu.power_limit_w);
     let throttled = gpu.throttle_reasons.as_ref().is_some_and(|r| r.iter().any(|r| *r != ThrottleReason::GpuIdle));
@@ -161,6 +240,7 @@ fn gpu_card(gpu: GpuDevice, idle: Vec<GpuIdleAttribution>) -> impl IntoView {
             </div>
             {idle.into_iter().map(idle_view).collect_view()}
             {history_chart(gpu.index)}
+            {idle_charts}
             <table class="gpu-processes">
                 <thead><tr><th>"pid"</th><th>"GPU memory"</th><th>"SM"</th></tr></thead>
                 <tbody>
@@ -296,6 +376,8 @@ fn gpu_row(gpu: &GpuDevice, idle: &[GpuIdleAttribution], expanded: bool) -> impl
 pub fn GpusPanel() -> impl IntoView {
     let store = expect_context::<Store>();
     let timeline = expect_context::<crate::timeline::Timeline>();
+    // Each job's GPU idle attribution over time, for the charts of the cards opened.
+    let windows = StoredValue::new_local(IdleWindows::default());
     let body = move || {
         match store.readings.with(|r| r.gpus.clone()) {
         None => view! { <p class="empty">"The GPU source is off ([gpu] mode = \"off\")."</p> }.into_any(),
@@ -310,6 +392,7 @@ pub fn GpusPanel() -> impl IntoView {
                 t.cuda_driver_version.unwrap_or_else(|| "–".into())
             );
             let selected = timeline.gpu.get();
+            windows.update_value(|w| w.observe(&t.idle));
             let rows = t
                 .devices
                 .into_iter()
@@ -319,7 +402,7 @@ pub fn GpusPanel() -> impl IntoView {
                     let expanded = selected == Some(gpu.index);
                     let row = gpu_row(&gpu, &idle, expanded);
                     let details = expanded.then(|| view! {
-                        <tr class="gpu-details"><td colspan="9">{gpu_card(gpu, idle)}</td></tr>
+                        <tr class="gpu-details"><td colspan="9">{windows.with_value(|w| gpu_card(gpu, idle, w))}</td></tr>
                     });
                     view! { {row}{details} }
                 })
@@ -418,6 +501,36 @@ mod tests {
             process_pid(&GpuProcess { namespace_pid: Some(1), ..process(7, None, None) }),
             "7 (1 in its container)"
         );
+    }
+
+    #[test]
+    fn each_jobs_idle_on_each_gpu_is_kept_for_its_chart() {
+        let at = |job, gpu, until_ms, idle_pct| GpuIdleAttribution {
+            job,
+            gpu,
+            until_ms,
+            idle_pct,
+            idle_waiting_for_cpu_pct: 5.0,
+            ..GpuIdleAttribution::default()
+        };
+        let mut windows = IdleWindows::default();
+        windows.observe(&[at(7, 1, 1_000, 60.0), at(9, 0, 1_000, 10.0)]);
+        // The same window again adds nothing; a later one does.
+        windows.observe(&[at(7, 1, 1_000, 60.0), at(9, 0, 1_000, 10.0)]);
+        windows.observe(&[at(7, 1, 2_000, 50.0)]);
+        let series = windows.series(7, 1);
+        assert_eq!(series[0].points, vec![(1_000, 60.0), (2_000, 50.0)]);
+        assert_eq!(series[4].points, vec![(1_000, 5.0), (2_000, 5.0)]);
+        let keys: Vec<_> = series.iter().map(|s| s.history.clone().unwrap().0).collect();
+        assert_eq!(keys[0], "job.gpu_idle_pct@job:7/gpu:1");
+        assert_eq!(keys[4], "job.gpu_idle_waiting_for_cpu_pct@job:7/gpu:1");
+        // Job 9 left GPU 0: forgotten.
+        assert!(windows.series(9, 0).iter().all(|s| s.points.is_empty()));
+        for _ in 0..IDLE_POINTS + 5 {
+            let last = windows.points[&(7, 1)].back().unwrap().0;
+            windows.observe(&[at(7, 1, last + 1_000, 1.0)]);
+        }
+        assert_eq!(windows.points[&(7, 1)].len(), IDLE_POINTS);
     }
 
     #[test]

@@ -434,6 +434,20 @@ async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
         let seconds: f64 =
             step.trim_start_matches("last step ").split(' ').next().and_then(|s| s.parse().ok()).unwrap_or(0.0);
         assert!((2.0..=3.6).contains(&seconds) && step.contains("GPU idle 60%"), "{step}");
+        // The job's idle on the GPU over time: live, and from the daemon's job.gpu_idle_* series.
+        let idle_chart = format!(
+            "#gpus-panel .gpu-card[data-gpu-index='1'] .gpu-idle-chart[data-job='{pid}'] \
+             figure[data-chart='Idle, by what the job was doing'] svg.chart"
+        );
+        let lines = format!("{idle_chart} path.line");
+        eventually("the job's GPU idle drawn over time", WAIT, || draws_a_line(&client, &lines)).await?;
+        client.find(Locator::XPath("//nav[@id='rangebar']//button[text()='15 min']")).await?.click().await?;
+        let bands = format!("{idle_chart} path.band");
+        eventually("the job's GPU idle from the history", WAIT, || async {
+            Ok((segments(&client, &bands).await? >= 1).then_some(()))
+        })
+        .await?;
+        client.find(Locator::XPath("//nav[@id='rangebar']//button[text()='Live']")).await?.click().await?;
         let (w, h) = client.get_window_size().await?;
         client.set_window_size(w as u32, 4000).await?;
         let card = client.find(Locator::Css("#gpus-panel .gpu-card[data-gpu-index='1']")).await?;
