@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-use crate::{step, MIRI_TOOLCHAIN};
+use crate::{step, NIGHTLY};
 
 /// The targets, as `fuzz/Cargo.toml` names them.
 pub const TARGETS: [&str; 7] =
@@ -47,7 +47,7 @@ fn nightly_cargo(root: &Path) -> Command {
     let mut command = Command::new("rustup");
     command
         .current_dir(root)
-        .args(["run", MIRI_TOOLCHAIN, "cargo"])
+        .args(["run", NIGHTLY, "cargo"])
         // The outer (stable) cargo would otherwise build the targets.
         .env_remove("CARGO")
         .env_remove("RUSTC");

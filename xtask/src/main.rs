@@ -4,8 +4,10 @@
 //!   packages; `--test` adds Chromium, ChromeDriver, promtool and Alertmanager, a pinned
 //!   nightly toolchain with Miri, and NVIDIA's user-space driver and NCCL libraries, unpacked
 //!   into the cache, not installed: see [`nvidia`]). Idempotent.
-//! - `console`: builds the console (wasm32, `wasm-release` profile) and runs wasm-bindgen (as a
-//!   library pinned to the exact `wasm-bindgen` version in Cargo.lock) into `frontend/dist/`.
+//! - `console`: builds the console (wasm32, `wasm-release` profile; with the dated nightly, its
+//!   standard library rebuilt at the same size-first settings, installed if missing, else the
+//!   stable one's, and says so) and runs wasm-bindgen (as a library pinned to the exact
+//!   `wasm-bindgen` version in Cargo.lock) into `frontend/dist/`.
 //! - `run [-- ARGS]`: setup, console, release build of `ringsided`, then runs it with ARGS.
 //! - `test`: setup --test, console, `cargo fmt --check` and `cargo clippy -D warnings`, every
 //!   test of the workspace (unit, end-to-end, browser), the ring's tests under Miri (`miri`),
@@ -45,8 +47,16 @@ const BUILD_PACKAGES: &[&str] = &["clang-19", "libelf-dev", "zlib1g-dev", "pkg-c
 const TEST_PACKAGES: &[&str] = &["chromium", "chromium-driver", "prometheus", "prometheus-alertmanager", "openssl"];
 /// axe-core, which the browser tests run on every panel of the console (from npm, pinned).
 const AXE_CORE: &str = "axe-core@4.14.1";
-/// Miri ships with nightly toolchains only; a dated one keeps the check reproducible.
-const MIRI_TOOLCHAIN: &str = "nightly-2026-05-20";
+/// Miri, the fuzz targets and the console's standard library built for size need a nightly
+/// toolchain; a dated one keeps each reproducible.
+const NIGHTLY: &str = "nightly-2026-05-20";
+
+/// The console's wasm32 flags: Leptos' erased component views (as in `.cargo/config.toml`), and
+/// with the nightly's standard library rebuilt for size, panics that abort where they happen
+/// (no formatting code, no file and line strings).
+const CONSOLE_RUSTFLAGS: &str = "--cfg erase_components";
+const CONSOLE_NIGHTLY_RUSTFLAGS: &str =
+    "--cfg erase_components -Zlocation-detail=none -Zunstable-options -Cpanic=immediate-abort";
 
 fn main() {
     if let Err(e) = run() {
@@ -284,18 +294,36 @@ fn lint_components() -> Result<()> {
     Ok(())
 }
 
+/// The dated nightly with its standard library's source, installed if missing.
+fn nightly_with_source() -> Result<()> {
+    let has_source = || {
+        Command::new("rustup")
+            .args(["component", "list", "--installed", "--toolchain", NIGHTLY])
+            .output()
+            .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).lines().any(|l| l == "rust-src"))
+    };
+    if !has_source() {
+        let args = ["toolchain", "install", NIGHTLY, "--profile", "minimal", "--component", "rust-src"];
+        step(&format!("rustup {}", args.join(" ")));
+        if !succeeds("rustup", &args) || !has_source() {
+            bail!("`rustup {}` failed", args.join(" "));
+        }
+    }
+    Ok(())
+}
+
 /// Installs the dated nightly with Miri (and rustfmt, for the fuzz build) if it is missing.
 fn miri_toolchain() -> Result<()> {
-    if !succeeds("rustup", &["run", MIRI_TOOLCHAIN, "cargo", "miri", "--version"]) {
-        let args = ["toolchain", "install", MIRI_TOOLCHAIN, "--profile", "minimal", "--component", "miri,rust-src"];
+    if !succeeds("rustup", &["run", NIGHTLY, "cargo", "miri", "--version"]) {
+        let args = ["toolchain", "install", NIGHTLY, "--profile", "minimal", "--component", "miri,rust-src"];
         step(&format!("rustup {}", args.join(" ")));
         if !succeeds("rustup", &args) {
             bail!("`rustup {}` failed; run it by hand and retry", args.join(" "));
         }
     }
     // The fuzz targets build the BPF skeletons, which libbpf-cargo formats with rustfmt.
-    if !succeeds("rustup", &["run", MIRI_TOOLCHAIN, "rustfmt", "--version"]) {
-        let args = ["component", "add", "rustfmt", "--toolchain", MIRI_TOOLCHAIN];
+    if !succeeds("rustup", &["run", NIGHTLY, "rustfmt", "--version"]) {
+        let args = ["component", "add", "rustfmt", "--toolchain", NIGHTLY];
         step(&format!("rustup {}", args.join(" ")));
         if !succeeds("rustup", &args) {
             bail!("`rustup {}` failed; run it by hand and retry", args.join(" "));
@@ -309,9 +337,9 @@ fn miri_toolchain() -> Result<()> {
 /// tests shrink their message counts under `cfg(miri)`.
 fn miri() -> Result<()> {
     let args = ["miri", "test", "-p", "ringside-kernels", "--lib", "ring::"];
-    step(&format!("cargo +{MIRI_TOOLCHAIN} {}", args.join(" ")));
+    step(&format!("cargo +{NIGHTLY} {}", args.join(" ")));
     let status = Command::new("rustup")
-        .args(["run", MIRI_TOOLCHAIN, "cargo"])
+        .args(["run", NIGHTLY, "cargo"])
         .args(args)
         // The outer (stable) cargo's path would otherwise be used by cargo-miri.
         .env_remove("CARGO")
@@ -376,7 +404,32 @@ fn daemon_bench(root: &Path, name: &str, env: &[(&str, &str)]) -> Result<()> {
 /// Builds the console into `frontend/dist/` and returns the wasm file's path.
 fn console(root: &Path) -> Result<PathBuf> {
     let started = Instant::now();
-    cargo(&["build", "-p", "ringside-frontend", "--target", "wasm32-unknown-unknown", "--profile", "wasm-release"])?;
+    let args = ["build", "-p", "ringside-frontend", "--target", "wasm32-unknown-unknown", "--profile", "wasm-release"];
+    let flags = "CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS";
+    match nightly_with_source() {
+        Ok(()) => {
+            // The standard library as shipped is built for speed, with panic messages; rebuilt
+            // here at `opt-level = "z"` it is 9% less of the console's code.
+            let std = ["-Zbuild-std=std,panic_abort"];
+            step(&format!("cargo +{NIGHTLY} {} {}", args.join(" "), std.join(" ")));
+            let status = Command::new("rustup")
+                .args(["run", NIGHTLY, "cargo"])
+                .args(args)
+                .args(std)
+                .env_remove("CARGO")
+                .env_remove("RUSTC")
+                .env(flags, CONSOLE_NIGHTLY_RUSTFLAGS)
+                .status()
+                .context("cannot run rustup")?;
+            if !status.success() {
+                bail!("building the console failed ({status})");
+            }
+        }
+        Err(why) => {
+            eprintln!("warning: {why}; the console is built with the stable standard library (a larger wasm)");
+            cargo_with_env(&args, &[(flags, CONSOLE_RUSTFLAGS)])?;
+        }
+    }
     let wasm = root.join("target/wasm32-unknown-unknown/wasm-release/ringside-frontend.wasm");
     let dist = root.join("frontend/dist");
     let staging = root.join("target/console-dist");
