@@ -120,6 +120,16 @@ pub async fn segments(client: &Client, css: &str) -> Result<u64> {
     Ok(client.execute(script, vec![css.into()]).await?.as_u64().unwrap_or(0))
 }
 
+/// Picks the last 15 minutes in the range bar, waits until `bands` (the min..max bands of a
+/// chart drawn from the daemon's history) draw, then goes back to live.
+pub async fn draws_history_bands(client: &Client, what: &str, bands: &str) -> Result<()> {
+    client.find(Locator::XPath("//nav[@id='rangebar']//button[text()='15 min']")).await?.click().await?;
+    eventually(what, Duration::from_secs(30), || async { Ok((segments(client, bands).await? >= 1).then_some(())) })
+        .await?;
+    client.find(Locator::XPath("//nav[@id='rangebar']//button[text()='Live']")).await?.click().await?;
+    Ok(())
+}
+
 /// Closes the browser, with a screenshot `<name>.png` among the artifacts if the test failed.
 pub async fn close(client: Client, failed: bool, name: &str) {
     if failed {

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use fantoccini::{Client, Locator};
-use ringside_tests::browser::{artifacts, browser, close, draws_a_line, eventually, segments, text_of, Driver};
+use ringside_tests::browser::{
+    artifacts, browser, close, draws_a_line, draws_history_bands, eventually, text_of, Driver,
+};
 use ringside_tests::{hostile_binary, Daemon, DaemonOptions, Reaped, Scratch, Workload, LOW_MEMORY_THRESHOLDS};
 
 /// A rule that raises a critical alert from the host's real memory use.
@@ -441,13 +443,7 @@ async fn the_scheduler_panel_shows_an_ml_job_live() -> Result<()> {
         );
         let lines = format!("{idle_chart} path.line");
         eventually("the job's GPU idle drawn over time", WAIT, || draws_a_line(&client, &lines)).await?;
-        client.find(Locator::XPath("//nav[@id='rangebar']//button[text()='15 min']")).await?.click().await?;
-        let bands = format!("{idle_chart} path.band");
-        eventually("the job's GPU idle from the history", WAIT, || async {
-            Ok((segments(&client, &bands).await? >= 1).then_some(()))
-        })
-        .await?;
-        client.find(Locator::XPath("//nav[@id='rangebar']//button[text()='Live']")).await?.click().await?;
+        draws_history_bands(&client, "the job's GPU idle from the history", &format!("{idle_chart} path.band")).await?;
         let (w, h) = client.get_window_size().await?;
         client.set_window_size(w as u32, 4000).await?;
         let card = client.find(Locator::Css("#gpus-panel .gpu-card[data-gpu-index='1']")).await?;
@@ -562,13 +558,8 @@ async fn the_jobs_view_shows_the_ranks_here_with_their_work_and_wait_and_links_t
             eventually("a rank's phase shares drawn over time", WAIT, || draws_a_line(&client, &lines)).await?;
         }
         // A range of the history: the same chart from the daemon's job.*@job:<pid> series.
-        client.find(Locator::XPath("//nav[@id='rangebar']//button[text()='15 min']")).await?.click().await?;
         let bands = format!("{card} .rank-phases[data-rank='0'] svg.chart path.band");
-        eventually("a rank's phase shares from the history", WAIT, || async {
-            Ok((segments(&client, &bands).await? >= 1).then_some(()))
-        })
-        .await?;
-        client.find(Locator::XPath("//nav[@id='rangebar']//button[text()='Live']")).await?.click().await?;
+        draws_history_bands(&client, "a rank's phase shares from the history", &bands).await?;
         // The job's name links to it: the address holds the job, which is marked, and opening
         // that address again marks it again.
         client.find(Locator::Css(&format!("{card} a.job-link"))).await?.click().await?;
