@@ -11,6 +11,46 @@
 //! What it accepts is JSON as serde_json accepts it for these types: unknown keys skipped (unless
 //! the type denies them), missing `Option`s as `None`, missing `#[serde(default)]` fields as
 //! their default, any other missing field an error; nesting deeper than 128 refused.
+//!
+//! ```
+//! use ringside_shared::decode::{from_str, Decode};
+//!
+//! #[derive(Debug, PartialEq, Decode)]
+//! struct Reading {
+//!     #[serde(rename = "type")]
+//!     kind: String,
+//!     value: f64,
+//!     #[serde(default)]
+//!     tags: Vec<String>,
+//!     unit: Option<String>,
+//! }
+//!
+//! let read: Reading = from_str(r#"{"type": "temp", "value": 21.5, "other": [1, {"x": null}]}"#).unwrap();
+//! assert_eq!(read, Reading { kind: "temp".into(), value: 21.5, tags: vec![], unit: None });
+//! let error = from_str::<Reading>(r#"{"type": "temp"}"#).unwrap_err();
+//! assert_eq!(error.to_string(), "missing field `value` at byte 16");
+//! ```
+//!
+//! What serde would read some other way does not compile, rather than read differently:
+//!
+//! ```compile_fail
+//! #[derive(ringside_shared::decode::Decode)]
+//! #[serde(untagged)]
+//! enum Either { A, B }
+//! ```
+//!
+//! ```compile_fail
+//! #[derive(ringside_shared::decode::Decode)]
+//! struct Stamp {
+//!     #[serde(with = "custom")]
+//!     at: u64,
+//! }
+//! ```
+//!
+//! ```compile_fail
+//! #[derive(ringside_shared::decode::Decode)]
+//! enum Shape { Circle { r: f64 } }
+//! ```
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
