@@ -18,8 +18,8 @@
 //! - `package`: `target/debian/ringside_<version>_amd64.deb` (see [`package`]).
 //! - `vm-test`: the sched_ext scheduler in a guest kernel under qemu (see [`vm`]).
 //! - `vm-header`: refreshes `bpf/src/bpf/vmlinux_scx.h` from the guest kernel build.
-//! - `bench [ring|gpu|daemon|fanout|history|identity|console|stragglers|sched|launch|incidents|guest]`: the ring queue against rtrb
-//!   and crossbeam-channel, the persistent CUDA kernel against launches per message (skipped
+//! - `bench [ring|decode|gpu|daemon|fanout|history|identity|console|stragglers|sched|launch|incidents|guest]`: the ring queue against rtrb
+//!   and crossbeam-channel, the console's JSON reader against serde_json, the persistent CUDA kernel against launches per message (skipped
 //!   without a GPU), what the idle daemon costs, WebSocket fan-out to 100 clients, the history's memory, disk and query times, the console's first paint and live data over
 //!   loopback and a slow link, what reading a process's job
 //!   identity costs it, how well the fleet rules name stragglers (two daemons, a real Prometheus), the
@@ -115,6 +115,10 @@ fn run() -> Result<()> {
                 // The ring against rtrb and crossbeam-channel, side by side (kernels/benches/ring.rs).
                 cargo(&["bench", "-p", "ringside-kernels", "--bench", "ring"])?;
             }
+            if matches!(which, "all" | "decode") {
+                // The console's JSON reader against serde_json (shared/benches/decode.rs).
+                cargo(&["bench", "-p", "ringside-shared", "--bench", "decode"])?;
+            }
             if matches!(which, "all" | "gpu") {
                 // The persistent CUDA kernel against a launch per message and a CUDA graph
                 // (kernels/benches/gpu.rs); without a GPU it says why and succeeds.
@@ -174,7 +178,7 @@ fn run() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | package | miri | fuzz [SECONDS] | vm-test | vm-header | bench [ring|gpu|daemon|fanout|history|identity|console|stragglers|sched|launch|incidents|guest] | soak [MINUTES]>"
+                "usage: cargo xtask <setup [--test] | console | run [-- ARGS] | test | package | miri | fuzz [SECONDS] | vm-test | vm-header | bench [ring|decode|gpu|daemon|fanout|history|identity|console|stragglers|sched|launch|incidents|guest] | soak [MINUTES]>"
             );
             std::process::exit(2);
         }
