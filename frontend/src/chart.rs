@@ -34,6 +34,46 @@ impl Series {
     }
 }
 
+/// Points kept per key (a rank's process, a job on a GPU) for a live chart: five minutes at 1 s
+/// ticks.
+pub const LIVE_POINTS: usize = 300;
+
+/// The latest values of `N` charted series per key, for live charts of things that come and go:
+/// at most [`LIVE_POINTS`] per key, oldest first.
+pub struct LivePoints<K, const N: usize> {
+    points: std::collections::HashMap<K, std::collections::VecDeque<(u64, [f64; N])>>,
+}
+
+impl<K, const N: usize> Default for LivePoints<K, N> {
+    fn default() -> Self {
+        LivePoints { points: std::collections::HashMap::new() }
+    }
+}
+
+impl<K: std::hash::Hash + Eq, const N: usize> LivePoints<K, N> {
+    /// Forgets the keys `keep` refuses.
+    pub fn retain(&mut self, keep: impl Fn(&K) -> bool) {
+        self.points.retain(|key, _| keep(key));
+    }
+
+    /// Adds `values` at `t_ms` for `key`, unless it holds a point as late already.
+    pub fn push(&mut self, key: K, t_ms: u64, values: [f64; N]) {
+        let points = self.points.entry(key).or_default();
+        if points.back().is_some_and(|p| p.0 >= t_ms) {
+            return;
+        }
+        points.push_back((t_ms, values));
+        if points.len() > LIVE_POINTS {
+            points.pop_front();
+        }
+    }
+
+    /// Series `i`'s points for `key`, oldest first (none for a key not held).
+    pub fn line(&self, key: &K, i: usize) -> Vec<(u64, f64)> {
+        self.points.get(key).map(|p| p.iter().map(|(t, v)| (*t, v[i])).collect()).unwrap_or_default()
+    }
+}
+
 /// One series of a range from the daemon's history: its mean per bucket and the band from the
 /// bucket's min to its max.
 #[derive(Debug, Clone, PartialEq)]

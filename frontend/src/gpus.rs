@@ -3,12 +3,10 @@
 //! and remapped rows, PCIe traffic, the compute processes on it). A figure the GPU does not
 //! report shows "–" with the reason on hover, never 0.
 
-use std::collections::{HashMap, VecDeque};
-
 use leptos::prelude::*;
-use ringside_shared::{GpuDevice, GpuIdleAttribution, GpuTelemetry, Phase, ThrottleReason, UnixMillis};
+use ringside_shared::{GpuDevice, GpuIdleAttribution, GpuTelemetry, Phase, ThrottleReason};
 
-use crate::chart::{Series, TimeSeriesChart};
+use crate::chart::{LivePoints, Series, TimeSeriesChart};
 use crate::format::bytes;
 use crate::store::Store;
 
@@ -45,53 +43,37 @@ const IDLE_CHARTED: [(&str, &str, &str); 5] = [
     ("waiting for CPU", "gpu_idle_waiting_for_cpu_pct", "s2"),
 ];
 
-/// Idle attributions kept per (job, GPU) for their live chart: five minutes at 1 s ticks.
-const IDLE_POINTS: usize = 300;
-
-/// One attribution as charted: (end of its window, the values of [`IDLE_CHARTED`]).
-type IdlePoint = (UnixMillis, [f64; 5]);
-
-/// Each (job, GPU)'s recent idle attributions for its live chart.
+/// Each (job, GPU)'s recent idle attributions, as [`IDLE_CHARTED`], for its live chart.
 #[derive(Default)]
 pub struct IdleWindows {
-    points: HashMap<(u32, u32), VecDeque<IdlePoint>>,
+    points: LivePoints<(u32, u32), 5>,
 }
 
 impl IdleWindows {
     /// Takes the latest attributions (each at the end of its window); pairs gone are forgotten.
     pub fn observe(&mut self, idle: &[GpuIdleAttribution]) {
-        self.points.retain(|(job, gpu), _| idle.iter().any(|a| a.job == *job && a.gpu == *gpu));
+        self.points.retain(|(job, gpu)| idle.iter().any(|a| a.job == *job && a.gpu == *gpu));
         for a in idle {
-            let points = self.points.entry((a.job, a.gpu)).or_default();
-            if points.back().is_some_and(|p| p.0 >= a.until_ms) {
-                continue;
-            }
             let by = &a.idle_by_phase_pct;
-            points.push_back((
-                a.until_ms,
-                [
-                    a.idle_pct,
-                    by.get(Phase::DataLoading),
-                    by.get(Phase::NcclCollective),
-                    by.get(Phase::OptimizerStep),
-                    a.idle_waiting_for_cpu_pct,
-                ],
-            ));
-            if points.len() > IDLE_POINTS {
-                points.pop_front();
-            }
+            let values = [
+                a.idle_pct,
+                by.get(Phase::DataLoading),
+                by.get(Phase::NcclCollective),
+                by.get(Phase::OptimizerStep),
+                a.idle_waiting_for_cpu_pct,
+            ];
+            self.points.push((a.job, a.gpu), a.until_ms, values);
         }
     }
 
     /// The chart's series of `job` on `gpu`.
     fn series(&self, job: u32, gpu: u32) -> Vec<Series> {
-        let points = self.points.get(&(job, gpu));
         IDLE_CHARTED
             .iter()
             .enumerate()
             .map(|(i, (name, metric, class))| {
-                let line = points.map(|p| p.iter().map(|(t, v)| (*t, v[i])).collect()).unwrap_or_default();
-                Series::new(name, class, line).kept_as(format!("job.{metric}@job:{job}/gpu:{gpu}"), 1.0)
+                Series::new(name, class, self.points.line(&(job, gpu), i))
+                    .kept_as(format!("job.{metric}@job:{job}/gpu:{gpu}"), 1.0)
             })
             .collect()
     }
@@ -505,6 +487,7 @@ mod tests {
 
     #[test]
     fn each_jobs_idle_on_each_gpu_is_kept_for_its_chart() {
+        use crate::chart::LIVE_POINTS;
         let at = |job, gpu, until_ms, idle_pct| GpuIdleAttribution {
             job,
             gpu,
@@ -526,11 +509,11 @@ mod tests {
         assert_eq!(keys[4], "job.gpu_idle_waiting_for_cpu_pct@job:7/gpu:1");
         // Job 9 left GPU 0: forgotten.
         assert!(windows.series(9, 0).iter().all(|s| s.points.is_empty()));
-        for _ in 0..IDLE_POINTS + 5 {
-            let last = windows.points[&(7, 1)].back().unwrap().0;
+        for _ in 0..LIVE_POINTS + 5 {
+            let last = windows.series(7, 1)[0].points.last().unwrap().0;
             windows.observe(&[at(7, 1, last + 1_000, 1.0)]);
         }
-        assert_eq!(windows.points[&(7, 1)].len(), IDLE_POINTS);
+        assert_eq!(windows.series(7, 1)[0].points.len(), LIVE_POINTS);
     }
 
     #[test]

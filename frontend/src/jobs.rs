@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use leptos::prelude::*;
 use ringside_shared::{fleet_job_link, ExitedRank, GpuTelemetry, Phase, Rank, SchedulerTelemetry, UnixMillis};
 
-use crate::chart::{Series, TimeSeriesChart};
+use crate::chart::{LivePoints, Series, TimeSeriesChart};
 use crate::format::age;
 use crate::scheduler::{phase_class, short};
 
@@ -27,22 +27,19 @@ const CHARTED: [(Phase, &str); 4] = [
     (Phase::OptimizerStep, "s4"),
 ];
 
-/// Phase shares kept per rank for its live chart: its five minutes at 1 s ticks.
-const SHARE_POINTS: usize = 300;
-
 /// What each rank's process showed: over the last [`WINDOW_MS`], for its figures per step, and
 /// its phase shares (as [`CHARTED`]) for its chart.
 #[derive(Default)]
 pub struct RankWindows {
     samples: HashMap<u32, VecDeque<Sample>>,
-    shares: HashMap<u32, VecDeque<(UnixMillis, [f64; 4])>>,
+    shares: LivePoints<u32, 4>,
 }
 
 impl RankWindows {
     /// Takes the ranks' latest figures; processes gone are forgotten.
     pub fn observe(&mut self, now_ms: UnixMillis, ranks: &[Rank]) {
         self.samples.retain(|pid, _| ranks.iter().any(|r| r.process.pid == *pid));
-        self.shares.retain(|pid, _| ranks.iter().any(|r| r.process.pid == *pid));
+        self.shares.retain(|pid| ranks.iter().any(|r| r.process.pid == *pid));
         for r in ranks {
             let samples = self.samples.entry(r.process.pid).or_default();
             if samples.back().is_some_and(|s| s.0 >= now_ms) {
@@ -53,11 +50,8 @@ impl RankWindows {
                 samples.pop_front();
             }
             if r.process.recent_observed_ms > 0 {
-                let shares = self.shares.entry(r.process.pid).or_default();
-                shares.push_back((now_ms, CHARTED.map(|(phase, _)| r.process.recent_phase_pct.get(phase))));
-                if shares.len() > SHARE_POINTS {
-                    shares.pop_front();
-                }
+                let shares = CHARTED.map(|(phase, _)| r.process.recent_phase_pct.get(phase));
+                self.shares.push(r.process.pid, now_ms, shares);
             }
         }
     }
@@ -65,13 +59,12 @@ impl RankWindows {
     /// A rank's phase shares over time, as the series of its chart (each kept in the daemon's
     /// history as `job.<phase>_pct@job:<pid>`).
     fn share_series(&self, pid: u32) -> Vec<Series> {
-        let points = self.shares.get(&pid);
         CHARTED
             .iter()
             .enumerate()
             .map(|(i, (phase, class))| {
-                let line = points.map(|p| p.iter().map(|(t, v)| (*t, v[i])).collect()).unwrap_or_default();
-                Series::new(short(*phase), class, line).kept_as(format!("job.{}_pct@job:{pid}", phase.as_str()), 1.0)
+                Series::new(short(*phase), class, self.shares.line(&pid, i))
+                    .kept_as(format!("job.{}_pct@job:{pid}", phase.as_str()), 1.0)
             })
             .collect()
     }
