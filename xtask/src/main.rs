@@ -51,12 +51,10 @@ const AXE_CORE: &str = "axe-core@4.14.1";
 /// toolchain; a dated one keeps each reproducible.
 const NIGHTLY: &str = "nightly-2026-05-20";
 
-/// The console's wasm32 flags: Leptos' erased component views (as in `.cargo/config.toml`), and
-/// with the nightly's standard library rebuilt for size, panics that abort where they happen
-/// (no formatting code, no file and line strings).
-const CONSOLE_RUSTFLAGS: &str = "--cfg erase_components";
-const CONSOLE_NIGHTLY_RUSTFLAGS: &str =
-    "--cfg erase_components -Zlocation-detail=none -Zunstable-options -Cpanic=immediate-abort";
+/// With the nightly's standard library rebuilt for size, the console's wasm32 flags gain panics
+/// that abort where they happen (no formatting code, no file and line strings). Cargo appends
+/// them to `.cargo/config.toml`'s (Leptos' erased component views).
+const CONSOLE_NIGHTLY_RUSTFLAGS: &str = r#"target.wasm32-unknown-unknown.rustflags=["-Zlocation-detail=none", "-Zunstable-options", "-Cpanic=immediate-abort"]"#;
 
 fn main() {
     if let Err(e) = run() {
@@ -298,42 +296,41 @@ fn lint_components() -> Result<()> {
     Ok(())
 }
 
-/// The dated nightly with its standard library's source, installed if missing.
-fn nightly_with_source() -> Result<()> {
-    let has_source = || {
-        Command::new("rustup")
-            .args(["component", "list", "--installed", "--toolchain", NIGHTLY])
-            .output()
-            .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).lines().any(|l| l == "rust-src"))
+/// The dated nightly with `components` (rustup's names, without the host's suffix), each
+/// installed if missing.
+fn nightly(components: &[&str]) -> Result<()> {
+    // `None` where the toolchain itself is missing.
+    let installed = Command::new("rustup")
+        .args(["component", "list", "--installed", "--toolchain", NIGHTLY])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    let has = |c: &str| {
+        installed.as_deref().is_some_and(|list| list.lines().any(|l| l == c || l.starts_with(&format!("{c}-"))))
     };
-    if !has_source() {
-        let args = ["toolchain", "install", NIGHTLY, "--profile", "minimal", "--component", "rust-src"];
-        step(&format!("rustup {}", args.join(" ")));
-        if !succeeds("rustup", &args) || !has_source() {
-            bail!("`rustup {}` failed", args.join(" "));
+    let missing: Vec<&str> = components.iter().copied().filter(|c| !has(c)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let list = missing.join(",");
+    let args = match installed {
+        Some(_) => {
+            vec!["component", "add", "--toolchain", NIGHTLY].into_iter().chain(missing.iter().copied()).collect()
         }
+        None => vec!["toolchain", "install", NIGHTLY, "--profile", "minimal", "--component", &list],
+    };
+    step(&format!("rustup {}", args.join(" ")));
+    if !succeeds("rustup", &args) {
+        bail!("`rustup {}` failed; run it by hand and retry", args.join(" "));
     }
     Ok(())
 }
 
-/// Installs the dated nightly with Miri (and rustfmt, for the fuzz build) if it is missing.
+/// The dated nightly with Miri (and rustfmt, for the fuzz build: the fuzz targets build the BPF
+/// skeletons, which libbpf-cargo formats with rustfmt).
 fn miri_toolchain() -> Result<()> {
-    if !succeeds("rustup", &["run", NIGHTLY, "cargo", "miri", "--version"]) {
-        let args = ["toolchain", "install", NIGHTLY, "--profile", "minimal", "--component", "miri,rust-src"];
-        step(&format!("rustup {}", args.join(" ")));
-        if !succeeds("rustup", &args) {
-            bail!("`rustup {}` failed; run it by hand and retry", args.join(" "));
-        }
-    }
-    // The fuzz targets build the BPF skeletons, which libbpf-cargo formats with rustfmt.
-    if !succeeds("rustup", &["run", NIGHTLY, "rustfmt", "--version"]) {
-        let args = ["component", "add", "rustfmt", "--toolchain", NIGHTLY];
-        step(&format!("rustup {}", args.join(" ")));
-        if !succeeds("rustup", &args) {
-            bail!("`rustup {}` failed; run it by hand and retry", args.join(" "));
-        }
-    }
-    Ok(())
+    nightly(&["miri", "rust-src", "rustfmt"])
 }
 
 /// The ring's unit tests under Miri: every slot access, index and flag is checked for data
@@ -409,8 +406,7 @@ fn daemon_bench(root: &Path, name: &str, env: &[(&str, &str)]) -> Result<()> {
 fn console(root: &Path) -> Result<PathBuf> {
     let started = Instant::now();
     let args = ["build", "-p", "ringside-frontend", "--target", "wasm32-unknown-unknown", "--profile", "wasm-release"];
-    let flags = "CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS";
-    match nightly_with_source() {
+    match nightly(&["rust-src"]) {
         Ok(()) => {
             // The standard library as shipped is built for speed, with panic messages; rebuilt
             // here at `opt-level = "z"` it is 9% less of the console's code.
@@ -420,9 +416,9 @@ fn console(root: &Path) -> Result<PathBuf> {
                 .args(["run", NIGHTLY, "cargo"])
                 .args(args)
                 .args(std)
+                .args(["--config", CONSOLE_NIGHTLY_RUSTFLAGS])
                 .env_remove("CARGO")
                 .env_remove("RUSTC")
-                .env(flags, CONSOLE_NIGHTLY_RUSTFLAGS)
                 .status()
                 .context("cannot run rustup")?;
             if !status.success() {
@@ -431,7 +427,7 @@ fn console(root: &Path) -> Result<PathBuf> {
         }
         Err(why) => {
             eprintln!("warning: {why}; the console is built with the stable standard library (a larger wasm)");
-            cargo_with_env(&args, &[(flags, CONSOLE_RUSTFLAGS)])?;
+            cargo(&args)?;
         }
     }
     let wasm = root.join("target/wasm32-unknown-unknown/wasm-release/ringside-frontend.wasm");
