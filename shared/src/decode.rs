@@ -442,8 +442,8 @@ impl<'a> Reader<'a> {
 
     pub fn f64(&mut self) -> Result<f64> {
         let (text, _) = self.number("a number")?;
-        match text.parse::<f64>() {
-            Ok(value) if value.is_finite() => Ok(value),
+        match parse_f64(text) {
+            Some(value) if value.is_finite() => Ok(value),
             _ => Err(self.error("number out of range".into())),
         }
     }
@@ -463,6 +463,73 @@ impl<'a> Reader<'a> {
         }
         text.parse().map_err(|_| self.error(format!("invalid value: {text} is out of range")))
     }
+}
+
+/// The value of a number's text, already checked against JSON's grammar, correctly rounded.
+///
+/// Most numbers on the wire have at most 15 significant digits and a small exponent: their
+/// digits and the power of ten are then both exact in an `f64`, and one multiplication or
+/// division rounds correctly (Clinger's fast path). The rest go to the platform's own reader:
+/// the browser's `parseFloat` (correctly rounded up to 20 significant digits, and the daemon
+/// writes at most 17), so the console carries no reader of its own and no 10 KB table of
+/// powers of five; `str::parse` elsewhere.
+fn parse_f64(text: &str) -> Option<f64> {
+    const EXACT: [f64; 23] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19,
+        1e20, 1e21, 1e22,
+    ];
+    let (negative, unsigned) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (digits, exponent) = match unsigned.find(['e', 'E']) {
+        Some(at) => (&unsigned[..at], unsigned[at + 1..].parse::<i64>().ok()),
+        None => (unsigned, Some(0)),
+    };
+    let mut mantissa: u64 = 0;
+    let mut significant = 0;
+    // An exponent beyond `i64` is left to the platform, which reads it as zero or infinity.
+    let Some(mut scale) = exponent else {
+        return parse_f64_slow(text);
+    };
+    let mut after_point = false;
+    for b in digits.bytes() {
+        if b == b'.' {
+            after_point = true;
+            continue;
+        }
+        if after_point {
+            scale -= 1;
+        }
+        if mantissa > 0 || b != b'0' {
+            significant += 1;
+            if significant > 15 {
+                return parse_f64_slow(text);
+            }
+            mantissa = mantissa * 10 + u64::from(b - b'0');
+        }
+    }
+    let mut value = mantissa as f64;
+    if scale.unsigned_abs() as usize >= EXACT.len() {
+        if mantissa != 0 {
+            return parse_f64_slow(text);
+        }
+    } else if scale < 0 {
+        value /= EXACT[scale.unsigned_abs() as usize];
+    } else {
+        value *= EXACT[scale as usize];
+    }
+    Some(if negative { -value } else { value })
+}
+
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+fn parse_f64_slow(text: &str) -> Option<f64> {
+    Some(js_sys::parse_float(text)).filter(|v| !v.is_nan())
+}
+
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+fn parse_f64_slow(text: &str) -> Option<f64> {
+    text.parse().ok()
 }
 
 impl Decode for bool {

@@ -1030,6 +1030,66 @@ fn decode_reads_json_edges_as_serde_json() {
     reads_alike::<Vec<bool>>("[true,false , true]");
 }
 
+/// The reader's fast path for numbers (exact digits times an exact power of ten) and its way
+/// out to the platform's reader give the same bits as `str::parse`, which rounds correctly.
+#[test]
+fn decode_reads_floats_to_the_same_bits_as_std() {
+    let same = |text: &str| {
+        let ours = crate::decode::from_str::<f64>(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        let std = text.parse::<f64>().unwrap();
+        assert_eq!(ours.to_bits(), std.to_bits(), "{text}: {ours} against {std}");
+    };
+    for text in [
+        "0",
+        "-0",
+        "-0.0",
+        "0e400",
+        "0.000",
+        "1e22",
+        "1e23",
+        "-1e-22",
+        "1e-23",
+        "999999999999999",
+        "9999999999999999",
+        "123456789012345e-22",
+        "1234567890123456e-22",
+        "0.000000000000000000000000001",
+        "33.333333333333336",
+        "0.30000000000000004",
+        "4.9406564584124654e-324",
+        "2.2250738585072014e-308",
+        "1.7976931348623157e308",
+        "1e-99999999999999999999",
+        "0e99999999999999999999",
+        "12.500",
+        "100000000000000000000000",
+        "7E+3",
+    ] {
+        same(text);
+    }
+    // A sweep of digits and exponents on both sides of the fast path's bounds.
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    for _ in 0..20_000 {
+        state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        let digits = (state >> 11) % 10u64.pow(1 + (state % 17) as u32);
+        let exponent = (state >> 40) as i64 % 60 - 30;
+        let point = (state >> 50) % 6;
+        let text = match point {
+            0 => format!("{digits}e{exponent}"),
+            1 => format!("-{digits}.5E{exponent}"),
+            _ => {
+                let s = digits.to_string();
+                let at = s.len().saturating_sub(point as usize).max(1);
+                format!("{}.{}", &s[..at], if at < s.len() { &s[at..] } else { "0" })
+            }
+        };
+        same(&text);
+    }
+    // Beyond `f64`, as before: refused.
+    assert!(crate::decode::from_str::<f64>("1e309").is_err());
+    assert!(crate::decode::from_str::<f64>("1e99999999999999999999").is_err());
+}
+
 /// What serde refuses, decode refuses, with the reason and where.
 #[test]
 fn decode_says_what_is_wrong_and_where() {
