@@ -3,10 +3,13 @@
 //!
 //! serde's `Deserialize` is generic over the format and reaches the input through visitors, so
 //! each type's reader becomes kilobytes of code in the console. Here one concrete [`Reader`]
-//! parses JSON, and each type's [`Decode`] — derived from the very `#[serde(...)]` attributes its
-//! `Deserialize` reads (`ringside_shared_derive`) — matches keys to fields and calls it. The
-//! daemon keeps serde; the console reads with this. `tests.rs` reads every pinned example frame
-//! and answer both ways and requires the same value.
+//! parses JSON, and each struct's [`Decode`] — derived from the very `#[serde(...)]` attributes
+//! its `Deserialize` reads (`ringside_shared_derive`) — is a table of its fields that one
+//! function, [`decode_struct`], reads every struct by, writing each field in place. The daemon
+//! keeps serde; the console reads with this. `tests.rs` reads every pinned example frame and
+//! answer both ways and requires the same value; this module's tests, run under Miri by
+//! `cargo xtask miri`, end reads every way they can end and check that each field is written,
+//! dropped or defaulted once.
 //!
 //! What it accepts is JSON as serde_json accepts it for these types: unknown keys skipped (unless
 //! the type denies them), missing `Option`s as `None`, missing `#[serde(default)]` fields as
@@ -88,27 +91,203 @@ pub struct Reader<'a> {
 /// A type read from JSON by [`Reader`].
 pub trait Decode: Sized {
     fn decode(r: &mut Reader<'_>) -> Result<Self>;
+}
 
-    /// Reads `key`'s value into a struct's field being read (what derived structs call per key):
-    /// one function per type, not a copy per field. A key given twice is refused, as serde does.
-    #[inline(never)]
-    fn decode_into(slot: &mut Option<Self>, r: &mut Reader<'_>, key: &str) -> Result<()> {
-        if slot.is_some() {
-            return Err(r.duplicate(key));
-        }
-        *slot = Some(Self::decode(r)?);
-        Ok(())
+/// A struct read in place, field by field, from a table of its fields (what `#[derive(Decode)]`
+/// writes for a struct). One function, [`decode_struct`], reads every struct: a struct's own code
+/// is its table and a call, and each field type's code (read, drop, default) is shared by every
+/// struct with a field of that type.
+pub trait DecodeFields: Sized {
+    /// Every field of the struct, once, in declaration order.
+    const FIELDS: &'static [Field];
+}
+
+/// One field of a struct, as [`decode_struct`] reads it.
+#[doc(hidden)]
+pub struct Field {
+    /// The key the field is read from (unused for `Skip` and `Flatten`).
+    pub key: &'static str,
+    /// Where the field lies in its struct (`offset_of!`).
+    pub offset: usize,
+    pub how: How,
+    /// What an absent field becomes; `None`: it is required.
+    pub absent: Option<unsafe fn(*mut u8)>,
+}
+
+/// How a field is read.
+#[doc(hidden)]
+pub enum How {
+    /// From its key, by its type's [`Slot`].
+    Read(&'static Slot),
+    /// Never: it takes its default (`#[serde(skip)]`).
+    Skip,
+    /// Its struct's fields are read as the container's own (`#[serde(flatten)]`).
+    Flatten(&'static [Field]),
+}
+
+/// How a value of one type is written into its place and dropped from it.
+#[doc(hidden)]
+pub struct Slot {
+    read: unsafe fn(*mut u8, &mut Reader<'_>) -> Result<()>,
+    drop: unsafe fn(*mut u8),
+}
+
+/// The [`Slot`] and default of a field type `T`.
+#[doc(hidden)]
+pub struct SlotOf<T>(std::marker::PhantomData<T>);
+
+impl<T: Decode> SlotOf<T> {
+    pub const SLOT: Slot = Slot { read: read_at::<T>, drop: drop_at::<T> };
+}
+
+impl<T: Default> SlotOf<T> {
+    pub const DEFAULT: unsafe fn(*mut u8) = default_at::<T>;
+}
+
+/// # Safety
+/// `place` is valid for writes of a `T`.
+unsafe fn read_at<T: Decode>(place: *mut u8, r: &mut Reader<'_>) -> Result<()> {
+    let value = T::decode(r)?;
+    // SAFETY: as the caller promises.
+    unsafe { place.cast::<T>().write(value) };
+    Ok(())
+}
+
+/// # Safety
+/// `place` holds a `T`, which is not used again.
+unsafe fn drop_at<T>(place: *mut u8) {
+    // SAFETY: as the caller promises.
+    unsafe { place.cast::<T>().drop_in_place() }
+}
+
+/// # Safety
+/// `place` is valid for writes of a `T`.
+unsafe fn default_at<T: Default>(place: *mut u8) {
+    // SAFETY: as the caller promises.
+    unsafe { place.cast::<T>().write(T::default()) }
+}
+
+/// The most fields (flattened ones counted) a struct may have.
+const MAX_FIELDS: usize = 256;
+
+/// Which fields have been read, by their index in declaration order (flattened structs' fields
+/// in their place).
+#[derive(Default)]
+struct Seen([u64; MAX_FIELDS / 64]);
+
+impl Seen {
+    fn has(&self, i: usize) -> bool {
+        self.0[i / 64] & (1 << (i % 64)) != 0
+    }
+    fn set(&mut self, i: usize) {
+        self.0[i / 64] |= 1 << (i % 64);
     }
 }
 
-/// A struct read key by key, so that another can take its keys as its own (`#[serde(flatten)]`).
-pub trait DecodeFields: Sized {
-    /// The fields read so far.
-    type Fields: Default;
-    /// Reads `key`'s value into `fields` if it is one of this type's; false if not (unread).
-    fn field(fields: &mut Self::Fields, r: &mut Reader<'_>, key: &str) -> Result<bool>;
-    /// The value, from the fields read, with defaults for the absent ones.
-    fn finish(fields: Self::Fields, r: &Reader<'_>) -> Result<Self>;
+/// The field read from `key`: its index (in declaration order, flattened structs' fields in
+/// their place), its offset from the outermost struct and its slot. `next` counts the fields
+/// passed, `base` is the offset of `fields`' struct.
+fn find<'f>(fields: &'f [Field], key: &str, next: &mut usize, base: usize) -> Option<(usize, usize, &'f Slot)> {
+    for field in fields {
+        match field.how {
+            How::Read(slot) => {
+                if field.key == key {
+                    return Some((*next, base + field.offset, slot));
+                }
+                *next += 1;
+            }
+            How::Skip => *next += 1,
+            How::Flatten(inner) => {
+                if let Some(hit) = find(inner, key, next, base + field.offset) {
+                    return Some(hit);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The key of the first field neither read nor given a default, if any.
+fn missing(fields: &'static [Field], seen: &Seen, next: &mut usize) -> Option<&'static str> {
+    for field in fields {
+        if let How::Flatten(inner) = field.how {
+            if let Some(key) = missing(inner, seen, next) {
+                return Some(key);
+            }
+            continue;
+        }
+        if !seen.has(*next) && field.absent.is_none() {
+            return Some(field.key);
+        }
+        *next += 1;
+    }
+    None
+}
+
+/// Drops the fields read (`read`) or writes the absent ones' defaults (not `read`).
+///
+/// # Safety
+/// As [`decode_struct`]'s, with every field in `seen` written and no other.
+unsafe fn finish(fields: &[Field], seen: &Seen, read: bool, next: &mut usize, base: *mut u8) {
+    for field in fields {
+        // SAFETY: the field's place in the struct at `base`.
+        let place = unsafe { base.add(field.offset) };
+        match field.how {
+            // SAFETY: as this function's.
+            How::Flatten(inner) => unsafe { finish(inner, seen, read, next, place) },
+            How::Read(slot) if read && seen.has(*next) => {
+                // SAFETY: written, and dropped once.
+                unsafe { (slot.drop)(place) }
+            }
+            _ if !read && !seen.has(*next) => {
+                if let Some(default) = field.absent {
+                    // SAFETY: the field's place, not written, of the default's type.
+                    unsafe { default(place) }
+                }
+            }
+            _ => {}
+        }
+        if !matches!(field.how, How::Flatten(_)) {
+            *next += 1;
+        }
+    }
+}
+
+/// Reads a JSON object into the struct at `out`, field by field, as `fields` describes it: each
+/// key to its field (skipped if unknown, or refused where `deny_unknown`), a key given twice
+/// refused, absent fields given their default or, where they have none, refused.
+///
+/// # Safety
+/// `fields` describes every field of the struct at `out` once, with its offset, its type's slot
+/// and its default (what `#[derive(Decode)]` writes), at most [`MAX_FIELDS`] of them; `out` is
+/// valid for writes of that struct. On `Ok` every field has been written; on `Err` none is left
+/// written.
+pub unsafe fn decode_struct(
+    r: &mut Reader<'_>,
+    fields: &'static [Field],
+    deny_unknown: bool,
+    out: *mut u8,
+) -> Result<()> {
+    let mut seen = Seen::default();
+    let read = r.object(&mut |r, key| {
+        let Some((index, offset, slot)) = find(fields, key, &mut 0, 0) else {
+            return if deny_unknown { Err(r.unknown_field(key)) } else { Ok(false) };
+        };
+        if seen.has(index) {
+            return Err(r.duplicate(key));
+        }
+        // SAFETY: the field's place in `out`, not written yet (not seen), of the slot's type.
+        unsafe { (slot.read)(out.add(offset), r)? };
+        seen.set(index);
+        Ok(true)
+    });
+    let failed = match read {
+        Err(error) => Some(error),
+        Ok(()) => missing(fields, &seen, &mut 0).map(|key| r.missing(key)),
+    };
+    // SAFETY: `seen` holds exactly the fields written.
+    unsafe { finish(fields, &seen, failed.is_some(), &mut 0, out) };
+    failed.map_or(Ok(()), Err)
 }
 
 /// Reads the whole of `text` as a `T`.
@@ -119,16 +298,8 @@ pub fn from_str<T: Decode>(text: &str) -> Result<T> {
     Ok(value)
 }
 
-/// Where `key` is in `keys`.
 fn key_index(keys: &[&str], key: &str) -> Option<usize> {
     keys.iter().position(|k| *k == key)
-}
-
-/// One JSON object as a `T`, key by key (what derived structs' `decode` calls).
-pub fn decode_object<T: DecodeFields>(r: &mut Reader<'_>) -> Result<T> {
-    let mut fields = T::Fields::default();
-    r.object(&mut |r, key| T::field(&mut fields, r, key))?;
-    T::finish(fields, r)
 }
 
 impl<'a> Reader<'a> {
@@ -603,5 +774,88 @@ impl<V: Decode> Decode for BTreeMap<String, V> {
             Ok(true)
         })?;
         Ok(map)
+    }
+}
+
+/// Structs read in place: every way a read ends, with values that own memory, so that Miri
+/// (`cargo xtask miri`) sees any field dropped twice, left behind or read before it is written.
+#[cfg(test)]
+mod tests {
+    use super::{from_str, Decode};
+
+    fn fallback() -> Vec<String> {
+        vec!["fallback".into()]
+    }
+
+    #[derive(Debug, PartialEq, Decode)]
+    struct Inner {
+        name: String,
+        #[serde(default)]
+        tags: Vec<String>,
+    }
+
+    #[derive(Debug, PartialEq, Decode)]
+    struct Outer {
+        id: Box<u64>,
+        #[serde(flatten)]
+        inner: Inner,
+        note: Option<String>,
+        #[serde(skip)]
+        cache: Vec<u8>,
+        #[serde(default = "fallback")]
+        extra: Vec<String>,
+        #[serde(rename = "type")]
+        kind: String,
+    }
+
+    #[derive(Debug, Decode)]
+    #[serde(deny_unknown_fields)]
+    struct Strict {
+        #[allow(dead_code)]
+        a: String,
+    }
+
+    #[test]
+    fn decode_struct_writes_every_field_once() {
+        let read: Outer = from_str(r#"{"type":"t","id":1,"tags":["x"],"name":"n","ignored":[{"a":1}]}"#).unwrap();
+        let expected = Outer {
+            id: Box::new(1),
+            inner: Inner { name: "n".into(), tags: vec!["x".into()] },
+            note: None,
+            cache: vec![],
+            extra: fallback(),
+            kind: "t".into(),
+        };
+        assert_eq!(read, expected);
+        let full: Outer =
+            from_str(r#"{"id":1,"name":"n","tags":[],"note":"o","extra":["e"],"type":"t","cache":"read as unknown"}"#)
+                .unwrap();
+        assert_eq!((full.note.as_deref(), full.extra, full.cache), (Some("o"), vec!["e".to_string()], vec![]));
+    }
+
+    #[test]
+    fn decode_struct_drops_what_it_read_when_a_read_fails() {
+        let cases = [
+            // A required field missing, after fields that own memory (flattened ones too).
+            (r#"{"id":1,"tags":["x","y"],"note":"o","extra":["e"]}"#, "missing field `name`"),
+            (r#"{"id":1,"name":"n","tags":["x"]}"#, "missing field `type`"),
+            // A key twice: the first value is dropped with the rest, not overwritten.
+            (r#"{"id":1,"name":"n","name":"m","type":"t"}"#, "duplicate field `name`"),
+            (r#"{"id":1,"id":2}"#, "duplicate field `id`"),
+            // A value of the wrong type halfway through, inside a field and after it.
+            (r#"{"id":1,"tags":["x",1],"name":"n","type":"t"}"#, "invalid type"),
+            (r#"{"note":"o","id":1,"name":7}"#, "invalid type"),
+            // The text ends inside the object.
+            (r#"{"id":1,"name":"n","type":"t","extra":["e""#, "EOF"),
+            (r#"{"id":1,"name":"n","type":"t""#, "EOF"),
+        ];
+        for (text, why) in cases {
+            let error = from_str::<Outer>(text).unwrap_err().to_string();
+            assert!(error.contains(why), "{text}: {error}");
+        }
+        let error = from_str::<Strict>(r#"{"a":"kept","b":1}"#).unwrap_err().to_string();
+        assert!(error.contains("unknown field `b`"), "{error}");
+        let nested = from_str::<Vec<Outer>>(r#"[{"id":1,"name":"n","type":"t"},{"id":2,"name":"m"}]"#);
+        assert!(nested.unwrap_err().to_string().contains("missing field `type`"));
     }
 }

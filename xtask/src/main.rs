@@ -333,22 +333,28 @@ fn miri_toolchain() -> Result<()> {
     nightly(&["miri", "rust-src", "rustfmt"])
 }
 
-/// The ring's unit tests under Miri: every slot access, index and flag is checked for data
-/// races and undefined behaviour, with weak-memory emulation, over four scheduling seeds. The
-/// tests shrink their message counts under `cfg(miri)`.
+/// Under Miri: the ring's unit tests, every slot access, index and flag checked for data races
+/// and undefined behaviour, with weak-memory emulation, over four scheduling seeds (the tests
+/// shrink their message counts under `cfg(miri)`); and the console's reader writing structs in
+/// place, every field written, dropped or defaulted once on each way a read ends.
 fn miri() -> Result<()> {
-    let args = ["miri", "test", "-p", "ringside-kernels", "--lib", "ring::"];
-    step(&format!("cargo +{NIGHTLY} {}", args.join(" ")));
-    let status = Command::new("rustup")
-        .args(["run", NIGHTLY, "cargo"])
-        .args(args)
-        // The outer (stable) cargo's path would otherwise be used by cargo-miri.
-        .env_remove("CARGO")
-        .env("MIRIFLAGS", "-Zmiri-many-seeds=0..4")
-        .status()
-        .context("cannot run rustup")?;
-    if !status.success() {
-        bail!("the ring's tests failed under Miri ({status})");
+    let runs: [(&[&str], &str, &str); 2] = [
+        (&["miri", "test", "-p", "ringside-kernels", "--lib", "ring::"], "-Zmiri-many-seeds=0..4", "the ring's"),
+        (&["miri", "test", "-p", "ringside-shared", "--lib", "decode::tests"], "", "the reader's"),
+    ];
+    for (args, flags, whose) in runs {
+        step(&format!("cargo +{NIGHTLY} {}", args.join(" ")));
+        let status = Command::new("rustup")
+            .args(["run", NIGHTLY, "cargo"])
+            .args(args)
+            // The outer (stable) cargo's path would otherwise be used by cargo-miri.
+            .env_remove("CARGO")
+            .env("MIRIFLAGS", flags)
+            .status()
+            .context("cannot run rustup")?;
+        if !status.success() {
+            bail!("{whose} tests failed under Miri ({status})");
+        }
     }
     Ok(())
 }

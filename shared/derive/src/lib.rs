@@ -2,8 +2,9 @@
 //! attributes its `Deserialize` reads, so the two agree on every name and default.
 //!
 //! serde's derived readers are generic over the format and reach the input through visitors: in
-//! WebAssembly each type's reader costs kilobytes. The code derived here calls one concrete reader
-//! (`ringside_shared::decode::Reader`) through a field-by-name match, a few hundred bytes a type.
+//! WebAssembly each type's reader costs kilobytes. What is derived here for a struct is mostly
+//! data: a table of its fields (key, `offset_of!`, the field type's shared read and drop, its
+//! default), which one function, `ringside_shared::decode::decode_struct`, reads every struct by.
 //!
 //! Supported: structs with named fields, type parameters bound `Decode` (`rename`, `default`, `default = "path"`, `skip`,
 //! `flatten`, `skip_serializing_if` (ignored: a reader takes what is there),
@@ -146,111 +147,88 @@ fn expand_struct(input: &DeriveInput, container: &Container, fields: &syn::Field
     if container.rename_all.as_deref().is_some_and(|r| r != "snake_case") {
         return Err(Error::new_spanned(name, "Decode: rename_all on a struct is supported as snake_case only"));
     }
-    let state = format_ident!("__{}DecodeFields", name);
     // Each type parameter reads as itself: `T: Decode`, as serde bounds it `T: Deserialize`.
     let mut generics = input.generics.clone();
-    let params: Vec<_> = generics.type_params().map(|p| p.ident.clone()).collect();
+    let type_params: Vec<syn::Ident> = generics.type_params().map(|p| p.ident.clone()).collect();
     let clause = generics.make_where_clause();
-    for param in &params {
+    for param in type_params {
         clause.predicates.push(syn::parse_quote! { #param: ::ringside_shared::decode::Decode });
     }
     let (impl_generics, type_generics, where_clause) = generics.split_for_impl();
-    let mut empty = Vec::new();
-    let mut slots = Vec::new();
-    let mut arms = Vec::new();
-    let mut flattened = Vec::new();
-    let mut finish = Vec::new();
-    let mut required = Vec::new();
-    for (i, field) in fields.named.iter().enumerate() {
+    let decode = quote! { ::ringside_shared::decode };
+    let mut table = Vec::new();
+    let mut defaults = Vec::new();
+    for field in &fields.named {
         let attrs = FieldAttrs::read(&field.attrs)?;
         let ident = field.ident.as_ref().expect("named field");
         let ty = &field.ty;
-        let slot = format_ident!("f{}", i);
-        if attrs.skip {
-            finish.push(quote! { #ident: ::core::default::Default::default() });
-            continue;
-        }
-        if attrs.flatten {
-            slots.push(quote! { #slot: <#ty as ::ringside_shared::decode::DecodeFields>::Fields });
-            empty.push(quote! { #slot: ::core::default::Default::default() });
-            flattened.push(quote! {
-                if <#ty as ::ringside_shared::decode::DecodeFields>::field(&mut fields.#slot, r, key)? {
-                    return ::core::result::Result::Ok(true);
-                }
-            });
-            finish.push(quote! { #ident: <#ty as ::ringside_shared::decode::DecodeFields>::finish(fields.#slot, r)? });
-            continue;
-        }
+        let offset = quote! { ::core::mem::offset_of!(Self, #ident) };
         let key = attrs.rename.unwrap_or_else(|| ident.to_string().trim_start_matches("r#").to_string());
-        slots.push(quote! { #slot: ::core::option::Option<#ty> });
-        empty.push(quote! { #slot: ::core::option::Option::None });
-        // One call per key: the reading and storing is `T`'s, shared by every field of type `T`.
-        arms.push(
-            quote! { #key => <#ty as ::ringside_shared::decode::Decode>::decode_into(&mut fields.#slot, r, key)? },
-        );
-        finish.push(match attrs.default {
-            Some(None) => quote! { #ident: fields.#slot.unwrap_or_default() },
-            Some(Some(path)) => quote! { #ident: fields.#slot.unwrap_or_else(#path) },
-            // As serde: an absent `Option` is `None`.
-            None if is_option(ty) => quote! { #ident: fields.#slot.unwrap_or_default() },
-            None => {
-                // Checked before anything is moved out, so that no error path drops half a value.
-                required.push(quote! {
-                    if fields.#slot.is_none() {
-                        return ::core::result::Result::Err(r.missing(#key));
+        // As serde: an absent `Option` is `None`.
+        let absent = match (&attrs.default, attrs.skip || is_option(ty)) {
+            (Some(Some(path)), _) => {
+                let writer = format_ident!("__decode_default_{}", ident);
+                defaults.push(quote! {
+                    #[doc(hidden)]
+                    unsafe fn #writer(place: *mut u8) {
+                        // SAFETY: `decode_struct` hands the field's own place.
+                        unsafe { place.cast::<#ty>().write(#path()) }
                     }
                 });
-                quote! { #ident: fields.#slot.unwrap() }
+                quote! { ::core::option::Option::Some(Self::#writer) }
             }
-        });
+            (Some(None), _) | (None, true) => {
+                quote! { ::core::option::Option::Some(#decode::SlotOf::<#ty>::DEFAULT) }
+            }
+            (None, false) => quote! { ::core::option::Option::None },
+        };
+        let how = if attrs.skip {
+            quote! { #decode::How::Skip }
+        } else if attrs.flatten {
+            if attrs.default.is_some() {
+                return Err(Error::new_spanned(ident, "Decode: a flattened field takes no default"));
+            }
+            quote! { #decode::How::Flatten(<#ty as #decode::DecodeFields>::FIELDS) }
+        } else {
+            quote! { #decode::How::Read(&#decode::SlotOf::<#ty>::SLOT) }
+        };
+        let absent = if attrs.flatten {
+            quote! { ::core::option::Option::None }
+        } else {
+            absent
+        };
+        table.push(quote! { #decode::Field { key: #key, offset: #offset, how: #how, absent: #absent } });
     }
-    let unknown = if container.deny_unknown_fields {
-        quote! { ::core::result::Result::Err(r.unknown_field(key)) }
-    } else {
-        quote! { ::core::result::Result::Ok(false) }
-    };
+    let deny = container.deny_unknown_fields;
+    let inherent = (!defaults.is_empty()).then(|| {
+        quote! {
+            impl #impl_generics #name #type_generics #where_clause {
+                #(#defaults)*
+            }
+        }
+    });
     Ok(quote! {
         const _: () = {
-            #[doc(hidden)]
-            #[allow(non_camel_case_types, missing_docs)]
-            pub struct #state #impl_generics #where_clause { #(#slots,)* }
+            #inherent
 
-            impl #impl_generics ::core::default::Default for #state #type_generics #where_clause {
-                fn default() -> Self {
-                    #state { #(#empty,)* }
-                }
+            impl #impl_generics #decode::DecodeFields for #name #type_generics #where_clause {
+                const FIELDS: &'static [#decode::Field] = &[#(#table),*];
             }
 
-            impl #impl_generics ::ringside_shared::decode::DecodeFields for #name #type_generics #where_clause {
-                type Fields = #state #type_generics;
-
-                fn field(
-                    fields: &mut Self::Fields,
-                    r: &mut ::ringside_shared::decode::Reader<'_>,
-                    key: &str,
-                ) -> ::ringside_shared::decode::Result<bool> {
-                    match key {
-                        #(#arms,)*
-                        _ => {
-                            #(#flattened)*
-                            return #unknown;
-                        }
+            impl #impl_generics #decode::Decode for #name #type_generics #where_clause {
+                fn decode(r: &mut #decode::Reader<'_>) -> #decode::Result<Self> {
+                    let mut value = ::core::mem::MaybeUninit::<Self>::uninit();
+                    // SAFETY: `FIELDS` holds each field of `Self` once, with its offset, its
+                    // type's slot and its default; on `Ok` all of them are written.
+                    unsafe {
+                        #decode::decode_struct(
+                            r,
+                            <Self as #decode::DecodeFields>::FIELDS,
+                            #deny,
+                            value.as_mut_ptr().cast::<u8>(),
+                        )?;
+                        ::core::result::Result::Ok(value.assume_init())
                     }
-                    ::core::result::Result::Ok(true)
-                }
-
-                fn finish(
-                    fields: Self::Fields,
-                    r: &::ringside_shared::decode::Reader<'_>,
-                ) -> ::ringside_shared::decode::Result<Self> {
-                    #(#required)*
-                    ::core::result::Result::Ok(Self { #(#finish,)* })
-                }
-            }
-
-            impl #impl_generics ::ringside_shared::decode::Decode for #name #type_generics #where_clause {
-                fn decode(r: &mut ::ringside_shared::decode::Reader<'_>) -> ::ringside_shared::decode::Result<Self> {
-                    ::ringside_shared::decode::decode_object::<Self>(r)
                 }
             }
         };
