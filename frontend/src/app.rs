@@ -6,7 +6,7 @@ use ringside_shared::ComponentStatus;
 
 use crate::chart::{format_value, Series, TimeSeriesChart};
 use crate::connection::{Link, LinkHandle};
-use crate::format::bytes;
+use crate::format::{bytes, fixed};
 use crate::store::{storage, Connection, Store};
 
 #[component]
@@ -217,7 +217,9 @@ fn HostPanel() -> impl IntoView {
     let cpu_hint = Signal::derive(move || {
         let w = store.readings.with(|r| r.window.clone());
         match (w.cpu_avg_pct, w.cpu_max_pct) {
-            (Some(avg), Some(max)) => format!("avg {avg:.1} % · max {max:.1} % over {} s", w.covered_ms / 1000),
+            (Some(avg), Some(max)) => {
+                format!("avg {} % · max {} % over {} s", fixed(avg, 1), fixed(max, 1), w.covered_ms / 1000)
+            }
             _ => "collecting…".into(),
         }
     });
@@ -228,11 +230,13 @@ fn HostPanel() -> impl IntoView {
     });
     let mem_hint = Signal::derive(move || {
         host.get()
-            .map(|h| format!("{:.1} % used · swap {}", h.memory.used_pct, bytes(h.memory.swap_used_bytes)))
+            .map(|h| format!("{} % used · swap {}", fixed(h.memory.used_pct, 1), bytes(h.memory.swap_used_bytes)))
             .unwrap_or_default()
     });
     let load_now = Signal::derive(move || {
-        host.get().map(|h| format!("{:.2} · {:.2} · {:.2}", h.load1, h.load5, h.load15)).unwrap_or_else(|| "–".into())
+        host.get()
+            .map(|h| format!("{} · {} · {}", fixed(h.load1, 2), fixed(h.load5, 2), fixed(h.load15, 2)))
+            .unwrap_or_else(|| "–".into())
     });
     let load_hint = Signal::derive(move || {
         host.get().map(|h| format!("{} running · {} blocked", h.procs_running, h.procs_blocked)).unwrap_or_default()
@@ -242,8 +246,10 @@ fn HostPanel() -> impl IntoView {
             .and_then(|h| h.pressure)
             .map(|p| {
                 format!(
-                    "cpu {:.1} % · mem {:.1} % · io {:.1} %",
-                    p.cpu_some_avg10, p.memory_some_avg10, p.io_some_avg10
+                    "cpu {} % · mem {} % · io {} %",
+                    fixed(p.cpu_some_avg10, 1),
+                    fixed(p.memory_some_avg10, 1),
+                    fixed(p.io_some_avg10, 1)
                 )
             })
             .unwrap_or_else(|| "not available".into())
@@ -254,12 +260,12 @@ fn HostPanel() -> impl IntoView {
                 .iter()
                 .enumerate()
                 .map(|(i, pct)| {
-                    let width = format!("width: {:.1}%", pct.clamp(0.0, 100.0));
+                    let width = format!("width: {}%", fixed(pct.clamp(0.0, 100.0), 1));
                     view! {
-                        <div class="cpu-bar" title=format!("CPU {i}: {pct:.1} %")>
+                        <div class="cpu-bar" title=format!("CPU {i}: {} %", fixed(*pct, 1))>
                             <span class="cpu-label">{format!("cpu{i}")}</span>
                             <span class="bar"><span class="fill" style=width></span></span>
-                            <span class="cpu-value">{format!("{pct:.0} %")}</span>
+                            <span class="cpu-value">{format!("{} %", fixed(*pct, 0))}</span>
                         </div>
                     }
                 })

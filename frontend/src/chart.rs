@@ -3,6 +3,8 @@
 
 use leptos::prelude::*;
 
+use crate::format::fixed;
+
 const W: f64 = 460.0;
 const H: f64 = 180.0;
 const LEFT: f64 = 52.0;
@@ -107,7 +109,18 @@ fn time_range(series: &[Series], span_ms: u64) -> Option<(u64, u64)> {
 /// A "nice" step (1, 2, 2.5 or 5 times a power of ten) giving about `ticks` intervals.
 pub fn nice_step(max: f64, ticks: f64) -> f64 {
     let raw = (max / ticks).max(f64::MIN_POSITIVE);
-    let magnitude = 10f64.powf(raw.log10().floor());
+    // The largest power of ten not above `raw`, stepped to (`powf` and `log10` would bring their
+    // own code into the wasm), at most 700 steps whatever `raw` is.
+    let mut magnitude = 1.0;
+    for _ in 0..700 {
+        if magnitude > raw {
+            magnitude /= 10.0;
+        } else if magnitude * 10.0 <= raw {
+            magnitude *= 10.0;
+        } else {
+            break;
+        }
+    }
     let fraction = raw / magnitude;
     let nice = if fraction <= 1.0 {
         1.0
@@ -168,10 +181,15 @@ fn band_path(band: &[(u64, f64, f64)], t0: u64, t1: u64, top: f64, gap_ms: u64) 
             return;
         }
         for (i, (t, _, max)) in run.iter().enumerate() {
-            d.push_str(&format!("{}{:.1},{:.1}", if i == 0 { 'M' } else { 'L' }, x_of(*t, t0, t1), y_of(*max, top)));
+            d.push_str(&format!(
+                "{}{},{}",
+                if i == 0 { 'M' } else { 'L' },
+                fixed(x_of(*t, t0, t1), 1),
+                fixed(y_of(*max, top), 1)
+            ));
         }
         for (t, min, _) in run.iter().rev() {
-            d.push_str(&format!("L{:.1},{:.1}", x_of(*t, t0, t1), y_of(*min, top)));
+            d.push_str(&format!("L{},{}", fixed(x_of(*t, t0, t1), 1), fixed(y_of(*min, top), 1)));
         }
         d.push('Z');
         run.clear();
@@ -193,13 +211,18 @@ fn value_at(points: &[(u64, f64)], t: u64, gap_ms: u64) -> Option<f64> {
     (t - p.0 <= gap_ms).then_some(p.1)
 }
 
+/// A coordinate in the chart's SVG, to a tenth of a unit.
+fn px(v: f64) -> String {
+    fixed(v, 1).to_string()
+}
+
 /// A value with its unit, short enough for an axis label: thousands as `k`, millions as `M`.
 pub fn format_value(value: f64, unit: &str) -> String {
     if value.abs() >= 1e6 {
-        return format!("{:.1}M{unit}", value / 1e6);
+        return format!("{}M{unit}", fixed(value / 1e6, 1));
     }
     if value.abs() >= 1e4 {
-        return format!("{:.0}k{unit}", value / 1e3);
+        return format!("{}k{unit}", fixed(value / 1e3, 0));
     }
     let digits = if value.abs() >= 100.0 {
         0
@@ -208,7 +231,7 @@ pub fn format_value(value: f64, unit: &str) -> String {
     } else {
         2
     };
-    format!("{value:.digits$}{unit}")
+    format!("{}{unit}", fixed(value, digits))
 }
 
 /// Path data for one series; a gap longer than `gap_ms` starts a new segment.
@@ -224,7 +247,7 @@ fn path(points: &[(u64, f64)], t0: u64, t1: u64, y_max: f64, gap_ms: u64) -> Str
             Some(p) if t.saturating_sub(p) <= gap_ms => 'L',
             _ => 'M',
         };
-        d.push_str(&format!("{command}{x:.1},{y:.1}"));
+        d.push_str(&format!("{command}{},{}", fixed(x, 1), fixed(y, 1)));
         previous = Some(t);
     }
     d
@@ -407,8 +430,8 @@ pub fn TimeSeriesChart(
                 let v = i as f64 * step;
                 let y = TOP + (1.0 - v / top) * plot_h;
                 view! {
-                    <line class="grid" x1=LEFT x2=W - RIGHT y1=y y2=y />
-                    <text class="tick" x=LEFT - 6.0 y=y + 4.0 text-anchor="end">{format_value(v, unit)}</text>
+                    <line class="grid" x1=px(LEFT) x2=px(W - RIGHT) y1=px(y) y2=px(y) />
+                    <text class="tick" x=px(LEFT - 6.0) y=px(y + 4.0) text-anchor="end">{format_value(v, unit)}</text>
                 }
             })
             .collect_view();
@@ -422,8 +445,8 @@ pub fn TimeSeriesChart(
             .map(|t| {
                 let x = x_of(t, t0, t1);
                 view! {
-                    <line class="grid" x1=x x2=x y1=TOP y2=H - BOTTOM />
-                    <text class="tick" x=x y=H - 8.0 text-anchor="middle">{axis_label(t, span)}</text>
+                    <line class="grid" x1=px(x) x2=px(x) y1=px(TOP) y2=px(H - BOTTOM) />
+                    <text class="tick" x=px(x) y=px(H - 8.0) text-anchor="middle">{axis_label(t, span)}</text>
                 }
             })
             .collect_view();
@@ -439,8 +462,8 @@ pub fn TimeSeriesChart(
                         let x0 = x_of(a.raised_at_ms.max(t0), t0, t1);
                         let x1 = x_of(a.resolved_at_ms.unwrap_or(t1).min(t1), t0, t1);
                         view! {
-                            <rect class=format!("alert-band sev-{}", a.severity.as_str()) x=x0 y=TOP
-                                width=(x1 - x0).max(1.5) height=plot_h>
+                            <rect class=format!("alert-band sev-{}", a.severity.as_str()) x=px(x0) y=px(TOP)
+                                width=px((x1 - x0).max(1.5)) height=px(plot_h)>
                                 <title>{format!("{} ({}): {}", a.name(), a.severity.as_str(), a.message)}</title>
                             </rect>
                         }
@@ -465,12 +488,12 @@ pub fn TimeSeriesChart(
         let crosshair = timeline.hover_ms.get().filter(|t| (t0..=t1).contains(t)).map(|t| {
             let x = x_of(t, t0, t1);
             view! {
-                <line class="crosshair" x1=x x2=x y1=TOP y2=H - BOTTOM />
-                <text class="tick crosshair-label" x=x y=TOP - 2.0 text-anchor="middle">{axis_label(t, span.min(86_400_000))}</text>
+                <line class="crosshair" x1=px(x) x2=px(x) y1=px(TOP) y2=px(H - BOTTOM) />
+                <text class="tick crosshair-label" x=px(x) y=px(TOP - 2.0) text-anchor="middle">{axis_label(t, span.min(86_400_000))}</text>
             }
         });
         let selection = drag.get().filter(|(a, b)| (a - b).abs() > 1.0).map(|(a, b)| {
-            view! { <rect class="selection" x=a.min(b) y=TOP width=(a - b).abs() height=plot_h /> }
+            view! { <rect class="selection" x=px(a.min(b)) y=px(TOP) width=px((a - b).abs()) height=px(plot_h) /> }
         });
         let legend = lines
             .iter()
@@ -495,7 +518,7 @@ pub fn TimeSeriesChart(
                 class="chart"
                 data-from=t0
                 data-to=t1
-                viewBox=format!("0 0 {W} {H}")
+                viewBox=format!("0 0 {} {}", px(W), px(H))
                 role="img"
                 aria-label=title
                 on:mousemove=move |ev| {
@@ -528,8 +551,8 @@ pub fn TimeSeriesChart(
                 {bands}
                 {y_ticks}
                 {x_ticks}
-                <line class="axis" x1=LEFT x2=LEFT y1=TOP y2=H - BOTTOM />
-                <line class="axis" x1=LEFT x2=W - RIGHT y1=H - BOTTOM y2=H - BOTTOM />
+                <line class="axis" x1=px(LEFT) x2=px(LEFT) y1=px(TOP) y2=px(H - BOTTOM) />
+                <line class="axis" x1=px(LEFT) x2=px(W - RIGHT) y1=px(H - BOTTOM) y2=px(H - BOTTOM) />
                 {drawn_lines}
                 {crosshair}
                 {selection}
@@ -557,6 +580,9 @@ mod tests {
         assert_eq!(nice_step(3.0, 4.0), 1.0);
         assert_eq!(nice_step(7.0, 4.0), 2.0);
         assert_eq!(nice_step(0.3, 4.0), 0.1);
+        assert_eq!(nice_step(4e9, 4.0), 1e9);
+        assert!((1e-309..1e-300).contains(&nice_step(0.0, 4.0)));
+        assert!(nice_step(f64::INFINITY, 4.0).is_infinite());
     }
 
     #[test]

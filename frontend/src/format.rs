@@ -16,9 +16,9 @@ pub fn age(ms: u64) -> String {
 pub fn micros(ns: Option<u64>) -> String {
     match ns {
         None => "–".into(),
-        Some(v) if v >= 1_000_000 => format!("{:.1} ms", v as f64 / 1e6),
-        Some(v) if v >= 10_000 => format!("{:.0} µs", v as f64 / 1e3),
-        Some(v) => format!("{:.1} µs", v as f64 / 1e3),
+        Some(v) if v >= 1_000_000 => format!("{} ms", fixed(v as f64 / 1e6, 1)),
+        Some(v) if v >= 10_000 => format!("{} µs", fixed(v as f64 / 1e3, 0)),
+        Some(v) => format!("{} µs", fixed(v as f64 / 1e3, 1)),
     }
 }
 
@@ -27,13 +27,17 @@ pub fn bytes(b: u64) -> String {
     const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
     let gib = b as f64 / GIB;
     if gib >= 1.0 {
-        format!("{gib:.1} GiB")
+        format!("{} GiB", fixed(gib, 1))
     } else if b < 1024 * 1024 {
-        format!("{:.0} KiB", b as f64 / 1024.0)
+        format!("{} KiB", fixed(b as f64 / 1024.0, 0))
     } else {
-        format!("{:.0} MiB", b as f64 / 1024.0 / 1024.0)
+        format!("{} MiB", fixed(b as f64 / 1024.0 / 1024.0, 0))
     }
 }
+
+/// Floats with a fixed number of decimals, without core's float formatting (shared with the
+/// daemon's texts the console shows).
+pub use ringside_shared::fixed;
 
 #[cfg(test)]
 mod tests {

@@ -7,7 +7,7 @@ use leptos::prelude::*;
 use ringside_shared::{GpuDevice, GpuIdleAttribution, GpuTelemetry, Phase, ThrottleReason};
 
 use crate::chart::{LivePoints, Series, TimeSeriesChart};
-use crate::format::bytes;
+use crate::format::{bytes, fixed};
 use crate::store::Store;
 
 /// Utilisation and memory use of GPU `index` over the history the console holds.
@@ -93,7 +93,7 @@ fn figure<T>(gpu: &GpuDevice, field: &str, value: Option<T>, show: impl Fn(T) ->
 /// A share bar, 0-100.
 fn bar(pct: Option<f64>) -> impl IntoView {
     let pct = pct.unwrap_or(0.0).clamp(0.0, 100.0);
-    view! { <span class="bar"><span class="fill" style=format!("width: {pct:.1}%")></span></span> }
+    view! { <span class="bar"><span class="fill" style=format!("width: {}%", fixed(pct, 1))></span></span> }
 }
 
 fn ratio(used: Option<f64>, limit: Option<f64>) -> Option<f64> {
@@ -120,7 +120,7 @@ pub fn gpu_use_of(pid: u32, gpus: &GpuTelemetry) -> Option<String> {
         .filter_map(|g| {
             let p = g.processes.iter().find(|p| p.pid == pid)?;
             let memory = p.gpu_memory_bytes.map(bytes).unwrap_or_else(|| "memory unknown".into());
-            let sm = p.sm_utilization_pct.map(|s| format!(", SM {s:.0} %")).unwrap_or_default();
+            let sm = p.sm_utilization_pct.map(|s| format!(", SM {} %", fixed(s, 0))).unwrap_or_default();
             Some(format!("GPU {}: {memory}{sm}", g.index))
         })
         .collect();
@@ -166,9 +166,9 @@ fn gpu_card(gpu: GpuDevice, idle: Vec<GpuIdleAttribution>, windows: &IdleWindows
             <div class="kernel-stats">
                 <div>
                     <span class="stat-label">"Utilisation · memory"</span>
-                    {figure(&gpu, "utilization_gpu_pct", gpu.utilization_gpu_pct, |v| format!("{v:.0} %"))}
+                    {figure(&gpu, "utilization_gpu_pct", gpu.utilization_gpu_pct, |v| format!("{} %", fixed(v, 0)))}
                     {bar(gpu.utilization_gpu_pct)}
-                    {figure(&gpu, "utilization_memory_pct", gpu.utilization_memory_pct, |v| format!("memory {v:.0} %"))}
+                    {figure(&gpu, "utilization_memory_pct", gpu.utilization_memory_pct, |v| format!("memory {} %", fixed(v, 0)))}
                 </div>
                 <div>
                     <span class="stat-label">"Memory"</span>
@@ -180,7 +180,7 @@ fn gpu_card(gpu: GpuDevice, idle: Vec<GpuIdleAttribution>, windows: &IdleWindows
                 <div>
                     <span class="stat-label">"Power · limit"</span>
                     {figure(&gpu, "power_draw_w", gpu.power_draw_w, |w| {
-                        format!("{w:.0} W of {}", gpu.power_limit_w.map(|l| format!("{l:.0} W")).unwrap_or_else(|| "–".into()))
+                        format!("{} W of {}", fixed(w, 0), gpu.power_limit_w.map(|l| format!("{} W", fixed(l, 0))).unwrap_or_else(|| "–".into()))
                     })}
                     {bar(power_pct)}
                 </div>
@@ -236,7 +236,7 @@ fn gpu_card(gpu: GpuDevice, idle: Vec<GpuIdleAttribution>, windows: &IdleWindows
                                     <tr data-pid=p.pid.to_string()>
                                         <td>{process_pid(&p)}</td>
                                         <td>{p.gpu_memory_bytes.map(bytes).unwrap_or_else(|| "–".into())}</td>
-                                        <td>{p.sm_utilization_pct.map(|s| format!("{s:.0} %")).unwrap_or_else(|| "–".into())}</td>
+                                        <td>{p.sm_utilization_pct.map(|s| format!("{} %", fixed(s, 0))).unwrap_or_else(|| "–".into())}</td>
                                     </tr>
                                 }
                             })
@@ -267,7 +267,7 @@ fn sparkline(index: u32) -> impl IntoView {
                 .enumerate()
                 .map(|(i, v)| {
                     let (x, y) = (i as f64 * 100.0 / n as f64, 20.0 - v.clamp(0.0, 100.0) / 5.0);
-                    format!("{}{x:.1},{y:.1}", if i == 0 { 'M' } else { 'L' })
+                    format!("{}{},{}", if i == 0 { 'M' } else { 'L' }, fixed(x, 1), fixed(y, 1))
                 })
                 .collect::<String>()
         })
@@ -285,14 +285,14 @@ fn gpu_row(gpu: &GpuDevice, idle: &[GpuIdleAttribution], expanded: bool) -> impl
     let index = gpu.index;
     let util = gpu.utilization_gpu_pct;
     let memory_pct = ratio(gpu.memory_used_bytes.map(|b| b as f64), gpu.memory_total_bytes.map(|b| b as f64));
-    let gib = |b: u64| format!("{:.1}", b as f64 / (1u64 << 30) as f64);
+    let gib = |b: u64| format!("{}", fixed(b as f64 / (1u64 << 30) as f64, 1));
     let memory = match (gpu.memory_used_bytes, gpu.memory_total_bytes) {
         (Some(used), Some(total)) => format!("{}/{} GiB", gib(used), gib(total)),
         _ => "–".into(),
     };
     let power = match (gpu.power_draw_w, gpu.power_limit_w) {
-        (Some(w), Some(l)) => format!("{w:.0}/{l:.0} W"),
-        (Some(w), None) => format!("{w:.0} W"),
+        (Some(w), Some(l)) => format!("{}/{} W", fixed(w, 0), fixed(l, 0)),
+        (Some(w), None) => format!("{} W", fixed(w, 0)),
         _ => "–".into(),
     };
     let hot = matches!((gpu.temperature_gpu_c, gpu.temperature_slowdown_c), (Some(c), Some(s)) if c + 5 >= s);
@@ -309,7 +309,8 @@ fn gpu_row(gpu: &GpuDevice, idle: &[GpuIdleAttribution], expanded: bool) -> impl
         .filter(|r| *r != ThrottleReason::GpuIdle)
         .collect();
     let clocks = if held.is_empty() { "free".to_string() } else { throttle_text(&held) };
-    let jobs: Vec<String> = idle.iter().map(|a| format!("{} ({}) idle {:.0}%", a.comm, a.job, a.idle_pct)).collect();
+    let jobs: Vec<String> =
+        idle.iter().map(|a| format!("{} ({}) idle {}%", a.comm, a.job, fixed(a.idle_pct, 0))).collect();
     let jobs = if jobs.is_empty() {
         let pids: Vec<String> = gpu.processes.iter().map(|p| p.pid.to_string()).collect();
         if pids.is_empty() {
@@ -337,7 +338,7 @@ fn gpu_row(gpu: &GpuDevice, idle: &[GpuIdleAttribution], expanded: bool) -> impl
             <th scope="row">
                 <b>{format!("GPU {index}")}</b>" "<span class="muted small">{gpu.name.clone()}</span>" "{xid}
             </th>
-            <td class="num">{util.map(|u| format!("{u:.0} %")).unwrap_or_else(|| "–".into())}{bar(util)}</td>
+            <td class="num">{util.map(|u| format!("{} %", fixed(u, 0))).unwrap_or_else(|| "–".into())}{bar(util)}</td>
             <td class="num">{memory}{bar(memory_pct)}</td>
             <td class="num">{power}</td>
             <td class=if hot { "num gpu-hot" } else { "num" }>{temperature}</td>
@@ -431,7 +432,7 @@ fn idle_view(a: GpuIdleAttribution) -> impl IntoView {
                 .into_iter()
                 .filter(|(_, _, pct)| *pct > 0.0)
                 .map(|(class, name, pct)| view! {
-                    <span class=class data-phase=name style=format!("width: {pct:.2}%") title=format!("idle, {name}: {pct:.1} %")></span>
+                    <span class=class data-phase=name style=format!("width: {}%", fixed(pct, 2)) title=format!("idle, {name}: {} %", fixed(pct, 1))></span>
                 })
                 .collect_view()}
         </div>

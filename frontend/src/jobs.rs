@@ -10,7 +10,7 @@ use leptos::prelude::*;
 use ringside_shared::{fleet_job_link, ExitedRank, GpuTelemetry, Phase, Rank, SchedulerTelemetry, UnixMillis};
 
 use crate::chart::{LivePoints, Series, TimeSeriesChart};
-use crate::format::age;
+use crate::format::{age, fixed};
 use crate::scheduler::{phase_class, short};
 
 /// Per step figures are taken over this much of the recent past.
@@ -91,9 +91,9 @@ impl RankWindows {
 
 fn seconds(s: f64) -> String {
     if s >= 10.0 {
-        format!("{s:.1} s")
+        format!("{} s", fixed(s, 1))
     } else {
-        format!("{:.0} ms", s * 1000.0)
+        format!("{} ms", fixed(s * 1000.0, 0))
     }
 }
 
@@ -111,9 +111,9 @@ fn gpu_idle(r: &Rank, gpus: Option<&GpuTelemetry>) -> String {
                 .chain([("waiting_for_cpu", a.idle_waiting_for_cpu_pct)])
                 .max_by(|x, y| x.1.total_cmp(&y.1))
                 .filter(|(_, pct)| *pct >= 1.0)
-                .map(|(what, pct)| format!(", {pct:.0} % in {what}"))
+                .map(|(what, pct)| format!(", {} % in {what}", fixed(pct, 0)))
                 .unwrap_or_default();
-            format!("GPU {} idle {:.0} %{most}", a.gpu, a.idle_pct)
+            format!("GPU {} idle {} %{most}", a.gpu, fixed(a.idle_pct, 0))
         })
         .collect();
     if parts.is_empty() {
@@ -132,7 +132,7 @@ fn shares(r: &Rank) -> String {
         .iter()
         .map(|p| (*p, r.process.recent_phase_pct.get(*p)))
         .filter(|(_, pct)| *pct >= 1.0)
-        .map(|(p, pct)| format!("{} {pct:.0}", short(p)))
+        .map(|(p, pct)| format!("{} {}", short(p), fixed(pct, 0)))
         .collect();
     format!("{} %", parts.join(" · "))
 }

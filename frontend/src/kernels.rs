@@ -5,7 +5,7 @@ use leptos::prelude::*;
 use ringside_shared::{KernelBackend, KernelState, KernelStatsOutput, RingKernelMetrics, StatsInput, StatsUnit};
 
 use crate::chart::{Series, TimeSeriesChart};
-use crate::format::{age, micros};
+use crate::format::{age, fixed, micros};
 use crate::store::Store;
 
 fn state_class(state: KernelState) -> &'static str {
@@ -27,7 +27,7 @@ fn output_stats(stats: KernelStatsOutput) -> impl IntoView {
         StatsUnit::Us => " µs",
         StatsUnit::Pct => " %",
     };
-    let value = |v: f64| format!("{v:.1}{unit}");
+    let value = |v: f64| format!("{}{unit}", fixed(v, 1));
     view! {
         <div class="kernel-output" data-output="stats">
             <span class="stat-label">{format!("{what} (computed by the kernel)")}</span>
@@ -68,11 +68,11 @@ fn KernelCard(id: String) -> impl IntoView {
     let body = move || {
         metrics.get().map(|k: RingKernelMetrics| {
             let w = window.get();
-            let throughput = w.as_ref().map(|w| format!("{:.0} msg/s", w.throughput_per_s)).unwrap_or_else(|| "–".into());
+            let throughput = w.as_ref().map(|w| format!("{} msg/s", fixed(w.throughput_per_s, 0))).unwrap_or_else(|| "–".into());
             let window_drops = w
                 .as_ref()
                 .and_then(|w| w.drop_rate)
-                .map(|r| format!("{:.2} % now", r * 100.0))
+                .map(|r| format!("{} % now", fixed(r * 100.0, 2)))
                 .unwrap_or_else(|| "no traffic now".into());
             let backend = match k.backend {
                 KernelBackend::Cpu => "CPU",
@@ -81,7 +81,7 @@ fn KernelCard(id: String) -> impl IntoView {
             let queue = |depth: u32, capacity: u32| {
                 let pct = if capacity == 0 { 0.0 } else { f64::from(depth) * 100.0 / f64::from(capacity) };
                 view! {
-                    <span class="bar"><span class="fill" style=format!("width: {pct:.1}%")></span></span>
+                    <span class="bar"><span class="fill" style=format!("width: {}%", fixed(pct, 1))></span></span>
                     <span class="cpu-value">{format!("{depth}/{capacity}")}</span>
                 }
             };
@@ -94,7 +94,7 @@ fn KernelCard(id: String) -> impl IntoView {
                 <div class="kernel-stats">
                     <div><span class="stat-label">"Throughput"</span><b>{throughput}</b></div>
                     <div><span class="stat-label">"Processed"</span><b>{k.messages_processed.to_string()}</b></div>
-                    <div><span class="stat-label">"Dropped"</span><b>{format!("{} ({:.2} %)", k.messages_dropped, k.drop_rate * 100.0)}</b><span class="muted">{window_drops}</span></div>
+                    <div><span class="stat-label">"Dropped"</span><b>{format!("{} ({} %)", k.messages_dropped, fixed(k.drop_rate * 100.0, 2))}</b><span class="muted">{window_drops}</span></div>
                     <div><span class="stat-label">"Latency p50 · p99 · max"</span><b>{format!("{} · {} · {}", micros(k.latency_p50_ns), micros(k.latency_p99_ns), micros(Some(k.max_latency_ns).filter(|_| k.messages_processed > 0)))}</b></div>
                 </div>
                 <div class="queues">

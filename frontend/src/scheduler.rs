@@ -8,7 +8,7 @@ use ringside_shared::{
     SchedulerTelemetry,
 };
 
-use crate::format::{age, micros};
+use crate::format::{age, fixed, micros};
 use crate::store::Store;
 
 /// How much of each process's timeline is drawn.
@@ -23,7 +23,11 @@ fn phase_times(values: &PhaseValues<u64>) -> String {
     let mut parts: Vec<(Phase, u64)> =
         Phase::ALL.iter().map(|p| (*p, values.get(*p))).filter(|(_, ms)| *ms > 0).collect();
     parts.sort_by_key(|(_, ms)| std::cmp::Reverse(*ms));
-    parts.iter().map(|(p, ms)| format!("{} {:.1} s", short(*p), *ms as f64 / 1000.0)).collect::<Vec<_>>().join(" · ")
+    parts
+        .iter()
+        .map(|(p, ms)| format!("{} {} s", short(*p), fixed(*ms as f64 / 1000.0, 1)))
+        .collect::<Vec<_>>()
+        .join(" · ")
 }
 
 pub(crate) fn short(phase: Phase) -> &'static str {
@@ -50,7 +54,7 @@ fn Timeline(process: MlProcessInfo, now_ms: u64) -> impl IntoView {
         .map(|s| {
             let (x0, x1) = (x(s.start_ms.max(from)), x(s.end_ms.min(now_ms)));
             view! {
-                <rect class=phase_class(s.phase) x=format!("{x0:.1}") y="0" width=format!("{:.1}", (x1 - x0).max(0.5)) height="18">
+                <rect class=phase_class(s.phase) x=format!("{}", fixed(x0, 1)) y="0" width=format!("{}", fixed((x1 - x0).max(0.5), 1)) height="18">
                     <title>{format!("{} for {}", s.phase.as_str(), age(s.end_ms - s.start_ms))}</title>
                 </rect>
             }
@@ -160,8 +164,8 @@ fn summary(s: &SchedulerTelemetry) -> impl IntoView {
         .filter(|p| pct(**p) > 0.0)
         .map(|p| {
             view! {
-                <span class=phase_class(*p) style=format!("width: {:.2}%", pct(*p))
-                    title=format!("{} {:.1} %", p.as_str(), pct(*p))></span>
+                <span class=phase_class(*p) style=format!("width: {}%", fixed(pct(*p), 2))
+                    title=format!("{} {} %", p.as_str(), fixed(pct(*p), 1))></span>
             }
         })
         .collect_view();
@@ -177,7 +181,7 @@ fn summary(s: &SchedulerTelemetry) -> impl IntoView {
         </div>
         <div class="phase-bar" role="img" aria-label="share of ML thread time per phase">{bar}</div>
         <div class="phase-legend">
-            {Phase::ALL.iter().map(|p| view! { <span><span class=phase_class(*p)></span>{format!("{} {:.0} %", p.as_str(), pct(*p))}</span> }).collect_view()}
+            {Phase::ALL.iter().map(|p| view! { <span><span class=phase_class(*p)></span>{format!("{} {} %", p.as_str(), fixed(pct(*p), 0))}</span> }).collect_view()}
         </div>
     }
 }
@@ -203,10 +207,10 @@ fn tasks_table(s: &SchedulerTelemetry) -> impl IntoView {
                     <td>{t.comm.clone()}</td>
                     <td><span class=phase_class(t.phase)>{t.phase.as_str()}</span></td>
                     <td>{phase_times(&t.phase_ms)}</td>
-                    <td class="num">{format!("{:.0} %", t.on_cpu_pct)}</td>
+                    <td class="num">{format!("{} %", fixed(t.on_cpu_pct, 0))}</td>
                     <td class="num">{format!("{} · {}", micros(t.runq_p50_ns), micros(t.runq_p99_ns))}</td>
                     <td class="num" title="share of its timer-tick samples in the CUDA driver's code">
-                        {t.features.get("driver").map(|d| format!("{:.0} %", d * 100.0)).unwrap_or_else(|| "–".into())}
+                        {t.features.get("driver").map(|d| format!("{} %", fixed(d * 100.0, 0))).unwrap_or_else(|| "–".into())}
                     </td>
                     <td class="num">{calls(&t.calls)}</td>
                     <td>{t.last_decision.clone().unwrap_or_else(|| "–".into())}</td>

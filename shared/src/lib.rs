@@ -11,6 +11,7 @@ extern crate self as ringside_shared;
 
 pub mod alert;
 pub mod decode;
+pub mod fixed;
 pub mod history;
 pub mod incident;
 pub mod protocol;
@@ -19,6 +20,7 @@ pub mod silence;
 pub mod snapshot;
 
 pub use alert::{Acknowledgement, Alert, AlertTransition, AlertType, Role, Severity, TransitionKind};
+pub use fixed::{fixed, Fixed};
 pub use history::{HistoryCatalog, HistoryExport, HistoryResponse, HistorySeries, HistorySeriesInfo};
 pub use incident::{IncidentBundle, IncidentSummary};
 pub use protocol::{

@@ -1474,9 +1474,9 @@ impl GpuIdleAttribution {
     /// "GPU 0 idle 38% of the last minute: 30% waiting for data, 8% in the optimizer step".
     pub fn describe(&self) -> String {
         format!(
-            "GPU {} idle {:.0}% of the last minute{}",
+            "GPU {} idle {}% of the last minute{}",
             self.gpu,
-            self.idle_pct,
+            crate::fixed(self.idle_pct, 0),
             split_words(&self.idle_by_phase_pct, self.idle_waiting_for_cpu_pct)
         )
     }
@@ -1501,9 +1501,9 @@ impl GpuStepIdle {
     /// "last step 6.0 s, GPU idle 75%: 26% waiting for data, ...".
     pub fn describe(&self) -> String {
         format!(
-            "last step {:.1} s, GPU idle {:.0}%{}",
-            self.end_ms.saturating_sub(self.start_ms) as f64 / 1000.0,
-            self.idle_pct,
+            "last step {} s, GPU idle {}%{}",
+            crate::fixed(self.end_ms.saturating_sub(self.start_ms) as f64 / 1000.0, 1),
+            crate::fixed(self.idle_pct, 0),
             split_words(&self.idle_by_phase_pct, self.idle_waiting_for_cpu_pct)
         )
     }
@@ -1521,8 +1521,11 @@ fn split_words(by_phase: &PhaseValues<f64>, waiting_for_cpu: f64) -> String {
     let mut parts: Vec<(f64, &str)> = Phase::ALL.iter().map(|p| (by_phase.get(*p), words(*p))).collect();
     parts.push((waiting_for_cpu, "waiting for a CPU"));
     parts.sort_by(|x, y| y.0.total_cmp(&x.0));
-    let parts: Vec<String> =
-        parts.into_iter().filter(|(pct, _)| *pct >= 0.5).map(|(pct, w)| format!("{pct:.0}% {w}")).collect();
+    let parts: Vec<String> = parts
+        .into_iter()
+        .filter(|(pct, _)| *pct >= 0.5)
+        .map(|(pct, w)| format!("{}% {w}", crate::fixed(pct, 0)))
+        .collect();
     if parts.is_empty() {
         String::new()
     } else {
