@@ -3,7 +3,9 @@
 // Over a slow link the WebAssembly takes seconds to arrive. Meanwhile the page's shell shows
 // the host's figures from `/api/host` (a few hundred bytes), refreshed each tick, until the
 // console replaces the shell.
-import init from "/pkg/ringside_frontend.js";
+// The console's module is asked for at once, beside the host's figures: a static import would
+// hold this script, and its first `/api/host`, until the module had arrived.
+const console_module = import("/pkg/ringside_frontend.js");
 
 function text(id, value) {
   const element = document.getElementById(id);
@@ -60,7 +62,7 @@ async function poll() {
 
 poll();
 
-init({ module_or_path: "/pkg/ringside_frontend_bg.wasm" }).catch((error) => {
+console_module.then(({ default: init }) => init({ module_or_path: "/pkg/ringside_frontend_bg.wasm" })).catch((error) => {
   const message = document.createElement("p");
   message.className = "banner banner-error";
   message.textContent = "The console could not start: " + error + ". Reload, or check that this browser supports WebAssembly.";
