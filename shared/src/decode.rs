@@ -269,10 +269,24 @@ pub unsafe fn decode_struct(
     out: *mut u8,
 ) -> Result<()> {
     let mut seen = Seen::default();
+    // Writers (serde among them) give a struct's keys in the order of its fields, some left
+    // out: in a struct with no flattened field, where a field's index is its place in `fields`,
+    // the search starts after the field last read.
+    let flat = !fields.iter().any(|f| matches!(f.how, How::Flatten(_)));
+    let mut after = 0;
     let read = r.object(&mut |r, key| {
-        let Some((index, offset, slot)) = find(fields, key, &mut 0, 0) else {
+        let hit = if flat {
+            (after..fields.len()).chain(0..after.min(fields.len())).find_map(|i| match fields[i].how {
+                How::Read(slot) if fields[i].key == key => Some((i, fields[i].offset, slot)),
+                _ => None,
+            })
+        } else {
+            find(fields, key, &mut 0, 0)
+        };
+        let Some((index, offset, slot)) = hit else {
             return if deny_unknown { Err(r.unknown_field(key)) } else { Ok(false) };
         };
+        after = index + 1;
         if seen.has(index) {
             return Err(r.duplicate(key));
         }
@@ -855,6 +869,16 @@ mod tests {
         }
         let error = from_str::<Strict>(r#"{"a":"kept","b":1}"#).unwrap_err().to_string();
         assert!(error.contains("unknown field `b`"), "{error}");
+        // In a struct without flattened fields the search starts after the field last read: a
+        // key out of order, or given again, is still found, and refused the second time.
+        let inner: Inner = from_str(r#"{"tags":["t"],"name":"n"}"#).unwrap();
+        assert_eq!(inner, Inner { name: "n".into(), tags: vec!["t".into()] });
+        for text in [r#"{"name":"n","tags":["t"],"name":"m"}"#, r#"{"tags":["t"],"name":"n","tags":[]}"#] {
+            let error = from_str::<Inner>(text).unwrap_err().to_string();
+            assert!(error.contains("duplicate field"), "{text}: {error}");
+        }
+        let error = from_str::<Strict>(r#"{"a":"x","a":"y"}"#).unwrap_err().to_string();
+        assert!(error.contains("duplicate field `a`"), "{error}");
         let nested = from_str::<Vec<Outer>>(r#"[{"id":1,"name":"n","type":"t"},{"id":2,"name":"m"}]"#);
         assert!(nested.unwrap_err().to_string().contains("missing field `type`"));
     }
