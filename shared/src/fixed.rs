@@ -6,7 +6,8 @@
 /// console's wasm). Rounded half away from zero after scaling, where core rounds the exact
 /// binary value half to even: the two differ only on a value within a rounding error of a half
 /// in the last digit shown. Beyond 2^53 in the last digit (figures of no meaning on a console)
-/// the whole part alone is written.
+/// the whole part alone is written. At most 9 decimals; the formatter's width and fill are not
+/// applied.
 pub fn fixed(value: f64, digits: usize) -> Fixed {
     Fixed { value, digits: digits.min(9) }
 }
