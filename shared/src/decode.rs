@@ -312,6 +312,7 @@ pub fn from_str<T: Decode>(text: &str) -> Result<T> {
     Ok(value)
 }
 
+/// Where `key` is in `keys`.
 fn key_index(keys: &[&str], key: &str) -> Option<usize> {
     keys.iter().position(|k| *k == key)
 }
