@@ -211,8 +211,8 @@ fn value_at(points: &[(u64, f64)], t: u64, gap_ms: u64) -> Option<f64> {
     (t - p.0 <= gap_ms).then_some(p.1)
 }
 
-/// A coordinate in the chart's SVG, to a tenth of a unit.
-fn px(v: f64) -> String {
+/// A coordinate in an SVG drawing (charts, phase timelines), to a tenth of a unit.
+pub fn px(v: f64) -> String {
     fixed(v, 1).to_string()
 }
 

@@ -8,6 +8,7 @@ use ringside_shared::{
     SchedulerTelemetry,
 };
 
+use crate::chart::px;
 use crate::format::{age, fixed, micros};
 use crate::store::Store;
 
@@ -54,7 +55,7 @@ fn Timeline(process: MlProcessInfo, now_ms: u64) -> impl IntoView {
         .map(|s| {
             let (x0, x1) = (x(s.start_ms.max(from)), x(s.end_ms.min(now_ms)));
             view! {
-                <rect class=phase_class(s.phase) x=format!("{}", fixed(x0, 1)) y="0" width=format!("{}", fixed((x1 - x0).max(0.5), 1)) height="18">
+                <rect class=phase_class(s.phase) x=px(x0) y="0" width=px((x1 - x0).max(0.5)) height="18">
                     <title>{format!("{} for {}", s.phase.as_str(), age(s.end_ms - s.start_ms))}</title>
                 </rect>
             }
