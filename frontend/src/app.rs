@@ -84,9 +84,9 @@ fn SignOut() -> impl IntoView {
 fn end_session() -> Result<(), String> {
     use wasm_bindgen::closure::Closure;
     let window = web_sys::window().ok_or("no window")?;
-    let headers = web_sys::Headers::new().map_err(|e| format!("{e:?}"))?;
+    let headers = web_sys::Headers::new().map_err(|e| crate::format::js_error(&e))?;
     // The daemon takes a cookie-authenticated change only as JSON from its own origin.
-    headers.set("Content-Type", "application/json").map_err(|e| format!("{e:?}"))?;
+    headers.set("Content-Type", "application/json").map_err(|e| crate::format::js_error(&e))?;
     let init = web_sys::RequestInit::new();
     init.set_method("DELETE");
     init.set_headers(&headers);

@@ -65,7 +65,7 @@ impl Link {
             *attempt
         };
         self.store.connection.set(Connection::Connecting { attempt });
-        let socket = match ws_url().and_then(|url| WebSocket::new(&url).map_err(|e| format!("{e:?}"))) {
+        let socket = match ws_url().and_then(|url| WebSocket::new(&url).map_err(|e| crate::format::js_error(&e))) {
             Ok(socket) => socket,
             Err(why) => return self.retry_later(why),
         };

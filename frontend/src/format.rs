@@ -39,6 +39,20 @@ pub fn bytes(b: u64) -> String {
 /// daemon's texts the console shows).
 pub use ringside_shared::fixed;
 
+/// What a failed browser call threw, as text: a thrown string as it is, an `Error` as
+/// `TypeError: message`. (The console is built with `-Zfmt-debug=none`, where `{:?}` writes
+/// nothing.)
+pub fn js_error(e: &wasm_bindgen::JsValue) -> String {
+    use wasm_bindgen::JsCast;
+    if let Some(text) = e.as_string() {
+        return text;
+    }
+    match e.dyn_ref::<js_sys::Error>() {
+        Some(error) => String::from(error.to_string()),
+        None => "the browser gave no reason".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,5 +69,36 @@ mod tests {
         assert_eq!(bytes(3 << 30), "3.0 GiB");
         assert_eq!(bytes(640 << 20), "640 MiB");
         assert_eq!(bytes(85 << 10), "85 KiB");
+    }
+
+    /// `cargo xtask console` builds with `-Zfmt-debug=none`, where `{:?}` writes nothing: no
+    /// text the console shows, its own or the protocol crate's, may be written with it (test
+    /// code aside).
+    #[test]
+    fn the_console_never_writes_debug_formatting() {
+        let root = env!("CARGO_MANIFEST_DIR");
+        let mut checked = 0;
+        for dir in [format!("{root}/src"), format!("{root}/../shared/src")] {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.file_name().is_some_and(|n| n == "tests.rs") {
+                    continue;
+                }
+                let source = std::fs::read_to_string(&path).unwrap();
+                let code = source.split("#[cfg(test)]").next().unwrap_or_default();
+                for (n, line) in code.lines().enumerate() {
+                    let debug = [":?}", ":#?}", "dbg!("].iter().any(|p| line.contains(p));
+                    let comment = line.trim_start().starts_with("//");
+                    assert!(
+                        !debug || comment,
+                        "{}:{}: `{{:?}}` writes nothing in the console: {line}",
+                        path.display(),
+                        n + 1
+                    );
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 20, "read {checked} files");
     }
 }

@@ -79,7 +79,7 @@ pub fn decode(text: &str) -> Result<ServerMessage, String> {
             let ErrorFields { code, message } = read(text)?;
             ServerMessage::Error { code, message }
         }
-        other => return Err(format!("unknown frame type {other:?}")),
+        other => return Err(format!("unknown frame type \"{other}\"")),
     })
 }
 

@@ -89,7 +89,7 @@ fn KernelCard(id: String) -> impl IntoView {
                 <div class="kernel-head">
                     <b class="kernel-id">{k.id.clone()}</b>
                     <span class="muted">{format!("{} · {backend} · up {}", k.kernel, age(k.uptime_ms))}</span>
-                    <span class=state_class(k.state)>{format!("{:?}", k.state).to_lowercase()}</span>
+                    <span class=state_class(k.state)>{k.state.as_str()}</span>
                 </div>
                 <div class="kernel-stats">
                     <div><span class="stat-label">"Throughput"</span><b>{throughput}</b></div>

@@ -325,15 +325,15 @@ pub fn fetch_json<T: ringside_shared::decode::Decode + 'static>(
             Ok(promise) => {
                 let fail_text = fail_response.clone();
                 let ok = Closure::<dyn FnMut(JsValue)>::once(on_text);
-                let err = Closure::<dyn FnMut(JsValue)>::once(move |e: JsValue| fail_text(format!("{e:?}")));
+                let err = Closure::<dyn FnMut(JsValue)>::once(move |e: JsValue| fail_text(crate::format::js_error(&e)));
                 let _ = promise.then2(&ok, &err);
                 ok.forget();
                 err.forget();
             }
-            Err(e) => fail_response(format!("{e:?}")),
+            Err(e) => fail_response(crate::format::js_error(&e)),
         }
     });
-    let on_error = Closure::<dyn FnMut(JsValue)>::once(move |e: JsValue| fail(format!("{e:?}")));
+    let on_error = Closure::<dyn FnMut(JsValue)>::once(move |e: JsValue| fail(crate::format::js_error(&e)));
     let _ = window.fetch_with_str(url).then2(&on_response, &on_error);
     on_response.forget();
     on_error.forget();

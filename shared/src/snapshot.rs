@@ -1233,6 +1233,21 @@ pub enum KernelState {
     Failed,
 }
 
+impl KernelState {
+    /// The state's name on the wire (`active`, `terminated`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KernelState::Created => "created",
+            KernelState::Launched => "launched",
+            KernelState::Active => "active",
+            KernelState::Deactivated => "deactivated",
+            KernelState::Terminating => "terminating",
+            KernelState::Terminated => "terminated",
+            KernelState::Failed => "failed",
+        }
+    }
+}
+
 /// Telemetry of one ring kernel, with the reference framework's field names.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Decode, JsonSchema)]
 pub struct RingKernelMetrics {

@@ -756,6 +756,10 @@ fn scheduler_wire_enums_say_their_names() {
     check(&[ProcessRole::Main, ProcessRole::Worker], ProcessRole::as_str);
     check(&[LibraryState::Pending, LibraryState::Probed, LibraryState::Refused], LibraryState::as_str);
     check(&[ProgramState::Attached, ProgramState::Fallback, ProgramState::Failed], ProgramState::as_str);
+    {
+        use crate::KernelState::*;
+        check(&[Created, Launched, Active, Deactivated, Terminating, Terminated, Failed], crate::KernelState::as_str);
+    }
     use ProbeAttach::*;
     check(&[TpBtf, RawTp, Tracepoint, SchedSwitch, Uprobe], ProbeAttach::as_str);
     let states =

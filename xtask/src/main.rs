@@ -52,9 +52,11 @@ const AXE_CORE: &str = "axe-core@4.14.1";
 const NIGHTLY: &str = "nightly-2026-05-20";
 
 /// With the nightly's standard library rebuilt for size, the console's wasm32 flags gain panics
-/// that abort where they happen (no formatting code, no file and line strings). Cargo appends
-/// them to `.cargo/config.toml`'s (Leptos' erased component views).
-const CONSOLE_NIGHTLY_RUSTFLAGS: &str = r#"target.wasm32-unknown-unknown.rustflags=["-Zlocation-detail=none", "-Zunstable-options", "-Cpanic=immediate-abort"]"#;
+/// that abort where they happen (no formatting code, no file and line strings), and `{:?}` that
+/// writes nothing (no `Debug` code; the console writes every text with `Display`, which a unit
+/// test of the frontend checks). Cargo appends them to `.cargo/config.toml`'s (Leptos' erased
+/// component views).
+const CONSOLE_NIGHTLY_RUSTFLAGS: &str = r#"target.wasm32-unknown-unknown.rustflags=["-Zlocation-detail=none", "-Zunstable-options", "-Cpanic=immediate-abort", "-Zfmt-debug=none"]"#;
 
 fn main() {
     if let Err(e) = run() {
