@@ -91,6 +91,20 @@ pub struct Reader<'a> {
 /// A type read from JSON by [`Reader`].
 pub trait Decode: Sized {
     fn decode(r: &mut Reader<'_>) -> Result<Self>;
+
+    /// Reads a value into `place`: written on `Ok`; on `Err`, nothing there needs dropping.
+    /// Structs and options read in place, so that the code reading a field, an option or a
+    /// list element does not move the value again.
+    ///
+    /// # Safety
+    /// `place` is valid for writes of `Self` and holds nothing that needs dropping.
+    #[doc(hidden)]
+    unsafe fn decode_into(r: &mut Reader<'_>, place: *mut Self) -> Result<()> {
+        let value = Self::decode(r)?;
+        // SAFETY: as the caller promises.
+        unsafe { place.write(value) };
+        Ok(())
+    }
 }
 
 /// A struct read in place, field by field, from a table of its fields (what `#[derive(Decode)]`
@@ -147,10 +161,8 @@ impl<T: Default> SlotOf<T> {
 /// # Safety
 /// `place` is valid for writes of a `T`.
 unsafe fn read_at<T: Decode>(place: *mut u8, r: &mut Reader<'_>) -> Result<()> {
-    let value = T::decode(r)?;
     // SAFETY: as the caller promises.
-    unsafe { place.cast::<T>().write(value) };
-    Ok(())
+    unsafe { T::decode_into(r, place.cast::<T>()) }
 }
 
 /// # Safety
@@ -762,17 +774,113 @@ impl<T: Decode> Decode for Option<T> {
         }
         T::decode(r).map(Some)
     }
+
+    unsafe fn decode_into(r: &mut Reader<'_>, place: *mut Option<T>) -> Result<()> {
+        if r.null()? {
+            // SAFETY: as the caller promises.
+            unsafe { place.write(None) };
+            return Ok(());
+        }
+        let mut value = std::mem::MaybeUninit::<T>::uninit();
+        // SAFETY: `value` is a `T`'s own place; on `Ok` it is written.
+        unsafe {
+            T::decode_into(r, value.as_mut_ptr())?;
+            place.write(Some(value.assume_init()));
+        }
+        Ok(())
+    }
 }
 
 impl<T: Decode> Decode for Vec<T> {
     fn decode(r: &mut Reader<'_>) -> Result<Vec<T>> {
-        let mut items = Vec::new();
-        r.array(&mut |r| {
-            items.push(T::decode(r)?);
-            Ok(())
-        })?;
-        Ok(items)
+        let layout = std::alloc::Layout::new::<T>();
+        if layout.size() == 0 {
+            let mut items = Vec::new();
+            r.array(&mut |r| {
+                items.push(T::decode(r)?);
+                Ok(())
+            })?;
+            return Ok(items);
+        }
+        // SAFETY: `SLOT` reads and drops `T`s, `layout` is a `T`'s, not zero-sized; the parts
+        // are an allocation of the global allocator for `capacity` `T`s (what `Vec` makes), the
+        // first `length` of them written.
+        unsafe {
+            let (ptr, length, capacity) = read_seq(r, &SlotOf::<T>::SLOT, layout)?;
+            Ok(Vec::from_raw_parts(ptr.cast::<T>(), length, capacity))
+        }
     }
+}
+
+/// Values being read into one allocation, as a `Vec` holds them; dropped and freed unless the
+/// read ends well.
+struct Seq<'s> {
+    ptr: *mut u8,
+    length: usize,
+    capacity: usize,
+    item: std::alloc::Layout,
+    slot: &'s Slot,
+}
+
+impl Seq<'_> {
+    fn layout(&self, capacity: usize) -> Option<std::alloc::Layout> {
+        let size = self.item.size().checked_mul(capacity)?;
+        std::alloc::Layout::from_size_align(size, self.item.align()).ok()
+    }
+
+    /// Room for at least one more value: twice the capacity, 4 at first.
+    fn grow(&mut self) -> bool {
+        let capacity = if self.capacity == 0 { 4 } else { self.capacity.saturating_mul(2) };
+        let Some(layout) = self.layout(capacity).filter(|l| l.size() <= isize::MAX as usize) else { return false };
+        // `layout` is not zero-sized (the item is not) and its size fits `isize`.
+        let ptr = match self.layout(self.capacity) {
+            // SAFETY: as above; the old block was allocated with `old`.
+            Some(old) if self.capacity > 0 => unsafe { std::alloc::realloc(self.ptr, old, layout.size()) },
+            // SAFETY: as above.
+            _ => unsafe { std::alloc::alloc(layout) },
+        };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        self.ptr = ptr;
+        self.capacity = capacity;
+        true
+    }
+}
+
+impl Drop for Seq<'_> {
+    fn drop(&mut self) {
+        for i in 0..self.length {
+            // SAFETY: the first `length` values are written and dropped only here.
+            unsafe { (self.slot.drop)(self.ptr.add(i * self.item.size())) };
+        }
+        if let Some(layout) = self.layout(self.capacity).filter(|_| self.capacity > 0) {
+            // SAFETY: allocated with this layout by `grow`.
+            unsafe { std::alloc::dealloc(self.ptr, layout) };
+        }
+    }
+}
+
+/// Reads an array of values of one type (`slot`, of layout `item`) into one allocation, and
+/// returns its pointer, length and capacity: the code of every `Vec<T>`'s read, written once.
+///
+/// # Safety
+/// `slot` reads and drops values of layout `item`, which is not zero-sized.
+unsafe fn read_seq(r: &mut Reader<'_>, slot: &Slot, item: std::alloc::Layout) -> Result<(*mut u8, usize, usize)> {
+    let dangling = std::ptr::without_provenance_mut::<u8>(item.align());
+    let mut seq = Seq { ptr: dangling, length: 0, capacity: 0, item, slot };
+    r.array(&mut |r| {
+        if seq.length == seq.capacity && !seq.grow() {
+            return Err(r.error("array too large".to_string()));
+        }
+        // SAFETY: below the capacity, a value's own place.
+        unsafe { (slot.read)(seq.ptr.add(seq.length * item.size()), r)? };
+        seq.length += 1;
+        Ok(())
+    })?;
+    let parts = (seq.ptr, seq.length, seq.capacity);
+    std::mem::forget(seq);
+    Ok(parts)
 }
 
 impl<T: Decode> Decode for Box<T> {
@@ -822,6 +930,9 @@ mod tests {
         #[serde(rename = "type")]
         kind: String,
     }
+
+    #[derive(Debug, Decode)]
+    struct Nothing {}
 
     #[derive(Debug, Decode)]
     #[serde(deny_unknown_fields)]
@@ -882,5 +993,37 @@ mod tests {
         assert!(error.contains("duplicate field `a`"), "{error}");
         let nested = from_str::<Vec<Outer>>(r#"[{"id":1,"name":"n","type":"t"},{"id":2,"name":"m"}]"#);
         assert!(nested.unwrap_err().to_string().contains("missing field `type`"));
+    }
+
+    /// Lists are read into one allocation that grows (4, 8, 16 values), options in place.
+    #[test]
+    fn lists_and_options_read_in_place() {
+        let item = |i: usize| format!(r#"{{"name":"n{i}","tags":["t{i}"]}}"#);
+        for count in [0, 1, 4, 5, 9, 17] {
+            let text = format!("[{}]", (0..count).map(item).collect::<Vec<_>>().join(","));
+            let read: Vec<Inner> = from_str(&text).unwrap();
+            let expected: Vec<Inner> =
+                (0..count).map(|i| Inner { name: format!("n{i}"), tags: vec![format!("t{i}")] }).collect();
+            assert_eq!(read, expected);
+            // Every value read so far is dropped, and the block freed, when one fails: in the
+            // first block, after a growth, and at the end.
+            for bad in [0, count / 2, count] {
+                let mut items: Vec<String> = (0..count).map(item).collect();
+                items.insert(bad, r#"{"tags":["no name"]}"#.into());
+                let error = from_str::<Vec<Inner>>(&format!("[{}]", items.join(","))).unwrap_err();
+                assert!(error.to_string().contains("missing field `name`"), "{error}");
+            }
+        }
+        let nested: Vec<Vec<Option<String>>> = from_str(r#"[[null,"a"],[],["b","c","d","e","f"]]"#).unwrap();
+        assert_eq!(nested[2].len(), 5);
+        assert_eq!(nested[0], vec![None, Some("a".to_string())]);
+        assert!(from_str::<Vec<Vec<String>>>(r#"[["a","b"],["c",1]]"#).is_err());
+        let some: Option<Inner> = from_str(r#"{"name":"n"}"#).unwrap();
+        assert_eq!(some, Some(Inner { name: "n".into(), tags: vec![] }));
+        assert_eq!(from_str::<Option<Inner>>("null").unwrap(), None);
+        assert!(from_str::<Option<Inner>>(r#"{"tags":["x"]}"#).is_err());
+        // Values of no size take the plain path.
+        assert_eq!(from_str::<Vec<Nothing>>("[{},{},{}]").unwrap().len(), 3);
+        assert!(from_str::<Vec<Nothing>>("[{},1]").is_err());
     }
 }

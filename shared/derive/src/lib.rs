@@ -218,16 +218,19 @@ fn expand_struct(input: &DeriveInput, container: &Container, fields: &syn::Field
             impl #impl_generics #decode::Decode for #name #type_generics #where_clause {
                 fn decode(r: &mut #decode::Reader<'_>) -> #decode::Result<Self> {
                     let mut value = ::core::mem::MaybeUninit::<Self>::uninit();
-                    // SAFETY: `FIELDS` holds each field of `Self` once, with its offset, its
-                    // type's slot and its default; on `Ok` all of them are written.
+                    // SAFETY: `value` is a `Self`'s own place; on `Ok` it is written.
                     unsafe {
-                        #decode::decode_struct(
-                            r,
-                            <Self as #decode::DecodeFields>::FIELDS,
-                            #deny,
-                            value.as_mut_ptr().cast::<u8>(),
-                        )?;
+                        <Self as #decode::Decode>::decode_into(r, value.as_mut_ptr())?;
                         ::core::result::Result::Ok(value.assume_init())
+                    }
+                }
+
+                unsafe fn decode_into(r: &mut #decode::Reader<'_>, place: *mut Self) -> #decode::Result<()> {
+                    // SAFETY: `FIELDS` holds each field of `Self` once, with its offset, its
+                    // type's slot and its default; on `Ok` all of them are written, on `Err`
+                    // none is left behind. `place` is as the caller promises.
+                    unsafe {
+                        #decode::decode_struct(r, <Self as #decode::DecodeFields>::FIELDS, #deny, place.cast::<u8>())
                     }
                 }
             }
