@@ -40,27 +40,61 @@ impl Series {
 /// ticks.
 pub const LIVE_POINTS: usize = 300;
 
+/// A few values by key (the ranks of this node's jobs, its GPUs' jobs), in the order first
+/// seen: a list searched in full, which at these counts costs less, in time and in the console's
+/// code, than a hash map.
+pub struct Keyed<K, V>(Vec<(K, V)>);
+
+impl<K, V> Default for Keyed<K, V> {
+    fn default() -> Self {
+        Keyed(Vec::new())
+    }
+}
+
+impl<K: PartialEq, V: Default> Keyed<K, V> {
+    pub fn get(&self, key: &K) -> Option<&V> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// The value of `key`, a default one added where there is none.
+    pub fn entry(&mut self, key: K) -> &mut V {
+        let at = match self.0.iter().position(|(k, _)| *k == key) {
+            Some(at) => at,
+            None => {
+                self.0.push((key, V::default()));
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[at].1
+    }
+
+    /// Forgets the keys `keep` refuses.
+    pub fn retain(&mut self, keep: impl Fn(&K) -> bool) {
+        self.0.retain(|(key, _)| keep(key));
+    }
+}
+
 /// The latest values of `N` charted series per key, for live charts of things that come and go:
 /// at most [`LIVE_POINTS`] per key, oldest first.
 pub struct LivePoints<K, const N: usize> {
-    points: std::collections::HashMap<K, std::collections::VecDeque<(u64, [f64; N])>>,
+    points: Keyed<K, std::collections::VecDeque<(u64, [f64; N])>>,
 }
 
 impl<K, const N: usize> Default for LivePoints<K, N> {
     fn default() -> Self {
-        LivePoints { points: std::collections::HashMap::new() }
+        LivePoints { points: Keyed::default() }
     }
 }
 
-impl<K: std::hash::Hash + Eq, const N: usize> LivePoints<K, N> {
+impl<K: PartialEq, const N: usize> LivePoints<K, N> {
     /// Forgets the keys `keep` refuses.
     pub fn retain(&mut self, keep: impl Fn(&K) -> bool) {
-        self.points.retain(|key, _| keep(key));
+        self.points.retain(keep);
     }
 
     /// Adds `values` at `t_ms` for `key`, unless it holds a point as late already.
     pub fn push(&mut self, key: K, t_ms: u64, values: [f64; N]) {
-        let points = self.points.entry(key).or_default();
+        let points = self.points.entry(key);
         if points.back().is_some_and(|p| p.0 >= t_ms) {
             return;
         }
@@ -573,6 +607,25 @@ pub fn TimeSeriesChart(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn live_points_keep_the_latest_per_key_and_forget_keys_gone() {
+        let mut live = LivePoints::<(u32, u32), 2>::default();
+        for t in 0..(LIVE_POINTS as u64 + 5) {
+            live.push((0, 7), t, [t as f64, 1.0]);
+            live.push((1, 7), t, [2.0, t as f64]);
+        }
+        // A point no later than the last is not taken.
+        live.push((0, 7), 3, [-1.0, -1.0]);
+        let line = live.line(&(0, 7), 0);
+        assert_eq!(line.len(), LIVE_POINTS);
+        assert_eq!(line.first(), Some(&(5, 5.0)));
+        assert_eq!(live.line(&(1, 7), 1).last(), Some(&(LIVE_POINTS as u64 + 4, (LIVE_POINTS + 4) as f64)));
+        live.retain(|k| k.0 == 1);
+        assert!(live.line(&(0, 7), 0).is_empty());
+        assert_eq!(live.line(&(1, 7), 0).len(), LIVE_POINTS);
+        assert!(live.line(&(2, 7), 0).is_empty());
+    }
 
     #[test]
     fn steps_are_nice() {

@@ -4,12 +4,12 @@
 //! on, a chart of each rank's phase shares over time (live, and any range of the daemon's
 //! history), and a link to the fleet dashboard of the job (`[server] fleet_job_url`).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use leptos::prelude::*;
 use ringside_shared::{fleet_job_link, ExitedRank, GpuTelemetry, Phase, Rank, SchedulerTelemetry, UnixMillis};
 
-use crate::chart::{LivePoints, Series, TimeSeriesChart};
+use crate::chart::{Keyed, LivePoints, Series, TimeSeriesChart};
 use crate::format::{age, fixed};
 use crate::scheduler::{phase_class, short};
 
@@ -31,17 +31,17 @@ const CHARTED: [(Phase, &str); 4] = [
 /// its phase shares (as [`CHARTED`]) for its chart.
 #[derive(Default)]
 pub struct RankWindows {
-    samples: HashMap<u32, VecDeque<Sample>>,
+    samples: Keyed<u32, VecDeque<Sample>>,
     shares: LivePoints<u32, 4>,
 }
 
 impl RankWindows {
     /// Takes the ranks' latest figures; processes gone are forgotten.
     pub fn observe(&mut self, now_ms: UnixMillis, ranks: &[Rank]) {
-        self.samples.retain(|pid, _| ranks.iter().any(|r| r.process.pid == *pid));
+        self.samples.retain(|pid| ranks.iter().any(|r| r.process.pid == *pid));
         self.shares.retain(|pid| ranks.iter().any(|r| r.process.pid == *pid));
         for r in ranks {
-            let samples = self.samples.entry(r.process.pid).or_default();
+            let samples = self.samples.entry(r.process.pid);
             if samples.back().is_some_and(|s| s.0 >= now_ms) {
                 continue;
             }
