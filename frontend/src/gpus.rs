@@ -362,48 +362,48 @@ pub fn GpusPanel() -> impl IntoView {
     // Each job's GPU idle attribution over time, for the charts of the cards opened.
     let windows = StoredValue::new_local(IdleWindows::default());
     let body = move || {
-        match store.readings.with(|r| r.gpus.clone()) {
-        None => view! { <p class="empty">"The GPU source is off ([gpu] mode = \"off\")."</p> }.into_any(),
-        Some(GpuTelemetry { available: false, reason, .. }) => view! {
-            <p class="empty" id="gpus-unavailable">{format!("No GPU telemetry: {}", reason.unwrap_or_else(|| "NVML did not answer".into()))}</p>
-        }
-        .into_any(),
-        Some(t) => {
-            let versions = format!(
-                "driver {} · CUDA {}",
-                t.driver_version.unwrap_or_else(|| "–".into()),
-                t.cuda_driver_version.unwrap_or_else(|| "–".into())
-            );
-            let selected = timeline.gpu.get();
-            windows.update_value(|w| w.observe(&t.idle));
-            let rows = t
-                .devices
-                .into_iter()
-                .map(|gpu| {
-                    // Why this GPU sat idle, per job on it, from the daemon's attribution.
-                    let idle: Vec<GpuIdleAttribution> = t.idle.iter().filter(|a| a.uuid == gpu.uuid).cloned().collect();
-                    let expanded = selected == Some(gpu.index);
-                    let row = gpu_row(&gpu, &idle, expanded);
-                    let details = expanded.then(|| view! {
-                        <tr class="gpu-details"><td colspan="9">{windows.with_value(|w| gpu_card(gpu, idle, w))}</td></tr>
-                    });
-                    view! { {row}{details} }
-                })
-                .collect_view();
-            view! {
-                <p class="muted">{versions}</p>
-                <table class="gpu-rows">
-                    <thead><tr>
-                        <th scope="col">"GPU"</th><th scope="col">"Util"</th><th scope="col">"Memory"</th>
-                        <th scope="col">"Power"</th><th scope="col">"Temp / slowdown"</th><th scope="col">"Clocks held by"</th>
-                        <th scope="col">"Job · GPU idle"</th><th scope="col">"Last 2 min"</th><th scope="col"><span class="sr-only">"Details"</span></th>
-                    </tr></thead>
-                    <tbody>{rows}</tbody>
-                </table>
+        let selected = timeline.gpu.get();
+        store.readings.with(|r| match &r.gpus {
+            None => view! { <p class="empty">"The GPU source is off ([gpu] mode = \"off\")."</p> }.into_any(),
+            Some(GpuTelemetry { available: false, reason, .. }) => view! {
+                <p class="empty" id="gpus-unavailable">{format!("No GPU telemetry: {}", reason.as_deref().unwrap_or("NVML did not answer"))}</p>
             }
-            .into_any()
-        }
-    }
+            .into_any(),
+            Some(t) => {
+                let versions = format!(
+                    "driver {} · CUDA {}",
+                    t.driver_version.as_deref().unwrap_or("–"),
+                    t.cuda_driver_version.as_deref().unwrap_or("–")
+                );
+                windows.update_value(|w| w.observe(&t.idle));
+                let rows = t
+                    .devices
+                    .iter()
+                    .map(|gpu| {
+                        // Why this GPU sat idle, per job on it, from the daemon's attribution.
+                        let idle: Vec<GpuIdleAttribution> = t.idle.iter().filter(|a| a.uuid == gpu.uuid).cloned().collect();
+                        let expanded = selected == Some(gpu.index);
+                        let row = gpu_row(gpu, &idle, expanded);
+                        let details = expanded.then(|| view! {
+                            <tr class="gpu-details"><td colspan="9">{windows.with_value(|w| gpu_card(gpu.clone(), idle, w))}</td></tr>
+                        });
+                        view! { {row}{details} }
+                    })
+                    .collect_view();
+                view! {
+                    <p class="muted">{versions}</p>
+                    <table class="gpu-rows">
+                        <thead><tr>
+                            <th scope="col">"GPU"</th><th scope="col">"Util"</th><th scope="col">"Memory"</th>
+                            <th scope="col">"Power"</th><th scope="col">"Temp / slowdown"</th><th scope="col">"Clocks held by"</th>
+                            <th scope="col">"Job · GPU idle"</th><th scope="col">"Last 2 min"</th><th scope="col"><span class="sr-only">"Details"</span></th>
+                        </tr></thead>
+                        <tbody>{rows}</tbody>
+                    </table>
+                }
+                .into_any()
+            }
+        })
     };
     view! {
         <section class="panel" id="gpus-panel">

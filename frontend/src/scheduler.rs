@@ -41,8 +41,7 @@ pub(crate) fn short(phase: Phase) -> &'static str {
     }
 }
 
-#[component]
-fn Timeline(process: MlProcessInfo, now_ms: u64) -> impl IntoView {
+fn timeline(process: &MlProcessInfo, now_ms: u64) -> impl IntoView {
     // The last two minutes, or the process's whole life while it is younger (at least 10 s).
     let first = process.timeline.first().map(|s| s.start_ms).unwrap_or(now_ms);
     let from = now_ms.saturating_sub(TIMELINE_SPAN_MS).max(first.min(now_ms.saturating_sub(10_000)));
@@ -93,7 +92,7 @@ fn identity_line(id: &JobIdentity) -> Option<String> {
 }
 
 /// `gpu_use`: what NVML says the process holds on each GPU (memory, SM share), if anything.
-fn process_row(p: MlProcessInfo, gpu_use: Option<String>, now_ms: u64) -> impl IntoView {
+fn process_row(p: &MlProcessInfo, gpu_use: Option<String>, now_ms: u64) -> impl IntoView {
     let gpu = if p.gpus.is_empty() {
         "no GPU open".to_string()
     } else {
@@ -122,7 +121,7 @@ fn process_row(p: MlProcessInfo, gpu_use: Option<String>, now_ms: u64) -> impl I
                 {p.untrusted.then(|| view! { <span class="badge-untrusted" title=p.paging.clone()>"untrusted: does not page"</span> })}
             </div>
             {identity_line(&p.identity).map(|line| view! { <div class="small job-identity">{line}</div> })}
-            <Timeline process=p.clone() now_ms />
+            {timeline(p, now_ms)}
             <div class="muted small">{format!("{} · probes: {probed} · {}", gpu, phase_times(&p.phase_ms))}</div>
             {gpu_use.map(|u| view! { <div class="small gpu-use">{u}</div> })}
             <div class=if p.admitted { "admission admitted small" } else { "admission small muted" }>{format!("{user}{}", p.admission)}</div>
@@ -328,41 +327,39 @@ pub fn SchedulerPanel() -> impl IntoView {
     let body = move || {
         let now_ms = store.server_time_ms.get();
         let fleet_url = store.fleet_job_url.get();
-        let (scheduler, gpus) = store.readings.with(|r| (r.scheduler.clone(), r.gpus.clone()));
-        scheduler.map(|s| {
+        store.readings.with(|r| {
+            let (s, gpus) = (r.scheduler.as_ref()?, r.gpus.as_ref());
             windows.update_value(|w| w.observe(now_ms, &s.ranks()));
-            let jobs =
-                windows.with_value(|w| crate::jobs::jobs_view(&s, gpus.as_ref(), w, fleet_url.as_deref(), now_ms));
+            let jobs = windows.with_value(|w| crate::jobs::jobs_view(s, gpus, w, fleet_url.as_deref(), now_ms));
             let processes = s
                 .processes
                 .iter()
-                .cloned()
                 .map(|p| {
-                    let use_of = gpus.as_ref().and_then(|g| crate::gpus::gpu_use_of(p.pid, g));
+                    let use_of = gpus.and_then(|g| crate::gpus::gpu_use_of(p.pid, g));
                     process_row(p, use_of, now_ms)
                 })
                 .collect_view();
-            view! {
-                {summary(&s)}
-                {scx_panel(&s)}
+            Some(view! {
+                {summary(s)}
+                {scx_panel(s)}
                 <h3>"ML processes"</h3>
                 {if s.processes.is_empty() {
                     view! { <p class="empty">"No ML process on this node now."</p> }.into_any()
                 } else {
                     view! { <div class="ml-processes">{processes}</div> }.into_any()
                 }}
-                {bounds_note(&s)}
+                {bounds_note(s)}
                 {jobs}
                 <h3>"Threads"</h3>
-                {if s.tasks.is_empty() { ().into_any() } else { tasks_table(&s).into_any() }}
+                {if s.tasks.is_empty() { ().into_any() } else { tasks_table(s).into_any() }}
                 <h3>"Recent decisions"</h3>
                 {if s.decisions.is_empty() {
                     view! { <p class="empty">"No decisions yet."</p> }.into_any()
                 } else {
-                    decisions_list(&s, now_ms).into_any()
+                    decisions_list(s, now_ms).into_any()
                 }}
-                {programs_table(&s)}
-            }
+                {programs_table(s)}
+            })
         })
     };
     view! {
