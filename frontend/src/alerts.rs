@@ -11,6 +11,7 @@ use crate::connection::LinkHandle;
 use crate::format::{age, bytes};
 use crate::store::storage;
 use crate::store::Store;
+use crate::CollectAny;
 
 /// Local-storage key of the name sent with acknowledgements.
 const OPERATOR_KEY: &str = "ringside-operator";
@@ -107,7 +108,7 @@ fn AlertHistory(alert: Alert) -> impl IntoView {
                 </li>
             }
         })
-        .collect_view();
+        .collect_any();
     view! {
         <details class="history">
             <summary>{format!("History ({count})")}</summary>
@@ -258,7 +259,7 @@ fn AlertRow(alert: Alert) -> impl IntoView {
     let incidents = move || {
         store
             .incidents
-            .with(|all| all.iter().filter(|i| i.alert_id == id).map(|i| incident_line(i, false)).collect_view())
+            .with(|all| all.iter().filter(|i| i.alert_id == id).map(|i| incident_line(i, false)).collect_any())
     };
     let class = match (alert.is_active(), alert.silenced.is_some()) {
         (true, false) => "alert",
@@ -324,7 +325,7 @@ pub fn AlertsPanel() -> impl IntoView {
     let state_options = StateFilter::ALL
         .iter()
         .map(|(filter, value, label)| view! { <option value=*value selected=*filter == StateFilter::Active>{*label}</option> })
-        .collect_view();
+        .collect_any();
     let severity_options = Severity::ALL
         .iter()
         .map(|s| {
@@ -332,7 +333,7 @@ pub fn AlertsPanel() -> impl IntoView {
                 if *s == Severity::Info { "Any severity".to_string() } else { format!("{} and above", s.as_str()) };
             view! { <option value=s.as_str()>{label}</option> }
         })
-        .collect_view();
+        .collect_any();
     view! {
         <section class="panel" id="alerts-panel">
             <div class="panel-head">
@@ -400,7 +401,7 @@ fn IncidentsList() -> impl IntoView {
     let store = expect_context::<Store>();
     let rows = move || {
         store.incidents.with(|all| {
-            all.iter().map(|i| view! { <li class="incident-row">{incident_line(i, true)}</li> }).collect_view()
+            all.iter().map(|i| view! { <li class="incident-row">{incident_line(i, true)}</li> }).collect_any()
         })
     };
     view! {
@@ -466,7 +467,7 @@ fn SilencesList() -> impl IntoView {
                     </li>
                 }
             })
-            .collect_view()
+            .collect_any()
     };
     let any = move || {
         let now = store.server_time_ms.get();

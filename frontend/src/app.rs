@@ -8,6 +8,7 @@ use crate::chart::{format_value, Series, TimeSeriesChart};
 use crate::connection::{Link, LinkHandle};
 use crate::format::{bytes, fixed};
 use crate::store::{storage, Connection, Store};
+use crate::CollectAny;
 
 #[component]
 pub fn App() -> impl IntoView {
@@ -269,7 +270,7 @@ fn HostPanel() -> impl IntoView {
                         </div>
                     }
                 })
-                .collect_view()
+                .collect_any()
         })
     };
     view! {
@@ -314,7 +315,7 @@ fn ComponentsPanel() -> impl IntoView {
                     </li>
                 }
             })
-            .collect_view()
+            .collect_any()
     };
     view! {
         <section class="panel" id="components-panel">

@@ -3,6 +3,8 @@
 
 use leptos::prelude::*;
 
+use crate::CollectAny;
+
 use crate::format::fixed;
 
 const W: f64 = 460.0;
@@ -468,7 +470,7 @@ pub fn TimeSeriesChart(
                     <text class="tick" x=px(LEFT - 6.0) y=px(y + 4.0) text-anchor="end">{format_value(v, unit)}</text>
                 }
             })
-            .collect_view();
+            .collect_any();
 
         let span = t1 - t0;
         let t_step = time_step(span);
@@ -483,7 +485,7 @@ pub fn TimeSeriesChart(
                     <text class="tick" x=px(x) y=px(H - 8.0) text-anchor="middle">{axis_label(t, span)}</text>
                 }
             })
-            .collect_view();
+            .collect_any();
 
         let bands = source.clone().map(|source| {
             let prefix = format!("{source}/");
@@ -502,7 +504,7 @@ pub fn TimeSeriesChart(
                             </rect>
                         }
                     })
-                    .collect_view()
+                    .collect_any()
             })
         });
 
@@ -517,7 +519,7 @@ pub fn TimeSeriesChart(
                     <path class=format!("line {class}") d=path(mean, t0, t1, top, gap_ms) />
                 }
             })
-            .collect_view();
+            .collect_any();
 
         let crosshair = timeline.hover_ms.get().filter(|t| (t0..=t1).contains(t)).map(|t| {
             let x = x_of(t, t0, t1);
@@ -544,7 +546,7 @@ pub fn TimeSeriesChart(
                     </span>
                 }
             })
-            .collect_view();
+            .collect_any();
 
         view! {
             <span class="legend">{legend}</span>

@@ -4,6 +4,8 @@
 //! report shows "–" with the reason on hover, never 0.
 
 use leptos::prelude::*;
+
+use crate::CollectAny;
 use ringside_shared::{GpuDevice, GpuIdleAttribution, GpuTelemetry, Phase, ThrottleReason};
 
 use crate::chart::{LivePoints, Series, TimeSeriesChart};
@@ -142,7 +144,7 @@ fn gpu_card(gpu: GpuDevice, idle: Vec<GpuIdleAttribution>, windows: &IdleWindows
                 </div>
             }
         })
-        .collect_view();
+        .collect_any();
     let memory_pct = ratio(gpu.memory_used_bytes.map(|b| b as f64), gpu.memory_total_bytes.map(|b| b as f64));
     let power_pct = ratio(gpu.power_draw_w, gpu.power_limit_w);
     let throttled = gpu.throttle_reasons.as_ref().is_some_and(|r| r.iter().any(|r| *r != ThrottleReason::GpuIdle));
@@ -220,7 +222,7 @@ fn gpu_card(gpu: GpuDevice, idle: Vec<GpuIdleAttribution>, windows: &IdleWindows
                     {figure(&gpu, "pcie_rx_bytes_per_s", gpu.pcie_rx_bytes_per_s, |b| format!(" · {}/s", bytes(b)))}
                 </div>
             </div>
-            {idle.into_iter().map(idle_view).collect_view()}
+            {idle.into_iter().map(idle_view).collect_any()}
             {history_chart(gpu.index)}
             {idle_charts}
             <table class="gpu-processes">
@@ -240,7 +242,7 @@ fn gpu_card(gpu: GpuDevice, idle: Vec<GpuIdleAttribution>, windows: &IdleWindows
                                     </tr>
                                 }
                             })
-                            .collect_view()
+                            .collect_any()
                             .into_any()
                     }}
                 </tbody>
@@ -389,7 +391,7 @@ pub fn GpusPanel() -> impl IntoView {
                         });
                         view! { {row}{details} }
                     })
-                    .collect_view();
+                    .collect_any();
                 view! {
                     <p class="muted">{versions}</p>
                     <table class="gpu-rows">
@@ -434,7 +436,7 @@ fn idle_view(a: GpuIdleAttribution) -> impl IntoView {
                 .map(|(class, name, pct)| view! {
                     <span class=class data-phase=name style=format!("width: {}%", fixed(pct, 2)) title=format!("idle, {name}: {} %", fixed(pct, 1))></span>
                 })
-                .collect_view()}
+                .collect_any()}
         </div>
     }
 }

@@ -12,6 +12,7 @@ use ringside_shared::{fleet_job_link, ExitedRank, GpuTelemetry, Phase, Rank, Sch
 use crate::chart::{Keyed, LivePoints, Series, TimeSeriesChart};
 use crate::format::{age, fixed};
 use crate::scheduler::{phase_class, short};
+use crate::CollectAny;
 
 /// Per step figures are taken over this much of the recent past.
 const WINDOW_MS: u64 = 30_000;
@@ -183,7 +184,7 @@ pub fn jobs_view(
                     let text = format!("rank {} (pid {}) ended {} ago: {}", e.rank, e.pid, age(now_ms.saturating_sub(e.at_ms)), e.how());
                     view! { <div class="small rank-exited">{text}</div> }
                 })
-                .collect_view();
+                .collect_any();
             let link = fleet_url.map(|t| {
                 view! {
                     <a class="fleet-link" href=fleet_job_link(t, &job_id) target="_blank" rel="noopener noreferrer">
@@ -216,7 +217,7 @@ pub fn jobs_view(
                         </tr>
                     }
                 })
-                .collect_view();
+                .collect_any();
             let store = expect_context::<crate::store::Store>();
             let interval = Signal::derive(move || store.interval_ms.get());
             let charts = members
@@ -233,7 +234,7 @@ pub fn jobs_view(
                         </div>
                     }
                 })
-                .collect_view();
+                .collect_any();
             let timeline = expect_context::<crate::timeline::Timeline>();
             let selected = timeline.job.get_untracked().as_deref() == Some(job_id.as_str());
             let pick = job_id.clone();
@@ -267,7 +268,7 @@ pub fn jobs_view(
                 </div>
             }
         })
-        .collect_view();
+        .collect_any();
     Some(view! {
         <h3>"Jobs across nodes"</h3>
         <p class="muted small">

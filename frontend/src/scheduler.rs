@@ -3,6 +3,8 @@
 //! BPF programs attached. Without the probe it says why, from the component's health.
 
 use leptos::prelude::*;
+
+use crate::CollectAny;
 use ringside_shared::{
     CallCounts, ComponentStatus, JobIdentity, LibraryState, MlProcessInfo, Phase, PhaseValues, ProgramState,
     SchedulerTelemetry,
@@ -59,7 +61,7 @@ fn timeline(process: &MlProcessInfo, now_ms: u64) -> impl IntoView {
                 </rect>
             }
         })
-        .collect_view();
+        .collect_any();
     view! {
         <svg class="timeline" viewBox="0 0 1000 18" preserveAspectRatio="none" role="img"
             aria-label=format!("phase timeline of process {}", process.pid)>
@@ -110,7 +112,7 @@ fn process_row(p: &MlProcessInfo, gpu_use: Option<String>, now_ms: u64) -> impl 
         .iter()
         .filter(|l| l.state == LibraryState::Refused)
         .map(|l| view! { <div class="library-refused small">{format!("not probed: {} — {}", l.path, l.detail)}</div> })
-        .collect_view();
+        .collect_any();
     view! {
         <div class="ml-process" data-pid=p.pid.to_string()>
             <div class="ml-process-head">
@@ -145,7 +147,7 @@ fn bounds_note(s: &SchedulerTelemetry) -> impl IntoView {
             .refused_evidence
             .iter()
             .map(|r| view! { <tr><td>{r.pid.to_string()}</td><td>{r.comm.clone()}</td><td>{r.path.clone()}</td><td class="muted">{r.why.clone()}</td></tr> })
-            .collect_view();
+            .collect_any();
         view! {
             <details class="refused-evidence">
                 <summary>{format!("{} libraries not taken as evidence of ML work", s.refused_evidence.len())}</summary>
@@ -168,7 +170,7 @@ fn summary(s: &SchedulerTelemetry) -> impl IntoView {
                     title=format!("{} {} %", p.as_str(), fixed(pct(*p), 1))></span>
             }
         })
-        .collect_view();
+        .collect_any();
     view! {
         <div class="sched-summary">
             <div><span class="stat-label">"Mode"</span><b id="sched-mode">{s.mode.as_str()}</b></div>
@@ -181,7 +183,7 @@ fn summary(s: &SchedulerTelemetry) -> impl IntoView {
         </div>
         <div class="phase-bar" role="img" aria-label="share of ML thread time per phase">{bar}</div>
         <div class="phase-legend">
-            {Phase::ALL.iter().map(|p| view! { <span><span class=phase_class(*p)></span>{format!("{} {} %", p.as_str(), fixed(pct(*p), 0))}</span> }).collect_view()}
+            {Phase::ALL.iter().map(|p| view! { <span><span class=phase_class(*p)></span>{format!("{} {} %", p.as_str(), fixed(pct(*p), 0))}</span> }).collect_any()}
         </div>
     }
 }
@@ -217,7 +219,7 @@ fn tasks_table(s: &SchedulerTelemetry) -> impl IntoView {
                 </tr>
             }
         })
-        .collect_view();
+        .collect_any();
     view! {
         <table class="tasks">
             <thead><tr>
@@ -246,7 +248,7 @@ fn decisions_list(s: &SchedulerTelemetry, now_ms: u64) -> impl IntoView {
                 </li>
             }
         })
-        .collect_view();
+        .collect_any();
     view! { <ul class="decisions">{items}</ul> }
 }
 
@@ -268,7 +270,7 @@ fn scx_panel(s: &SchedulerTelemetry) -> impl IntoView {
         ]
         .into_iter()
         .map(|(name, value, help)| view! { <div title=help><span class="stat-label">{name}</span><b>{value.to_string()}</b></div> })
-        .collect_view();
+        .collect_any();
         let state = if x.running { "running".to_string() } else { format!("not running (sched_ext {})", x.state.as_str()) };
         view! {
             <div class="scx" id="scx-status">
@@ -298,7 +300,7 @@ fn programs_table(s: &SchedulerTelemetry) -> impl IntoView {
                 </tr>
             }
         })
-        .collect_view();
+        .collect_any();
     view! {
         <details class="programs">
             <summary>{format!("BPF programs: {} attach points, {} not attached as preferred", s.programs.len(), failed)}</summary>
@@ -338,7 +340,7 @@ pub fn SchedulerPanel() -> impl IntoView {
                     let use_of = gpus.and_then(|g| crate::gpus::gpu_use_of(p.pid, g));
                     process_row(p, use_of, now_ms)
                 })
-                .collect_view();
+                .collect_any();
             Some(view! {
                 {summary(s)}
                 {scx_panel(s)}

@@ -7,6 +7,8 @@ use leptos::prelude::*;
 use ringside_shared::percent_encode;
 use wasm_bindgen::{JsCast, JsValue};
 
+use crate::CollectAny;
+
 /// What the charts show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Range {
@@ -360,7 +362,7 @@ pub fn RangeBar() -> impl IntoView {
                 }>{label}</button>
             }
         })
-        .collect_view();
+        .collect_any();
     let shift = move |direction: i64| {
         if let Range::Fixed { from_ms, to_ms } = timeline.range.get_untracked() {
             let step = (to_ms - from_ms) as i64 / 2 * direction;
@@ -415,7 +417,7 @@ pub fn RangeBar() -> impl IntoView {
                 }>{label}</a>
             }
         })
-        .collect_view();
+        .collect_any();
     view! {
         <nav class="rangebar" id="rangebar" aria-label="Time range">
             <div class="range-buttons" role="group" aria-label="Range">
