@@ -1219,32 +1219,18 @@ pub enum KernelBackend {
     Cuda,
 }
 
-/// Lifecycle state of a ring kernel.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, Decode, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum KernelState {
-    #[default]
-    Created,
-    Launched,
-    Active,
-    Deactivated,
-    Terminating,
-    Terminated,
-    Failed,
-}
-
-impl KernelState {
-    /// The state's name on the wire (`active`, `terminated`, …).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KernelState::Created => "created",
-            KernelState::Launched => "launched",
-            KernelState::Active => "active",
-            KernelState::Deactivated => "deactivated",
-            KernelState::Terminating => "terminating",
-            KernelState::Terminated => "terminated",
-            KernelState::Failed => "failed",
-        }
+wire_enum! {
+    /// Lifecycle state of a ring kernel.
+    #[derive(Default)]
+    KernelState {
+        #[default]
+        Created => "created",
+        Launched => "launched",
+        Active => "active",
+        Deactivated => "deactivated",
+        Terminating => "terminating",
+        Terminated => "terminated",
+        Failed => "failed",
     }
 }
 
