@@ -831,8 +831,8 @@ impl Seq<'_> {
     /// Room for at least one more value: twice the capacity, 4 at first.
     fn grow(&mut self) -> bool {
         let capacity = if self.capacity == 0 { 4 } else { self.capacity.saturating_mul(2) };
-        let Some(layout) = self.layout(capacity).filter(|l| l.size() <= isize::MAX as usize) else { return false };
-        // `layout` is not zero-sized (the item is not) and its size fits `isize`.
+        // `Layout` refuses a size beyond `isize::MAX`; nor is it zero (the item is not).
+        let Some(layout) = self.layout(capacity) else { return false };
         let ptr = match self.layout(self.capacity) {
             // SAFETY: as above; the old block was allocated with `old`.
             Some(old) if self.capacity > 0 => unsafe { std::alloc::realloc(self.ptr, old, layout.size()) },
