@@ -3,9 +3,8 @@
 
 use leptos::prelude::*;
 
-use crate::CollectAny;
-
 use crate::format::fixed;
+use crate::CollectAny;
 
 const W: f64 = 460.0;
 const H: f64 = 180.0;
@@ -53,13 +52,16 @@ impl<K, V> Default for Keyed<K, V> {
     }
 }
 
-impl<K: PartialEq, V: Default> Keyed<K, V> {
+impl<K: PartialEq, V> Keyed<K, V> {
     pub fn get(&self, key: &K) -> Option<&V> {
         self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
     /// The value of `key`, a default one added where there is none.
-    pub fn entry(&mut self, key: K) -> &mut V {
+    pub fn entry(&mut self, key: K) -> &mut V
+    where
+        V: Default,
+    {
         let at = match self.0.iter().position(|(k, _)| *k == key) {
             Some(at) => at,
             None => {

@@ -4,13 +4,12 @@
 //! report shows "–" with the reason on hover, never 0.
 
 use leptos::prelude::*;
-
-use crate::CollectAny;
 use ringside_shared::{GpuDevice, GpuIdleAttribution, GpuTelemetry, Phase, ThrottleReason};
 
 use crate::chart::{LivePoints, Series, TimeSeriesChart};
 use crate::format::{bytes, fixed};
 use crate::store::Store;
+use crate::CollectAny;
 
 /// Utilisation and memory use of GPU `index` over the history the console holds.
 fn history_chart(index: u32) -> impl IntoView {

@@ -3,8 +3,6 @@
 //! BPF programs attached. Without the probe it says why, from the component's health.
 
 use leptos::prelude::*;
-
-use crate::CollectAny;
 use ringside_shared::{
     CallCounts, ComponentStatus, JobIdentity, LibraryState, MlProcessInfo, Phase, PhaseValues, ProgramState,
     SchedulerTelemetry,
@@ -13,6 +11,7 @@ use ringside_shared::{
 use crate::chart::px;
 use crate::format::{age, fixed, micros};
 use crate::store::Store;
+use crate::CollectAny;
 
 /// How much of each process's timeline is drawn.
 const TIMELINE_SPAN_MS: u64 = 120_000;
