@@ -11,7 +11,11 @@
 //! connections are never evicted, and a connection is refused only when every slot it could
 //! take is trusted.
 //!
-//! Bounds: `max_connections` in all, `max_connections_per_address` per client address.
+//! Bounds: `max_connections` in all, `max_connections_per_address` per client address. An
+//! evicted connection leaves the table at once but holds its socket until its task has run;
+//! the new connection's [`Admitted::closing`] says when that is, and the accept loop waits for
+//! it before taking another, so that the daemon's descriptors stay within the bound (plus the
+//! one being admitted) however fast connections arrive.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -42,6 +46,8 @@ struct Entry {
     opened: Instant,
     trust: Trust,
     evict: Option<oneshot::Sender<()>>,
+    /// Resolves once the connection's slot is dropped, after its socket.
+    closed: Option<oneshot::Receiver<()>>,
 }
 
 #[derive(Default)]
@@ -65,12 +71,17 @@ pub struct Admitted {
     pub evicted: oneshot::Receiver<()>,
     /// How many untrusted connections were evicted to make room for it.
     pub evictions: u32,
+    /// One per evicted connection: resolves (with an error) once that connection's slot, and
+    /// so its socket, is gone.
+    pub closing: Vec<oneshot::Receiver<()>>,
     slot: Slot,
 }
 
 struct Slot {
     id: u64,
     table: Arc<Connections>,
+    /// Dropped with the slot: tells whoever evicted this connection that it is closed.
+    _closed: oneshot::Sender<()>,
 }
 
 impl Drop for Slot {
@@ -95,26 +106,34 @@ impl Connections {
     /// slot it could take is held by a trusted connection.
     pub fn admit(self: &Arc<Connections>, address: IpAddr, now: Instant) -> Option<Admitted> {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let mut evictions = 0;
+        let mut closing = Vec::new();
         if inner.per_address.get(&address).copied().unwrap_or(0) >= self.max_per_address {
-            if !inner.evict_oldest_untrusted(Some(address)) {
-                return None;
-            }
-            evictions += 1;
+            closing.push(inner.evict_oldest_untrusted(Some(address))?);
         }
         if inner.entries.len() >= self.max {
-            if !inner.evict_oldest_untrusted(None) {
-                return None;
-            }
-            evictions += 1;
+            closing.push(inner.evict_oldest_untrusted(None)?);
         }
         let id = inner.next_id;
         inner.next_id += 1;
-        let (tx, evicted) = oneshot::channel();
+        let (evict, evicted) = oneshot::channel();
+        let (closed_tx, closed) = oneshot::channel();
         let trust = Trust::default();
-        inner.entries.push(Entry { id, address, opened: now, trust: trust.clone(), evict: Some(tx) });
+        inner.entries.push(Entry {
+            id,
+            address,
+            opened: now,
+            trust: trust.clone(),
+            evict: Some(evict),
+            closed: Some(closed),
+        });
         *inner.per_address.entry(address).or_default() += 1;
-        Some(Admitted { trust, evicted, evictions, slot: Slot { id, table: self.clone() } })
+        Some(Admitted {
+            trust,
+            evicted,
+            evictions: closing.len() as u32,
+            closing,
+            slot: Slot { id, table: self.clone(), _closed: closed_tx },
+        })
     }
 
     fn release(&self, id: u64) {
@@ -142,9 +161,10 @@ impl Inner {
         }
     }
 
-    /// Evicts the oldest untrusted connection (of `address`, if given); false if there is none.
-    /// It leaves the table now: its task closes it when it sees the signal.
-    fn evict_oldest_untrusted(&mut self, address: Option<IpAddr>) -> bool {
+    /// Evicts the oldest untrusted connection (of `address`, if given): what resolves once it
+    /// is closed, or `None` if there is none. It leaves the table now: its task closes it when
+    /// it sees the signal.
+    fn evict_oldest_untrusted(&mut self, address: Option<IpAddr>) -> Option<oneshot::Receiver<()>> {
         let oldest = self
             .entries
             .iter()
@@ -152,13 +172,12 @@ impl Inner {
             .filter(|(_, e)| !e.trust.granted() && address.is_none_or(|a| e.address == a))
             .min_by_key(|(_, e)| (e.opened, e.id))
             .map(|(i, _)| i);
-        let Some(at) = oldest else { return false };
-        let mut entry = self.entries.swap_remove(at);
+        let mut entry = self.entries.swap_remove(oldest?);
         if let Some(evict) = entry.evict.take() {
             let _ = evict.send(());
         }
         self.forget(entry.address);
-        true
+        entry.closed.take()
     }
 }
 
@@ -180,6 +199,12 @@ mod tests {
         let third = table.admit(ip("127.0.0.1"), t0 + Duration::from_millis(2)).unwrap();
         assert_eq!(third.evictions, 1);
         assert!(first.evicted.try_recv().is_ok(), "the oldest is told to close");
+        let mut closing = third.closing;
+        assert_eq!(closing.len(), 1);
+        assert!(
+            matches!(closing[0].try_recv(), Err(oneshot::error::TryRecvError::Empty)),
+            "not closed while its task still holds it"
+        );
         assert_eq!(table.counts(), (2, 0));
         // Once trusted, a connection stays; when both are trusted the address is full.
         second.trust.grant();
@@ -187,6 +212,10 @@ mod tests {
         assert!(table.admit(ip("127.0.0.1"), t0 + Duration::from_millis(3)).is_none());
         assert!(table.admit(ip("10.0.0.9"), t0).is_some(), "another address has its own share");
         drop(first);
+        assert!(
+            matches!(closing[0].try_recv(), Err(oneshot::error::TryRecvError::Closed)),
+            "closed once its task dropped it"
+        );
         assert_eq!(table.counts(), (2, 2), "an evicted connection's slot was already given back");
         drop(second);
         assert_eq!(table.counts(), (1, 1));

@@ -5,7 +5,9 @@
 //!   either, a new connection evicts the oldest one that has not authenticated, and is closed at
 //!   once (and counted) only when every slot it could take is held by one that has (see
 //!   [`super::connections`]); the answer to a request without a valid token closes its
-//!   connection;
+//!   connection; after an eviction the loop takes no new connection until the evicted one's
+//!   socket is closed (at most [`EVICTION_WAIT`]), so the descriptors held stay within the
+//!   bound however fast connections arrive;
 //! - the request headers must arrive within `header_read_timeout` (also between the requests
 //!   of a kept-alive connection: an idle connection is closed after it);
 //! - on shutdown, open connections finish the request in flight and close, within 5 s;
@@ -33,6 +35,10 @@ use crate::state::NodeState;
 
 /// How long open connections get to finish when the daemon stops.
 const DRAIN: Duration = Duration::from_secs(5);
+
+/// How long the accept loop waits for an evicted connection's task to close its socket. The
+/// task does nothing else once told, so this is a bound, not an expected time.
+const EVICTION_WAIT: Duration = Duration::from_secs(1);
 
 /// Serves one connection until it ends, is evicted (closed at once) or the daemon stops (then
 /// drains it within [`DRAIN`]).
@@ -112,6 +118,7 @@ pub async fn serve(
             router.clone().layer(Extension(ConnectInfo(peer))).layer(Extension(admitted.trust.clone())),
         );
         let evicted = std::mem::replace(&mut admitted.evicted, oneshot::channel().1);
+        let closing = std::mem::take(&mut admitted.closing);
         let state = state.clone();
         let stop = shutdown.clone();
         let tls = tls.clone();
@@ -134,5 +141,13 @@ pub async fn serve(
             state.stats.http_connections_open.fetch_sub(1, Ordering::Relaxed);
             drop(admitted);
         });
+        // The evicted connections' tasks close their sockets when next run: wait for that
+        // here, or a burst of new connections would pile evicted sockets up faster than their
+        // tasks run. The backlog waits in the kernel meanwhile, not in this process.
+        for closed in closing {
+            if tokio::time::timeout(EVICTION_WAIT, closed).await.is_err() {
+                tracing::debug!("an evicted connection took over {EVICTION_WAIT:?} to close");
+            }
+        }
     }
 }
