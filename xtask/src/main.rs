@@ -484,11 +484,10 @@ fn console(root: &Path) -> Result<PathBuf> {
     Ok(bundle)
 }
 
-/// Writes `<file>.gz` (gzip, best) and `<file>.br` (brotli, quality 11) beside each text and
-/// wasm file under `dir`, where smaller: the daemon serves them as they are, by the browser's
-/// Accept-Encoding.
+/// Writes `<file>.gz` (gzip by zopfli: any gzip reader takes it, about 5% smaller than zlib's
+/// best) and `<file>.br` (brotli, quality 11) beside each text and wasm file under `dir`, where
+/// smaller: the daemon serves them as they are, by the browser's Accept-Encoding.
 fn precompress(dir: &Path) -> Result<()> {
-    use std::io::Write;
     for entry in std::fs::read_dir(dir)?.flatten() {
         let path = entry.path();
         if path.is_dir() {
@@ -500,9 +499,8 @@ fn precompress(dir: &Path) -> Result<()> {
             continue;
         }
         let body = std::fs::read(&path)?;
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-        gz.write_all(&body)?;
-        let gz = gz.finish()?;
+        let mut gz = Vec::new();
+        zopfli::compress(zopfli::Options::default(), zopfli::Format::Gzip, body.as_slice(), &mut gz)?;
         let mut br = Vec::new();
         let params = brotli::enc::BrotliEncoderParams { quality: 11, lgwin: 22, ..Default::default() };
         brotli::BrotliCompress(&mut body.as_slice(), &mut br, &params)?;
