@@ -54,9 +54,12 @@ const NIGHTLY: &str = "nightly-2026-05-20";
 /// With the nightly's standard library rebuilt for size, the console's wasm32 flags gain panics
 /// that abort where they happen (no formatting code, no file and line strings), and `{:?}` that
 /// writes nothing (no `Debug` code; the console writes every text with `Display`, which a unit
-/// test of the frontend checks). Cargo appends them to `.cargo/config.toml`'s (Leptos' erased
-/// component views).
-const CONSOLE_NIGHTLY_RUSTFLAGS: &str = r#"target.wasm32-unknown-unknown.rustflags=["-Zlocation-detail=none", "-Zunstable-options", "-Cpanic=immediate-abort", "-Zfmt-debug=none"]"#;
+/// test of the frontend checks). LLVM copies, moves and fills of more than 8 bytes become one
+/// `memory.copy` or `memory.fill` (bulk memory, on in every browser the console supports)
+/// instead of up to four pairs of 8-byte loads and stores written out: the views move their
+/// values by copy at every step of building them, and this is 4% of the wasm. Cargo appends
+/// these flags to `.cargo/config.toml`'s (Leptos' erased component views).
+const CONSOLE_NIGHTLY_RUSTFLAGS: &str = r#"target.wasm32-unknown-unknown.rustflags=["-Zlocation-detail=none", "-Zunstable-options", "-Cpanic=immediate-abort", "-Zfmt-debug=none", "-Cllvm-args=-max-store-memcpy=1", "-Cllvm-args=-max-store-memmove=1", "-Cllvm-args=-max-store-memset=1"]"#;
 
 fn main() {
     if let Err(e) = run() {
