@@ -573,34 +573,48 @@ fn same_tree(a: &Path, b: &Path) -> bool {
 }
 
 fn test(root: &Path) -> Result<()> {
+    let started = std::time::Instant::now();
     setup(true)?;
     console(root)?;
+    let prepared = started.elapsed();
+    // Each part with how long it took: the suite must stay well within CI's time.
+    let timed = |what: &'static str, part: &dyn Fn() -> Result<()>| {
+        let at = std::time::Instant::now();
+        (what, part(), at.elapsed())
+    };
     // Cargo builds `ringsided` (embedding the console just built) before any test runs, since
     // its package has integration tests; the end-to-end tests start that binary. Building it
     // here separately would resolve features differently and compile the dependencies twice.
     let results = [
         // Style first: formatting as rustfmt.toml says, and no clippy warning (the workspace's
         // lints included: every unsafe block says why it is sound).
-        ("formatting", cargo(&["fmt", "--all", "--check"])),
-        ("clippy", cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])),
+        timed("formatting", &|| cargo(&["fmt", "--all", "--check"])),
+        timed("clippy", &|| cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])),
         // The Debian package, which tests/tests/package.rs installs and runs.
-        ("the package", package::build(root).map(|_| ())),
+        timed("the package", &|| package::build(root).map(|_| ())),
         // The real-driver tests find NVIDIA's libraries where `setup --test` unpacked them.
-        (
-            "the workspace's tests",
+        timed("the workspace's tests", &|| {
             cargo_with_env(
                 &["test", "--workspace", "--no-fail-fast"],
                 &[("RINGSIDE_NVIDIA_DIR", &nvidia::dir().to_string_lossy())],
-            ),
-        ),
-        ("Miri", miri()),
+            )
+        }),
+        timed("Miri", &miri),
         // Every parser of what a client, a config or a user's file says, 60 s each.
-        ("fuzzing", fuzz::run(root, 60)),
+        timed("fuzzing", &|| fuzz::run(root, 60)),
         // The sched_ext scheduler runs only in a kernel that has sched_ext: a guest's.
-        ("the guest test", vm::run(root, &guest_options(&[], false))),
+        timed("the guest test", &|| vm::run(root, &guest_options(&[], false))),
     ];
+    let parts: Vec<String> =
+        results.iter().map(|(what, _, took)| format!("{what} {:.0} s", took.as_secs_f64())).collect();
+    eprintln!(
+        "xtask test took {:.0} s: prerequisites and console {:.0} s, {}",
+        started.elapsed().as_secs_f64(),
+        prepared.as_secs_f64(),
+        parts.join(", ")
+    );
     let failed: Vec<String> =
-        results.iter().filter_map(|(what, r)| r.as_ref().err().map(|e| format!("{what}: {e:#}"))).collect();
+        results.iter().filter_map(|(what, r, _)| r.as_ref().err().map(|e| format!("{what}: {e:#}"))).collect();
     if !failed.is_empty() {
         bail!("{}", failed.join("; "));
     }
