@@ -12,7 +12,8 @@
 //!   of a kept-alive connection: an idle connection is closed after it);
 //! - on shutdown, open connections finish the request in flight and close, within 5 s;
 //! - with TLS, the handshake happens on the connection's own task and must also finish within
-//!   `header_read_timeout`; a failed one closes the connection (and is counted).
+//!   `header_read_timeout`; a failed one closes the connection (and is counted), and a
+//!   connection evicted during its handshake is closed at once.
 //!
 //! WebSocket sessions leave this count when they are upgraded; they have their own cap
 //! (`max_ws_sessions`, in the WebSocket handler).
@@ -123,20 +124,30 @@ pub async fn serve(
         let stop = shutdown.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
+            let mut evicted = evicted;
             match tls {
                 None => connection(stream, service, header_timeout, stop, evicted).await,
-                Some(acceptor) => match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
-                    Ok(Ok(stream)) => connection(stream, service, header_timeout, stop, evicted).await,
-                    // A plain-HTTP client, a scanner, a certificate the client refused: closed.
-                    Ok(Err(e)) => {
-                        state.stats.tls_handshake_failures_total.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(%peer, "TLS handshake failed: {e}");
+                Some(acceptor) => {
+                    let handshake = tokio::time::timeout(header_timeout, acceptor.accept(stream));
+                    // Evicted before its handshake ended: closed at once, like any other.
+                    let handshake = tokio::select! {
+                        done = handshake => Some(done),
+                        _ = &mut evicted => None,
+                    };
+                    match handshake {
+                        Some(Ok(Ok(stream))) => connection(stream, service, header_timeout, stop, evicted).await,
+                        // A plain-HTTP client, a scanner, a certificate the client refused: closed.
+                        Some(Ok(Err(e))) => {
+                            state.stats.tls_handshake_failures_total.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(%peer, "TLS handshake failed: {e}");
+                        }
+                        Some(Err(_)) => {
+                            state.stats.tls_handshake_failures_total.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(%peer, "TLS handshake not finished within {header_timeout:?}");
+                        }
+                        None => tracing::debug!(%peer, "evicted during its TLS handshake"),
                     }
-                    Err(_) => {
-                        state.stats.tls_handshake_failures_total.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(%peer, "TLS handshake not finished within {header_timeout:?}");
-                    }
-                },
+                }
             }
             state.stats.http_connections_open.fetch_sub(1, Ordering::Relaxed);
             drop(admitted);
