@@ -1,5 +1,5 @@
 //! `cargo xtask fuzz [SECONDS]`: every libFuzzer target of `fuzz/` (cargo-fuzz, on the pinned
-//! nightly) for a bounded time each, 60 s unless said.
+//! nightly) for a bounded time each, 60 s unless said, as many at once as there are cores.
 //!
 //! Each target starts from its seeds (`fuzz/seeds/<target>/`, inputs crashes were once found
 //! with are kept there as regression inputs) and the corpus it grew in earlier runs
@@ -66,32 +66,55 @@ pub fn run(root: &Path, seconds: u64) -> Result<()> {
     std::fs::create_dir_all(&logs)?;
     let mut done = Vec::new();
     let mut failed = Vec::new();
-    for target in TARGETS {
-        let corpus = root.join("target/fuzz-corpus").join(target);
-        std::fs::create_dir_all(&corpus)?;
-        step(&format!("fuzzing {target} for {seconds} s"));
-        let log = logs.join(format!("{target}.log"));
-        let status = nightly_cargo(root)
-            .args(["fuzz", "run", target])
-            .args(common)
-            .arg(&corpus)
-            .arg(root.join("fuzz/seeds").join(target))
-            .arg("--")
-            .args([format!("-max_total_time={seconds}"), "-timeout=10".into(), "-rss_limit_mb=2048".into()])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .status()
-            .context("cannot run cargo fuzz")?;
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if !status.success() {
-            let tail: Vec<&str> = text.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect();
-            eprintln!("{}", tail.join("\n"));
-            failed.push(format!("{target} ({status}; its log: {})", log.display()));
-            continue;
+    // A libFuzzer process fuzzes on one core: as many targets at once as there are cores, each
+    // for its full time.
+    let at_once = std::thread::available_parallelism().map_or(1, |n| n.get()).min(TARGETS.len());
+    for batch in TARGETS.chunks(at_once) {
+        let mut running = Vec::new();
+        for &target in batch {
+            let corpus = root.join("target/fuzz-corpus").join(target);
+            std::fs::create_dir_all(&corpus)?;
+            step(&format!("fuzzing {target} for {seconds} s"));
+            let log = logs.join(format!("{target}.log"));
+            let child = nightly_cargo(root)
+                .args(["fuzz", "run", target])
+                .args(common)
+                .arg(&corpus)
+                .arg(root.join("fuzz/seeds").join(target))
+                .arg("--")
+                .args([format!("-max_total_time={seconds}"), "-timeout=10".into(), "-rss_limit_mb=2048".into()])
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log)?)
+                .spawn();
+            match child {
+                Ok(child) => running.push((target, corpus, log, child)),
+                Err(e) => failed.push(format!("{target} (cannot run cargo fuzz: {e})")),
+            }
         }
-        let (runs, seconds) = done_line(&text).with_context(|| format!("{}: no \"Done\" line", log.display()))?;
-        let corpus = std::fs::read_dir(&corpus).map(|d| d.count()).unwrap_or(0);
-        done.push(Run { target, runs, seconds, corpus });
+        for (target, corpus, log, mut child) in running {
+            // Every child is waited for, whatever the others did.
+            let status = match child.wait() {
+                Ok(status) => status,
+                Err(e) => {
+                    failed.push(format!("{target} (cannot wait for cargo fuzz: {e})"));
+                    continue;
+                }
+            };
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if !status.success() {
+                let tail: Vec<&str> = text.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect();
+                eprintln!("{}", tail.join("\n"));
+                failed.push(format!("{target} ({status}; its log: {})", log.display()));
+                continue;
+            }
+            match done_line(&text) {
+                Some((runs, seconds)) => {
+                    let corpus = std::fs::read_dir(&corpus).map(|d| d.count()).unwrap_or(0);
+                    done.push(Run { target, runs, seconds, corpus });
+                }
+                None => failed.push(format!("{target} (no \"Done\" line in {})", log.display())),
+            }
+        }
     }
     println!("\n{:<12} {:>12} {:>8} {:>12} {:>8}", "target", "executions", "seconds", "per second", "corpus");
     for r in &done {
