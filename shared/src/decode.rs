@@ -505,10 +505,7 @@ impl<'a> Reader<'a> {
             // unknown keys as values, and refuses `6e536` there.
             _ => {
                 let (text, _) = self.number("a value")?;
-                match parse_f64(text) {
-                    Some(value) if value.is_finite() => Ok(()),
-                    _ => Err(self.error("number out of range".into())),
-                }
+                self.finite(text).map(drop)
             }
         }
     }
@@ -648,6 +645,11 @@ impl<'a> Reader<'a> {
 
     pub fn f64(&mut self) -> Result<f64> {
         let (text, _) = self.number("a number")?;
+        self.finite(text)
+    }
+
+    /// The value of a number's text (from [`Self::number`]), which an `f64` must hold.
+    fn finite(&self, text: &str) -> Result<f64> {
         match parse_f64(text) {
             Some(value) if value.is_finite() => Ok(value),
             _ => Err(self.error("number out of range".into())),
