@@ -112,7 +112,7 @@ pub async fn serve(
             drop(stream);
             continue;
         };
-        stats.http_connections_evicted_total.fetch_add(u64::from(admitted.evictions), Ordering::Relaxed);
+        stats.http_connections_evicted_total.fetch_add(admitted.closing.len() as u64, Ordering::Relaxed);
         stats.http_connections_total.fetch_add(1, Ordering::Relaxed);
         stats.http_connections_open.fetch_add(1, Ordering::Relaxed);
         let service = TowerToHyperService::new(
