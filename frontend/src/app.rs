@@ -26,13 +26,59 @@ pub fn App() -> impl IntoView {
         <main>
             <HostPanel />
             <crate::alerts::AlertsPanel />
-            <crate::scheduler::SchedulerPanel />
-            <crate::gpus::GpusPanel />
-            <crate::kernels::KernelsPanel />
+            <BelowTheFirstScreen />
             <ComponentsPanel />
         </main>
         <footer>"Ringside · "<a href="/metrics">"Prometheus metrics"</a>" · "<a href="/api/snapshot">"Snapshot JSON"</a></footer>
     }
+}
+
+/// The panels below the first screen, in a WebAssembly module of their own, so the header, host
+/// and alerts do not wait for the bytes of the scheduler, GPU and ring kernel panels. The browser
+/// fetches it once the first update has arrived (or after `BELOW_AT_THE_LATEST`, where none
+/// comes): over a slow link, fetched at once, it took its share of the link from that first
+/// update. A module that did not arrive is said so in their place, with a button to fetch it again.
+#[component]
+fn BelowTheFirstScreen() -> impl IntoView {
+    const BELOW_AT_THE_LATEST: std::time::Duration = std::time::Duration::from_secs(3);
+    let store = expect_context::<Store>();
+    let waited = RwSignal::new(false);
+    set_timeout(move || waited.set(true), BELOW_AT_THE_LATEST);
+    // Once asked for, for good: a reconnection that starts the updates over changes nothing.
+    let fetch = Memo::new(move |was: Option<&bool>| was == Some(&true) || waited.get() || store.seq.get() > 0);
+    let attempt = RwSignal::new(0u32);
+    move || {
+        attempt.track();
+        fetch.get().then(|| {
+            Suspend::new(async move {
+                below_the_first_screen().await.unwrap_or_else(|_| {
+                    view! {
+                        <div class="banner banner-error" id="below-failed" role="alert">
+                            <span>"The scheduler, GPU and ring kernel panels did not load."</span>
+                            <button class="ghost" on:click=move |_| attempt.update(|n| *n += 1)>"Try again"</button>
+                        </div>
+                    }
+                    .into_any()
+                })
+            })
+        })
+    }
+}
+
+#[leptos::wasm_split::wasm_split(below, wasm_split_path = ::leptos::wasm_split, fallible)]
+fn below_the_first_screen() -> Result<AnyView, leptos::wasm_split::SplitLoaderError> {
+    // Once they are drawn: the moment for `cargo xtask bench console`, and a view whose address
+    // names one of these panels (or a GPU, or a job) is scrolled to it now that it exists.
+    Effect::new(|_| {
+        crate::mark("ringside-panels");
+        expect_context::<crate::timeline::Timeline>().scroll_soon();
+    });
+    Ok(view! {
+        <crate::scheduler::SchedulerPanel />
+        <crate::gpus::GpusPanel />
+        <crate::kernels::KernelsPanel />
+    }
+    .into_any())
 }
 
 /// Auto follows the system; the choice is remembered in local storage.

@@ -3,8 +3,10 @@
 //! For each link, five cold loads of the signed-in console (cache disabled through DevTools):
 //! the time to first contentful paint, to live data (the first host figures on screen, the
 //! page's first `ringside-live` performance mark: the shell's, where boot.js showed them before
-//! the WebAssembly ran) and to the console running with them (its `ringside-console` mark),
-//! from the start of navigation. Links: loopback,
+//! the WebAssembly ran), to the console running with them (its `ringside-console` mark) and to
+//! the panels below the first screen drawn (scheduler, GPUs, ring kernels: a module of their
+//! own, fetched once the first has arrived; the `ringside-panels` mark), from the start of
+//! navigation. Links: loopback,
 //! and a slow link to a remote node as DevTools throttles it (40 ms latency, 1.5 Mbit/s down,
 //! 750 kbit/s up). Two daemons: one just started (a few points of history), and one with eight
 //! GPUs (the NVML test double) that has filled the console's 600 points of live history (at
@@ -40,8 +42,13 @@ async fn mark(client: &fantoccini::Client, script: &str) -> Result<Option<f64>> 
     Ok(client.execute(script, vec![]).await?.as_f64())
 }
 
-/// One cold load: (first contentful paint, live data, console), ms from the start of navigation.
-async fn load(driver: &Driver, daemon: &Daemon, conditions: &Option<serde_json::Value>) -> Result<(f64, f64, f64)> {
+/// One cold load: (first contentful paint, live data, console, panels), ms from the start of
+/// navigation.
+async fn load(
+    driver: &Driver,
+    daemon: &Daemon,
+    conditions: &Option<serde_json::Value>,
+) -> Result<(f64, f64, f64, f64)> {
     let (profile, downloads) = (Scratch::new("bench-console-profile"), Scratch::new("bench-console-downloads"));
     let client = browser(driver, &profile.0, &downloads.0).await?;
     let measured = async {
@@ -57,6 +64,10 @@ async fn load(driver: &Driver, daemon: &Daemon, conditions: &Option<serde_json::
             mark(&client, "const m = performance.getEntriesByName('ringside-console'); return m.length ? m[0].startTime : null;")
         })
         .await?;
+        let panels = eventually("the panels' mark", Duration::from_secs(30), || {
+            mark(&client, "const m = performance.getEntriesByName('ringside-panels'); return m.length ? m[0].startTime : null;")
+        })
+        .await?;
         let live =
             mark(&client, "const m = performance.getEntriesByName('ringside-live'); return m.length ? m[0].startTime : null;")
                 .await?
@@ -64,7 +75,7 @@ async fn load(driver: &Driver, daemon: &Daemon, conditions: &Option<serde_json::
         let paint = mark(&client, "const p = performance.getEntriesByName('first-contentful-paint'); return p.length ? p[0].startTime : null;")
             .await?
             .context("no first-contentful-paint entry")?;
-        Ok::<_, anyhow::Error>((paint, live, console))
+        Ok::<_, anyhow::Error>((paint, live, console, panels))
     }
     .await;
     let _ = client.close().await;
@@ -88,11 +99,13 @@ async fn main() -> Result<()> {
     })?;
     tokio::time::sleep(Duration::from_secs(65)).await;
     let daemon = &fresh;
-    let wasm = daemon.http().get(format!("{}/pkg/ringside_frontend_bg.wasm", daemon.base)).bearer_auth(&daemon.token);
-    for coding in ["identity", "gzip", "br"] {
-        let bytes =
-            wasm.try_clone().context("request")?.header("accept-encoding", coding).send().await?.bytes().await?;
-        println!("console wasm as served ({coding}): {} KiB", bytes.len() / 1024);
+    for module in ["/pkg/ringside_frontend_bg.wasm".to_string(), daemon.second_module().await?] {
+        let wasm = daemon.http().get(format!("{}{module}", daemon.base)).bearer_auth(&daemon.token);
+        for coding in ["identity", "gzip", "br"] {
+            let bytes =
+                wasm.try_clone().context("request")?.header("accept-encoding", coding).send().await?.bytes().await?;
+            println!("{module} as served ({coding}): {} bytes", bytes.len());
+        }
     }
     let driver = Driver::start()?;
     for (what, daemon) in [("just started", &fresh), ("8 GPUs, 600 points of history", &full)] {
@@ -101,22 +114,25 @@ async fn main() -> Result<()> {
         let snapshot = snapshot.bytes().await?;
         println!("{what}: /api/snapshot is {} KiB of JSON (the WebSocket's first brings 30 of its chart points); {LOADS} cold loads per link, medians (ms from the start of navigation):", snapshot.len() / 1024);
         for (name, conditions) in links() {
-            let (mut paints, mut lives, mut consoles) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut paints, mut lives, mut consoles, mut below) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for _ in 0..LOADS {
-                let (paint, live, console) = load(&driver, daemon, &conditions).await?;
+                let (paint, live, console, panels) = load(&driver, daemon, &conditions).await?;
                 paints.push(paint);
                 lives.push(live);
                 consoles.push(console);
+                below.push(panels);
             }
             let each = |v: &[f64]| v.iter().map(|x| x.round() as u64).collect::<Vec<_>>();
             println!(
-                "  {name}: first paint {:.0} ms, live data {:.0} ms, console running {:.0} ms (each: paint {:?}, live {:?}, console {:?})",
+                "  {name}: first paint {:.0} ms, live data {:.0} ms, console running {:.0} ms, panels below {:.0} ms (each: paint {:?}, live {:?}, console {:?}, panels {:?})",
                 median(paints.clone()),
                 median(lives.clone()),
                 median(consoles.clone()),
+                median(below.clone()),
                 each(&paints),
                 each(&lives),
-                each(&consoles)
+                each(&consoles),
+                each(&below)
             );
         }
     }

@@ -681,6 +681,16 @@ impl Daemon {
         Ok(self.http().get(format!("{}{path}", self.base)).bearer_auth(&self.token).send().await?)
     }
 
+    /// The path of the console's second module (the panels below the first screen), named by its
+    /// content where `__wasm_split.js` asks for it: `/pkg/split_below.<hash>.wasm`.
+    pub async fn second_module(&self) -> Result<String> {
+        let script = self.get("/pkg/__wasm_split.js").await?.error_for_status()?.text().await?;
+        let start = script.find("\"./split_below.").context("__wasm_split.js asks for no split_below module")?;
+        let name = &script[start + 3..];
+        let end = name.find(".wasm\"").context("an unterminated module name in __wasm_split.js")?;
+        Ok(format!("/pkg/{}.wasm", &name[..end]))
+    }
+
     /// POST `/api/alerts/{id}/ack` with `token` and a JSON body.
     pub async fn ack_as(&self, token: &str, id: u64, body: serde_json::Value) -> Result<reqwest::Response> {
         Ok(self.http().post(format!("{}/api/alerts/{id}/ack", self.base)).bearer_auth(token).json(&body).send().await?)

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use fantoccini::{Client, Locator};
 use ringside_tests::browser::{
-    artifacts, browser, close, draws_a_line, draws_history_bands, eventually, text_of, Driver,
+    artifacts, browser, close, draws_a_line, draws_history_bands, eventually, text_of, Cdp, Driver,
 };
 use ringside_tests::{hostile_binary, Daemon, DaemonOptions, Reaped, Scratch, Workload, LOW_MEMORY_THRESHOLDS};
 
@@ -653,5 +653,50 @@ async fn an_alert_silenced_from_its_row_shows_silenced_leaves_the_badge_and_come
     }
     .await;
     close(client, outcome.is_err(), "silence-failure").await;
+    outcome
+}
+
+#[tokio::test]
+async fn the_console_says_so_when_its_second_module_does_not_arrive_and_fetches_it_again() -> Result<()> {
+    // The scheduler, GPU and ring kernel panels come in a WebAssembly module of their own
+    // (frontend/src/app.rs). Blocked, the console must say so in their place and stay live,
+    // neither waiting for ever nor aborting; its "Try again" then fetches the module anew.
+    let daemon = Daemon::start(DaemonOptions { token: None, ..DaemonOptions::default() })?;
+    let driver = Driver::start()?;
+    let (profile, downloads) = (Scratch::new("chromium-blocked-module"), Scratch::new("downloads-blocked-module"));
+    let client = browser(&driver, &profile.0, &downloads.0).await?;
+    let outcome = async {
+        const WAIT: Duration = Duration::from_secs(30);
+        // Signed in (the cookie), then every file fetched from the daemon, the second module refused.
+        client.goto(&daemon.console_url).await?;
+        client.issue_cmd(Cdp { cmd: "Network.enable", params: serde_json::json!({}) }).await?;
+        client
+            .issue_cmd(Cdp { cmd: "Network.setCacheDisabled", params: serde_json::json!({"cacheDisabled": true}) })
+            .await?;
+        let block =
+            |urls: Vec<&str>| Cdp { cmd: "Network.setBlockedURLs", params: serde_json::json!({ "urls": urls }) };
+        client.issue_cmd(block(vec!["*/pkg/split_below.*"])).await?;
+        client.goto(&format!("{}/", daemon.base)).await?;
+        let said =
+            eventually("the panels' failure said", WAIT, || async { text_of(&client, "#below-failed").await }).await?;
+        assert!(said.contains("did not load"), "{said}");
+        eventually("Live", WAIT, || async {
+            Ok(text_of(&client, "#connection").await?.filter(|t| t.contains("Live")))
+        })
+        .await?;
+        eventually("the CPU chart draws a line", WAIT, || draws_a_line(&client, "#host-panel svg.chart path.line"))
+            .await?;
+        assert!(client.find(Locator::Css("#gpus-panel")).await.is_err(), "no GPUs panel without its module");
+
+        client.issue_cmd(block(vec![])).await?;
+        client.find(Locator::Css("#below-failed button")).await?.click().await?;
+        for panel in ["#scheduler-panel", "#gpus-panel", "#kernels-panel"] {
+            eventually(panel, WAIT, || async { Ok(client.find(Locator::Css(panel)).await.ok().map(|_| ())) }).await?;
+        }
+        assert!(client.find(Locator::Css("#below-failed")).await.is_err(), "the failure is no longer said");
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    close(client, outcome.is_err(), "blocked-module-failure").await;
     outcome
 }

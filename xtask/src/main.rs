@@ -59,7 +59,9 @@ const NIGHTLY: &str = "nightly-2026-05-20";
 /// instead of up to four pairs of 8-byte loads and stores written out: the views move their
 /// values by copy at every step of building them, and this is 4% of the wasm. Cargo appends
 /// these flags to `.cargo/config.toml`'s (Leptos' erased component views).
-const CONSOLE_NIGHTLY_RUSTFLAGS: &str = r#"target.wasm32-unknown-unknown.rustflags=["-Zlocation-detail=none", "-Zunstable-options", "-Cpanic=immediate-abort", "-Zfmt-debug=none", "-Cllvm-args=-max-store-memcpy=1", "-Cllvm-args=-max-store-memmove=1", "-Cllvm-args=-max-store-memset=1"]"#;
+/// The linker keeps its relocations, which wasm-split reads to find what each function uses.
+const CONSOLE_STABLE_RUSTFLAGS: &str = r#"target.wasm32-unknown-unknown.rustflags=["-Clink-arg=--emit-relocs"]"#;
+const CONSOLE_NIGHTLY_RUSTFLAGS: &str = r#"target.wasm32-unknown-unknown.rustflags=["-Zlocation-detail=none", "-Zunstable-options", "-Cpanic=immediate-abort", "-Zfmt-debug=none", "-Cllvm-args=-max-store-memcpy=1", "-Cllvm-args=-max-store-memmove=1", "-Cllvm-args=-max-store-memset=1", "-Clink-arg=--emit-relocs"]"#;
 
 fn main() {
     if let Err(e) = run() {
@@ -439,7 +441,7 @@ fn console(root: &Path) -> Result<PathBuf> {
         }
         Err(why) => {
             eprintln!("warning: {why}; the console is built with the stable standard library (a larger wasm)");
-            cargo(&args)?;
+            cargo(&[&args[..], &["--config", CONSOLE_STABLE_RUSTFLAGS]].concat())?;
         }
     }
     let wasm = root.join("target/wasm32-unknown-unknown/wasm-release/ringside-frontend.wasm");
@@ -448,18 +450,37 @@ fn console(root: &Path) -> Result<PathBuf> {
     if staging.exists() {
         std::fs::remove_dir_all(&staging).with_context(|| format!("cannot clear {}", staging.display()))?;
     }
+    step("wasm-split: the panels below the first screen into a module of their own");
+    let linked = std::fs::read(&wasm).with_context(|| format!("cannot read {}", wasm.display()))?;
+    let pkg = staging.join("pkg");
+    let main_wasm = staging.join("main.wasm");
+    let mut options = wasm_split_cli_support::Options::new(&linked);
+    options.output_dir = &pkg;
+    options.main_out_path = &main_wasm;
+    options.link_name = "./__wasm_split.js";
+    options.main_module = "./ringside_frontend.js";
+    wasm_split_cli_support::transform(options)
+        .map_err(|e| anyhow::anyhow!("wasm-split failed on {}: {e}", wasm.display()))?;
     step("wasm-bindgen (library, version pinned in Cargo.lock)");
     wasm_bindgen_cli_support::Bindgen::new()
-        .input_path(&wasm)
+        .input_path(&main_wasm)
+        // The split module imports the function table, which wasm-bindgen would otherwise unexport.
+        .keep_lld_exports(true)
         .out_name("ringside_frontend")
         .typescript(false)
         .web(true)
-        .and_then(|b| b.generate(staging.join("pkg")))
+        .and_then(|b| b.generate(&pkg))
         .map_err(|e| anyhow::anyhow!("wasm-bindgen failed on {}: {e}", wasm.display()))?;
+    std::fs::remove_file(&main_wasm)?;
     // Names and producer records help debugging only; browsers never read them.
-    let bindgen_wasm = staging.join("pkg/ringside_frontend_bg.wasm");
-    let module = std::fs::read(&bindgen_wasm).with_context(|| format!("cannot read {}", bindgen_wasm.display()))?;
-    std::fs::write(&bindgen_wasm, strip_custom_sections(&module)?)?;
+    for entry in std::fs::read_dir(&pkg)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "wasm") {
+            let module = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+            std::fs::write(&path, strip_custom_sections(&module)?)?;
+        }
+    }
+    name_split_modules_by_content(&pkg)?;
     for entry in std::fs::read_dir(root.join("frontend/static")).context("frontend/static is missing")? {
         let entry = entry?;
         std::fs::copy(entry.path(), staging.join(entry.file_name()))
@@ -474,17 +495,55 @@ fn console(root: &Path) -> Result<PathBuf> {
         std::fs::rename(&staging, &dist).with_context(|| format!("cannot move the console to {}", dist.display()))?;
     }
     let bundle = dist.join("pkg/ringside_frontend_bg.wasm");
-    let raw = std::fs::read(&bundle).with_context(|| format!("cannot read {}", bundle.display()))?;
-    let size =
-        |ext: &str| std::fs::metadata(dist.join(format!("pkg/ringside_frontend_bg.wasm.{ext}"))).map_or(0, |m| m.len());
+    let below = std::fs::read_dir(dist.join("pkg"))?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|name| name.starts_with("split_below.") && name.ends_with(".wasm"))
+        .context("wasm-split made no module of the panels below the first screen")?;
+    let size = |file: &str, ext: &str| {
+        std::fs::metadata(dist.join(format!("pkg/{file}{ext}"))).map_or(0.0, |m| m.len() as f64 / 1024.0)
+    };
+    let sizes = |file: &str| {
+        format!("{:.1} KiB raw, {:.1} KiB gzip, {:.1} KiB brotli", size(file, ""), size(file, ".gz"), size(file, ".br"))
+    };
     eprintln!(
-        "console built in {:.0} s: wasm {} KiB raw, {} KiB gzip, {} KiB brotli",
+        "console built in {:.0} s: wasm {} (the first module); the panels below the first screen {}",
         started.elapsed().as_secs_f64(),
-        raw.len() / 1024,
-        size("gz") / 1024,
-        size("br") / 1024
+        sizes("ringside_frontend_bg.wasm"),
+        sizes(&below)
     );
     Ok(bundle)
+}
+
+/// Names each split module by its content (`split_below.wasm` becomes `split_below.<hash>.wasm`)
+/// where `__wasm_split.js` asks for it. A split module calls the first module's functions
+/// through their places in its function table, which another build orders differently: a page
+/// still running the first module of an older build then asks for its own second module, which
+/// a newer daemon answers with a 404 (said in the console), not with a module of another build.
+fn name_split_modules_by_content(pkg: &Path) -> Result<()> {
+    let loader = pkg.join("__wasm_split.js");
+    let mut script = std::fs::read_to_string(&loader).with_context(|| format!("cannot read {}", loader.display()))?;
+    for entry in std::fs::read_dir(pkg)? {
+        let path = entry?.path();
+        let Some(stem) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".wasm")) else {
+            continue;
+        };
+        if !stem.starts_with("split_") {
+            continue;
+        }
+        let body = std::fs::read(&path)?;
+        let hash =
+            body.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3));
+        let named = format!("{stem}.{hash:016x}.wasm");
+        let asked = format!("\"./{stem}.wasm\"");
+        if !script.contains(&asked) {
+            bail!("{} does not ask for {stem}.wasm", loader.display());
+        }
+        script = script.replace(&asked, &format!("\"./{named}\""));
+        std::fs::rename(&path, pkg.join(&named))?;
+    }
+    std::fs::write(&loader, script)?;
+    Ok(())
 }
 
 /// Writes `<file>.gz` (gzip by zopfli: any gzip reader takes it, about 5% smaller than zlib's
