@@ -173,6 +173,11 @@ async fn history_flow(
             Ok(text_of(&fresh, "#connection").await?.filter(|t| t.contains("Live")))
         })
         .await?;
+        // Over a link slow enough that the second module comes after the page's first scroll.
+        fresh.issue_cmd(Cdp { cmd: "Network.enable", params: serde_json::json!({}) }).await?;
+        let slow =
+            serde_json::json!({"offline": false, "latency": 400, "downloadThroughput": -1, "uploadThroughput": -1});
+        fresh.issue_cmd(Cdp { cmd: "Network.emulateNetworkConditions", params: slow }).await?;
         fresh.goto(permalink.as_str()).await?;
         eventually("the permalink shows the same range", WAIT, || async {
             Ok(text_of(&fresh, "#range-text").await?.filter(|t| *t == zoomed_text))
@@ -183,6 +188,15 @@ async fn history_flow(
         ensure!(address_range(&fresh).await? == Some((zoom_from, zoom_to)));
         let pressed = attribute(&fresh, "#range-live", "aria-pressed").await?;
         ensure!(pressed.as_deref() == Some("false"), "{pressed:?}");
+        // The GPUs panel comes with the console's second module, after the page has loaded:
+        // the view is scrolled to it once it is there.
+        eventually("the permalink scrolls to the GPUs panel", WAIT, || async {
+            let script = "const p = document.getElementById('gpus-panel'); if (!p) return false; \
+                          const r = p.getBoundingClientRect(); \
+                          return window.scrollY > 0 && r.top < window.innerHeight / 2 && r.bottom > 0;";
+            Ok(fresh.execute(script, vec![]).await?.as_bool().filter(|shown| *shown))
+        })
+        .await?;
         Ok::<_, anyhow::Error>(())
     }
     .await;
