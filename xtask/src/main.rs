@@ -51,6 +51,9 @@ const AXE_CORE: &str = "axe-core@4.14.1";
 /// toolchain; a dated one keeps each reproducible.
 const NIGHTLY: &str = "nightly-2026-05-20";
 
+/// The console's wasm32 flags: the linker keeps its relocations, which wasm-split reads to find
+/// what each function uses.
+const CONSOLE_STABLE_RUSTFLAGS: &str = r#"target.wasm32-unknown-unknown.rustflags=["-Clink-arg=--emit-relocs"]"#;
 /// With the nightly's standard library rebuilt for size, the console's wasm32 flags gain panics
 /// that abort where they happen (no formatting code, no file and line strings), and `{:?}` that
 /// writes nothing (no `Debug` code; the console writes every text with `Display`, which a unit
@@ -58,9 +61,8 @@ const NIGHTLY: &str = "nightly-2026-05-20";
 /// `memory.copy` or `memory.fill` (bulk memory, on in every browser the console supports)
 /// instead of up to four pairs of 8-byte loads and stores written out: the views move their
 /// values by copy at every step of building them, and this is 4% of the wasm. Cargo appends
-/// these flags to `.cargo/config.toml`'s (Leptos' erased component views).
-/// The linker keeps its relocations, which wasm-split reads to find what each function uses.
-const CONSOLE_STABLE_RUSTFLAGS: &str = r#"target.wasm32-unknown-unknown.rustflags=["-Clink-arg=--emit-relocs"]"#;
+/// these flags to `.cargo/config.toml`'s (Leptos' erased component views). The linker keeps its
+/// relocations, as with the stable flags.
 const CONSOLE_NIGHTLY_RUSTFLAGS: &str = r#"target.wasm32-unknown-unknown.rustflags=["-Zlocation-detail=none", "-Zunstable-options", "-Cpanic=immediate-abort", "-Zfmt-debug=none", "-Cllvm-args=-max-store-memcpy=1", "-Cllvm-args=-max-store-memmove=1", "-Cllvm-args=-max-store-memset=1", "-Clink-arg=--emit-relocs"]"#;
 
 fn main() {
@@ -523,8 +525,9 @@ fn console(root: &Path) -> Result<PathBuf> {
 fn name_split_modules_by_content(pkg: &Path) -> Result<()> {
     let loader = pkg.join("__wasm_split.js");
     let mut script = std::fs::read_to_string(&loader).with_context(|| format!("cannot read {}", loader.display()))?;
-    for entry in std::fs::read_dir(pkg)? {
-        let path = entry?.path();
+    // Listed before any is renamed: a listing that runs on could meet a renamed one again.
+    let modules: Vec<PathBuf> = std::fs::read_dir(pkg)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>()?;
+    for path in modules {
         let Some(stem) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".wasm")) else {
             continue;
         };
