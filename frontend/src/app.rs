@@ -68,15 +68,10 @@ fn BelowTheFirstScreen() -> impl IntoView {
 #[leptos::wasm_split::wasm_split(below, wasm_split_path = ::leptos::wasm_split, fallible)]
 fn below_the_first_screen() -> Result<AnyView, leptos::wasm_split::SplitLoaderError> {
     // Once they are drawn: the moment for `cargo xtask bench console`, and a view whose address
-    // names one of these panels (or a GPU, or a job) is scrolled to it now that it exists; a
-    // view of the first screen's panels is left where the reader has it.
+    // names one of these panels (or a GPU, or a job) is scrolled to it now that it exists.
     Effect::new(|_| {
         crate::mark("ringside-panels");
-        let timeline = expect_context::<crate::timeline::Timeline>();
-        let below = timeline.panel.with_untracked(|p| matches!(p.as_deref(), Some("scheduler" | "gpus" | "kernels")));
-        if below || timeline.gpu.with_untracked(Option::is_some) || timeline.job.with_untracked(Option::is_some) {
-            timeline.scroll_soon();
-        }
+        expect_context::<crate::timeline::Timeline>().drawn();
     });
     Ok(view! {
         <crate::scheduler::SchedulerPanel />

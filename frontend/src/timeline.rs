@@ -37,6 +37,8 @@ pub struct Timeline {
     pub gpu: RwSignal<Option<u32>>,
     pub job: RwSignal<Option<String>>,
     pub theme: RwSignal<String>,
+    /// The view names a panel, GPU or job that was not drawn yet when it was to be scrolled to.
+    unscrolled: RwSignal<bool>,
 }
 
 /// The view an address holds.
@@ -160,6 +162,7 @@ impl Timeline {
             gpu: RwSignal::new(None),
             job: RwSignal::new(None),
             theme: RwSignal::new(saved.unwrap_or_else(|| "auto".into())),
+            unscrolled: RwSignal::new(false),
         };
         timeline.go_to(place);
         // Each change of view is a step of the browser's history; a step back or forward (or
@@ -239,8 +242,20 @@ impl Timeline {
             (None, None, Some(panel)) => document.get_element_by_id(&format!("{panel}-panel")),
             _ => None,
         };
+        let named = self.job.with_untracked(Option::is_some)
+            || self.gpu.with_untracked(Option::is_some)
+            || self.panel.with_untracked(Option::is_some);
+        self.unscrolled.set(named && target.is_none());
         if let Some(element) = target {
             element.scroll_into_view();
+        }
+    }
+
+    /// Views drawn after the page's start (the panels of the console's second module): what the
+    /// view names is scrolled to now where it was not drawn when the view was scrolled before.
+    pub fn drawn(&self) {
+        if self.unscrolled.get_untracked() {
+            self.scroll_soon();
         }
     }
 
