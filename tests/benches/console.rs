@@ -38,8 +38,10 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-async fn mark(client: &fantoccini::Client, script: &str) -> Result<Option<f64>> {
-    Ok(client.execute(script, vec![]).await?.as_f64())
+/// The start time of the page's first performance entry named `name`, if there is one yet.
+async fn mark(client: &fantoccini::Client, name: &str) -> Result<Option<f64>> {
+    let script = "const m = performance.getEntriesByName(arguments[0]); return m.length ? m[0].startTime : null;";
+    Ok(client.execute(script, vec![name.into()]).await?.as_f64())
 }
 
 /// One cold load: (first contentful paint, live data, console, panels), ms from the start of
@@ -55,26 +57,19 @@ async fn load(
         // Signed in (the cookie), then every file fetched again from the daemon.
         client.goto(&daemon.console_url).await?;
         client.issue_cmd(Cdp { cmd: "Network.enable", params: serde_json::json!({}) }).await?;
-        client.issue_cmd(Cdp { cmd: "Network.setCacheDisabled", params: serde_json::json!({"cacheDisabled": true}) }).await?;
+        client
+            .issue_cmd(Cdp { cmd: "Network.setCacheDisabled", params: serde_json::json!({"cacheDisabled": true}) })
+            .await?;
         if let Some(conditions) = conditions {
             client.issue_cmd(Cdp { cmd: "Network.emulateNetworkConditions", params: conditions.clone() }).await?;
         }
         client.goto(&format!("{}/", daemon.base)).await?;
-        let console = eventually("the console's mark", Duration::from_secs(30), || {
-            mark(&client, "const m = performance.getEntriesByName('ringside-console'); return m.length ? m[0].startTime : null;")
-        })
-        .await?;
-        let panels = eventually("the panels' mark", Duration::from_secs(30), || {
-            mark(&client, "const m = performance.getEntriesByName('ringside-panels'); return m.length ? m[0].startTime : null;")
-        })
-        .await?;
-        let live =
-            mark(&client, "const m = performance.getEntriesByName('ringside-live'); return m.length ? m[0].startTime : null;")
-                .await?
-                .context("no ringside-live mark")?;
-        let paint = mark(&client, "const p = performance.getEntriesByName('first-contentful-paint'); return p.length ? p[0].startTime : null;")
-            .await?
-            .context("no first-contentful-paint entry")?;
+        let console =
+            eventually("the console's mark", Duration::from_secs(30), || mark(&client, "ringside-console")).await?;
+        let panels =
+            eventually("the panels' mark", Duration::from_secs(30), || mark(&client, "ringside-panels")).await?;
+        let live = mark(&client, "ringside-live").await?.context("no ringside-live mark")?;
+        let paint = mark(&client, "first-contentful-paint").await?.context("no first-contentful-paint entry")?;
         Ok::<_, anyhow::Error>((paint, live, console, panels))
     }
     .await;

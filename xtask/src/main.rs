@@ -482,7 +482,8 @@ fn console(root: &Path) -> Result<PathBuf> {
             std::fs::write(&path, strip_custom_sections(&module)?)?;
         }
     }
-    name_split_modules_by_content(&pkg)?;
+    let split = name_split_modules_by_content(&pkg)?;
+    let below = split.first().context("wasm-split made no module of the panels below the first screen")?;
     for entry in std::fs::read_dir(root.join("frontend/static")).context("frontend/static is missing")? {
         let entry = entry?;
         std::fs::copy(entry.path(), staging.join(entry.file_name()))
@@ -497,11 +498,6 @@ fn console(root: &Path) -> Result<PathBuf> {
         std::fs::rename(&staging, &dist).with_context(|| format!("cannot move the console to {}", dist.display()))?;
     }
     let bundle = dist.join("pkg/ringside_frontend_bg.wasm");
-    let below = std::fs::read_dir(dist.join("pkg"))?
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .find(|name| name.starts_with("split_below.") && name.ends_with(".wasm"))
-        .context("wasm-split made no module of the panels below the first screen")?;
     let size = |file: &str, ext: &str| {
         std::fs::metadata(dist.join(format!("pkg/{file}{ext}"))).map_or(0.0, |m| m.len() as f64 / 1024.0)
     };
@@ -512,7 +508,7 @@ fn console(root: &Path) -> Result<PathBuf> {
         "console built in {:.0} s: wasm {} (the first module); the panels below the first screen {}",
         started.elapsed().as_secs_f64(),
         sizes("ringside_frontend_bg.wasm"),
-        sizes(&below)
+        sizes(below)
     );
     Ok(bundle)
 }
@@ -522,11 +518,13 @@ fn console(root: &Path) -> Result<PathBuf> {
 /// through their places in its function table, which another build orders differently: a page
 /// still running the first module of an older build then asks for its own second module, which
 /// a newer daemon answers with a 404 (said in the console), not with a module of another build.
-fn name_split_modules_by_content(pkg: &Path) -> Result<()> {
+/// Returns the modules' new file names.
+fn name_split_modules_by_content(pkg: &Path) -> Result<Vec<String>> {
     let loader = pkg.join("__wasm_split.js");
     let mut script = std::fs::read_to_string(&loader).with_context(|| format!("cannot read {}", loader.display()))?;
     // Listed before any is renamed: a listing that runs on could meet a renamed one again.
     let modules: Vec<PathBuf> = std::fs::read_dir(pkg)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>()?;
+    let mut names = Vec::new();
     for path in modules {
         let Some(stem) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".wasm")) else {
             continue;
@@ -544,9 +542,10 @@ fn name_split_modules_by_content(pkg: &Path) -> Result<()> {
         }
         script = script.replace(&asked, &format!("\"./{named}\""));
         std::fs::rename(&path, pkg.join(&named))?;
+        names.push(named);
     }
     std::fs::write(&loader, script)?;
-    Ok(())
+    Ok(names)
 }
 
 /// Writes `<file>.gz` (gzip by zopfli: any gzip reader takes it, about 5% smaller than zlib's
